@@ -64,7 +64,7 @@ class HubSource(Section):
     text_field: str = "text"
 
 
-CorpusSource = Union[str, FileSource, HubSource]
+CorpusSource = str | FileSource | HubSource
 
 
 class PrepareCorpusParams(Section):

