@@ -117,35 +117,35 @@ def _describe(annotation: Any, metadata: list[Any]) -> str:
         text = "mapping with keys " + ", ".join(annotation.model_fields)
     else:
         text = _TYPE_NAMES.get(annotation, getattr(annotation, "__name__", str(annotation)))
+    bounds = []
     for m in metadata:
         for attr, sym in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<")):
             if getattr(m, attr, None) is not None and type(m).__name__ in ("Ge", "Gt", "Le", "Lt", "Interval"):
-                text += f" {sym} {getattr(m, attr)}"
+                bounds.append(f"{sym} {getattr(m, attr)}")
         if type(m).__name__ == "MinLen":
-            text += f" with at least {m.min_length} item(s)"
-    return text
+            bounds.append(f"with at least {m.min_length} item(s)")
+    return " ".join([text, " and ".join(bounds)]) if bounds else text
 
 
 def _field_at(model: type[BaseModel], loc: tuple[Any, ...]):
-    """Walk ``loc`` through nested models; return (annotation, metadata) of the last field or None."""
-    current: Any = model
-    found = None
+    """Walk ``loc`` through nested models and lists; return (annotation, metadata) at its end, or None."""
+    ann: Any = model
+    meta: list[Any] = []
     for part in loc:
-        if isinstance(current, type) and issubclass(current, BaseModel) and part in current.model_fields:
-            info = current.model_fields[part]
-            found = (info.annotation, list(info.metadata))
-            current = info.annotation
-            while getattr(current, "__origin__", None) is not None and getattr(current, "__args__", None):
-                models = [a for a in current.__args__ if isinstance(a, type) and issubclass(a, BaseModel)]
-                if models:
-                    current = models[0]
-                    break
-                current = current.__args__[0]
-        elif isinstance(part, int):
+        if hasattr(ann, "__metadata__"):  # Annotated[X, ...]
+            ann = ann.__origin__
+        if isinstance(part, int):
+            if getattr(ann, "__origin__", None) is not list:
+                return None
+            ann, meta = ann.__args__[0], []
             continue
-        else:
-            return found if part in ("str", "int") else None
-    return found
+        candidates = [ann, *getattr(ann, "__args__", ())]
+        models = [c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel) and part in c.model_fields]
+        if not models:
+            return None
+        info = models[0].model_fields[part]
+        ann, meta = info.annotation, list(info.metadata)
+    return ann, meta
 
 
 def _one_line(err: dict[str, Any], source: str) -> str:
