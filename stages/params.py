@@ -81,12 +81,49 @@ class PrepareCorpusParams(Section):
     num_proc: Annotated[int, annotated_types.Ge(1)] = 1
 
 
+# ------------------------------------------------------------------------------------------------ distill
+class DistillParams(Section):
+    """``distill``: a DistilBERT-style student from the pre-trained teacher (Sanh et al. 2019).
+
+    ``student_layers: null`` means half the teacher's layers; the upper bound (the teacher's depth) is only known
+    when the stage reads ``models/pretrained/`` and is checked there. Loss weights are DistilBERT's defaults.
+    """
+
+    student_layers: Annotated[int, annotated_types.Ge(1)] | None = None
+    temperature: Annotated[float, annotated_types.Gt(0.0)] = 2.0
+    alpha_ce: Annotated[float, annotated_types.Ge(0.0)] = 5.0
+    alpha_mlm: Annotated[float, annotated_types.Ge(0.0)] = 2.0
+    alpha_cos: Annotated[float, annotated_types.Ge(0.0)] = 1.0
+    cos_positions: Literal["tokens", "masked"] = "tokens"
+    learning_rate: Annotated[float, annotated_types.Gt(0.0)] = 5e-4
+    weight_decay: Annotated[float, annotated_types.Ge(0.0)] = 0.01
+    warmup_steps: Annotated[int, annotated_types.Ge(0)] = 0
+    max_steps: Annotated[int, annotated_types.Ge(1)]
+    batch_size: Annotated[int, annotated_types.Ge(1)]
+    gradient_accumulation_steps: Annotated[int, annotated_types.Ge(1)] = 1
+    max_grad_norm: Annotated[float, annotated_types.Gt(0.0)] = 1.0
+    eval_steps: Annotated[int, annotated_types.Ge(1)]
+    eval_batches: Annotated[int, annotated_types.Ge(1)] | None = None
+    save_steps: Annotated[int, annotated_types.Ge(1)]
+    precision: Literal["auto", "fp32", "bf16"] = "auto"
+    seed: int = 42
+    throughput_runs: Annotated[int, annotated_types.Ge(1)] = 5
+    throughput_warmup: Annotated[int, annotated_types.Ge(0)] = 2
+
+    @model_validator(mode="after")
+    def _some_loss(self) -> DistillParams:
+        if self.alpha_ce == 0 and self.alpha_mlm == 0 and self.alpha_cos == 0:
+            raise ValueError("distill.alpha_ce, distill.alpha_mlm, distill.alpha_cos: expected at least one > 0, got all 0")
+        return self
+
+
 # -------------------------------------------------------------------------------------------------- root
 class Params(Section):
     """The whole ``params.yaml``."""
 
     fetch_data: FetchDataParams
     prepare_corpus: PrepareCorpusParams
+    distill: DistillParams
 
     @model_validator(mode="after")
     def _cross_checks(self) -> Params:

@@ -1,0 +1,245 @@
+"""Knowledge distillation of a BERT teacher into a shallower student (DistilBERT, Sanh et al. 2019).
+
+Three pieces, each usable on its own:
+
+* :func:`layer_map` / :func:`build_student`: the student is the teacher's architecture with fewer layers,
+  initialised from the teacher "by taking one layer out of two" (Sanh et al. 2019, §3). Unlike DistilBERT, the
+  student keeps ``token_type`` embeddings, the pooler and the NSP head, so it is a drop-in ``BertForPreTraining``
+  that loads with ``AutoModelForMaskedLM`` and ``AutoModelForSequenceClassification``.
+* :func:`distillation_loss`: the triple loss of Sanh et al. 2019, §2-3, on the MLM positions:
+  ``alpha_ce * KL(softmax(t/T) || softmax(s/T)) * T^2 + alpha_mlm * CE(s, labels) + alpha_cos * (1 - cos(h_s, h_t))``.
+* :func:`measure_throughput`: inference sequences per second on CPU (median of several timed runs after warm-up).
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import statistics
+import time
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+log = logging.getLogger(__name__)
+
+_LAYER_PREFIX = "encoder.layer."
+
+
+def default_student_layers(teacher_layers: int) -> int:
+    """Half the teacher's layers, rounded down, at least 1 (DistilBERT: 12 -> 6)."""
+    return max(1, teacher_layers // 2)
+
+
+def layer_map(teacher_layers: int, student_layers: int) -> list[int]:
+    """Teacher layer index that initialises each student layer.
+
+    Student layer ``i`` <- teacher layer ``floor(i * teacher_layers / student_layers)``: with half the layers this is
+    ``2i`` (0, 2, 4, ... ; "one layer out of two", Sanh et al. 2019, §3); other ratios spread the chosen layers
+    evenly from the bottom; equal depth copies every layer.
+
+    Returns:
+        ``student_layers`` strictly increasing ints in ``[0, teacher_layers)``.
+
+    Raises:
+        ValueError: ``student_layers`` < 1 or > ``teacher_layers``.
+    """
+    if not 1 <= student_layers <= teacher_layers:
+        raise ValueError(f"student_layers: expected 1 <= student_layers <= {teacher_layers}, got {student_layers}")
+    return [(i * teacher_layers) // student_layers for i in range(student_layers)]
+
+
+def _remap_key(key: str, mapping: dict[int, int]) -> str | None:
+    """Rename a teacher state-dict key for the student; None for a teacher layer the student does not take."""
+    at = key.find(_LAYER_PREFIX)
+    if at < 0:
+        return key
+    start = at + len(_LAYER_PREFIX)
+    index, _, rest = key[start:].partition(".")
+    teacher_index = int(index)
+    if teacher_index not in mapping:
+        return None
+    return f"{key[:start]}{mapping[teacher_index]}.{rest}"
+
+
+def build_student(teacher: nn.Module, student_layers: int) -> tuple[nn.Module, list[int]]:
+    """A student with the teacher's class and config except ``num_hidden_layers = student_layers``.
+
+    Every weight outside the encoder layers (word, position and ``token_type`` embeddings, embedding LayerNorm,
+    pooler, MLM head, NSP head) is copied from the teacher; student layer ``i`` is a copy of teacher layer
+    ``layer_map(L, student_layers)[i]``. The teacher is not modified.
+
+    Args:
+        teacher: a Hugging Face BERT-family model with ``config.num_hidden_layers`` and ``encoder.layer.N`` weights
+            (e.g. ``BertForPreTraining``).
+        student_layers: depth of the student, 1 <= student_layers <= teacher layers.
+
+    Returns:
+        ``(student, mapping)``: the student in train mode (same dtype as the teacher) and the teacher layer index of
+        each student layer.
+
+    Raises:
+        ValueError: ``student_layers`` out of range.
+    """
+    teacher_layers = teacher.config.num_hidden_layers
+    mapping = layer_map(teacher_layers, student_layers)
+    config = copy.deepcopy(teacher.config)
+    config.num_hidden_layers = student_layers
+    student = type(teacher)(config)
+    by_teacher = {t: s for s, t in enumerate(mapping)}
+    state = {}
+    for key, value in teacher.state_dict().items():
+        new_key = _remap_key(key, by_teacher)
+        if new_key is not None:
+            state[new_key] = value.detach().clone()
+    student.load_state_dict(state, strict=True)
+    student.to(dtype=next(teacher.parameters()).dtype)
+    student.train()
+    log.info("student: %d of %d teacher layers, student layer i <- teacher layer %s", student_layers,
+             teacher_layers, mapping)
+    return student, mapping
+
+
+def count_parameters(model: nn.Module) -> int:
+    """Number of distinct parameters (tied weights, such as BERT's MLM decoder and word embeddings, count once)."""
+    return sum(p.numel() for p in model.parameters())  # parameters() yields a shared tensor once
+
+
+# ------------------------------------------------------------------------------------------------- losses
+def kl_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """Soft-target loss ``KL(softmax(t/T) || softmax(s/T)) * T^2`` averaged over positions (Hinton et al. 2015, §2;
+    Sanh et al. 2019, §2).
+
+    Args:
+        student_logits, teacher_logits: ``(n_positions, vocab_size)`` float logits at the MLM positions.
+        temperature: ``T`` > 0; the ``T^2`` factor keeps gradient magnitudes comparable across temperatures.
+
+    Returns:
+        A scalar float32 tensor; 0 when the student's logits equal the teacher's.
+    """
+    s = F.log_softmax(student_logits.float() / temperature, dim=-1)
+    t = F.log_softmax(teacher_logits.float() / temperature, dim=-1)
+    return F.kl_div(s, t, reduction="batchmean", log_target=True) * temperature**2
+
+
+def mlm_loss(student_logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Hard-target MLM cross-entropy, mean over positions (Devlin et al. 2019, §3.1).
+
+    Args:
+        student_logits: ``(n_positions, vocab_size)`` float logits.
+        labels: ``(n_positions,)`` int64 original token ids (positions whose label is -100 are ignored).
+    """
+    return F.cross_entropy(student_logits.float(), labels, ignore_index=-100)
+
+
+def cosine_loss(student_hidden: torch.Tensor, teacher_hidden: torch.Tensor) -> torch.Tensor:
+    """Cosine-embedding loss ``mean(1 - cos(h_s, h_t))`` aligning hidden-state directions (Sanh et al. 2019, §2).
+
+    Args:
+        student_hidden, teacher_hidden: ``(n_positions, hidden_size)`` float hidden states of the same positions.
+    """
+    target = torch.ones(student_hidden.shape[0], device=student_hidden.device)
+    return F.cosine_embedding_loss(student_hidden.float(), teacher_hidden.float(), target, reduction="mean")
+
+
+@dataclass
+class DistillationLoss:
+    """The weighted total and each unweighted term (scalar tensors); ``total`` is what gets back-propagated."""
+
+    total: torch.Tensor
+    kl: torch.Tensor
+    mlm: torch.Tensor
+    cos: torch.Tensor
+
+
+def distillation_loss(
+    student_logits: torch.Tensor,
+    teacher_logits: torch.Tensor,
+    labels: torch.Tensor,
+    student_hidden: torch.Tensor,
+    teacher_hidden: torch.Tensor,
+    *,
+    temperature: float,
+    alpha_ce: float,
+    alpha_mlm: float,
+    alpha_cos: float,
+) -> DistillationLoss:
+    """DistilBERT's triple loss (Sanh et al. 2019, §2-3).
+
+    ``total = alpha_ce * kl_loss + alpha_mlm * mlm_loss + alpha_cos * cosine_loss``; a term with weight 0 is still
+    reported (computed without gradient) but adds nothing.
+
+    Args:
+        student_logits, teacher_logits: ``(n_masked, vocab_size)`` logits at the MLM positions.
+        labels: ``(n_masked,)`` int64 original ids at those positions.
+        student_hidden, teacher_hidden: ``(n_tokens, hidden_size)`` last hidden states at the positions the cosine
+            term aligns (DistilBERT's reference code uses every non-padding token).
+        temperature: softmax temperature ``T`` > 0.
+        alpha_ce, alpha_mlm, alpha_cos: non-negative weights, not all 0.
+
+    Raises:
+        ValueError: ``temperature`` <= 0, a negative weight, or all weights 0.
+    """
+    if temperature <= 0:
+        raise ValueError(f"temperature: expected > 0, got {temperature}")
+    weights = (alpha_ce, alpha_mlm, alpha_cos)
+    if min(weights) < 0 or max(weights) <= 0:
+        raise ValueError(f"alpha_ce, alpha_mlm, alpha_cos: expected >= 0 and not all 0, got {weights}")
+    kl = kl_loss(student_logits, teacher_logits, temperature)
+    mlm = mlm_loss(student_logits, labels)
+    cos = cosine_loss(student_hidden, teacher_hidden)
+    total = alpha_ce * kl + alpha_mlm * mlm + alpha_cos * cos
+    return DistillationLoss(total=total, kl=kl.detach(), mlm=mlm.detach(), cos=cos.detach())
+
+
+# --------------------------------------------------------------------------------------------- throughput
+@torch.inference_mode()
+def measure_throughput(
+    model: nn.Module,
+    *,
+    batch_size: int = 32,
+    seq_len: int = 128,
+    warmup: int = 2,
+    runs: int = 5,
+    seed: int = 0,
+) -> dict[str, float]:
+    """Inference throughput of a model's forward pass on CPU (pass ``model.base_model`` to time the encoder that
+    downstream tasks use, without the pre-training heads).
+
+    Runs ``model(input_ids, attention_mask, token_type_ids)`` on a fixed random batch ``(batch_size, seq_len)`` of
+    int64 ids (full attention), ``warmup`` untimed then ``runs`` timed passes, in eval mode and fp32.
+
+    Returns:
+        ``{"sequences_per_second": batch_size / median seconds, "median_seconds", "runs", "batch_size", "seq_len"}``
+        (wall-clock: write only to ``*-timing.json``).
+    """
+    if runs < 1 or warmup < 0:
+        raise ValueError(f"runs: expected >= 1 and warmup >= 0, got runs={runs}, warmup={warmup}")
+    was_training = model.training
+    model.eval()
+    gen = torch.Generator().manual_seed(seed)
+    vocab = model.config.vocab_size
+    input_ids = torch.randint(1000 if vocab > 2000 else 1, vocab, (batch_size, seq_len), generator=gen)
+    batch = {
+        "input_ids": input_ids,
+        "attention_mask": torch.ones_like(input_ids),
+        "token_type_ids": torch.zeros_like(input_ids),
+    }
+    for _ in range(warmup):
+        model(**batch)
+    seconds = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        model(**batch)
+        seconds.append(time.perf_counter() - start)
+    model.train(was_training)
+    median = statistics.median(seconds)
+    return {
+        "sequences_per_second": batch_size / median,
+        "median_seconds": median,
+        "runs": runs,
+        "batch_size": batch_size,
+        "seq_len": seq_len,
+    }
