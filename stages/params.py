@@ -117,6 +117,44 @@ class DistillParams(Section):
         return self
 
 
+# ------------------------------------------------------------------------------- create_pretraining_data
+Probability = Annotated[float, annotated_types.Ge(0.0), annotated_types.Le(1.0)]
+
+
+class CreatePretrainingDataParams(Section):
+    """``create_pretraining_data``: sentence pairs and MLM masks (Devlin et al. 2019, §3.1, Appendix A.1).
+
+    ``objective``: ``nsp`` (BERT), ``sop`` (ALBERT) or ``none`` (RoBERTa, packed sentences, no pair label).
+    ``mask_token_prob`` + ``random_token_prob`` must be <= 1; the rest of the chosen tokens keep their id.
+    ``masking``: ``static`` (``dupe_factor`` copies, each with its own mask) or ``dynamic`` (unmasked instances,
+    the collator masks every batch anew). ``shard_size`` is in documents per shard (bounds memory per worker).
+    """
+
+    max_seq_length: Annotated[int, annotated_types.Ge(5), annotated_types.Le(65536)] = 128
+    short_seq_prob: Probability = 0.1
+    objective: Literal["nsp", "sop", "none"] = "nsp"
+    masked_lm_prob: Probability = 0.15
+    max_predictions_per_seq: Annotated[int, annotated_types.Ge(1)] = 20
+    mask_token_prob: Probability = 0.8
+    random_token_prob: Probability = 0.1
+    whole_word_masking: bool = False
+    masking: Literal["static", "dynamic"] = "static"
+    dupe_factor: Annotated[int, annotated_types.Ge(1)] = 5
+    seed: int = 12345
+    shard_size: Annotated[int, annotated_types.Ge(1)] = 256
+    num_proc: Annotated[int, annotated_types.Ge(1)] = 2
+
+    @model_validator(mode="after")
+    def _keep_share(self) -> CreatePretrainingDataParams:
+        total = self.mask_token_prob + self.random_token_prob
+        if total > 1.0 + 1e-9:
+            raise ValueError(
+                "create_pretraining_data.mask_token_prob + random_token_prob: expected <= 1 (the rest keeps the "
+                f"token, so mask/random/keep sum to 1), got {total:g}"
+            )
+        return self
+
+
 # -------------------------------------------------------------------------------------------------- root
 class Params(Section):
     """The whole ``params.yaml``."""
@@ -124,6 +162,7 @@ class Params(Section):
     fetch_data: FetchDataParams
     prepare_corpus: PrepareCorpusParams
     distill: DistillParams
+    create_pretraining_data: CreatePretrainingDataParams
 
     @model_validator(mode="after")
     def _cross_checks(self) -> Params:

@@ -1,0 +1,458 @@
+"""Stage ``create_pretraining_data``: tokenized sentence pairs with MLM masks, as unpadded Arrow shards.
+
+Reads ``data/corpus/`` (``DatasetDict`` with ``sentences: list[str]`` per document) and the tokenizer decided by
+``pretrain.init`` (:func:`stages.masking.tokenizer_path_for`; ``models/tokenizer`` while no ``pretrain`` section
+exists). Writes:
+
+- ``data/pretraining/{train,validation}/``: ``datasets.save_to_disk`` layout (``load_from_disk`` works; so does
+  :func:`load_split`), one Arrow file per shard of ``shard_size`` documents, columns ``input_ids`` (uint16 when
+  the vocabulary has <= 65,536 ids), ``token_type_ids`` (uint8), ``masked_lm_positions`` and ``masked_lm_ids``
+  (static masking only), ``next_sentence_label`` (``nsp``) or ``sentence_order_label`` (``sop``), int8.
+  ``train`` holds ``dupe_factor`` copies of every document's instances, each with its own pairs and mask
+  (``masking: static``) or unmasked (``masking: dynamic``: the collator masks per batch); ``validation`` is
+  always one statically masked copy, so evaluation losses are comparable between runs.
+  Instances are shuffled within a shard; shuffle across shards at training time.
+- ``data/pretraining/info.json``: objective, masking, rules, ``max_seq_length``, ``vocab_size``, tokenizer path
+  and sha256, counts: what ``pretrain`` checks for compatibility (:func:`stages.masking.collator_from_info`).
+- ``metrics/pretraining_data.json`` (instances, tokens, padding share at ``max_seq_length``, realised masking
+  rate and 80/10/10 split, pair-label balance, skipped documents) and ``metrics/pretraining_data-timing.json``.
+
+Memory stays bounded by one shard per worker. Every random draw of shard ``k``, copy ``d`` comes from a generator
+seeded by ``(seed, split, k, d)``, so the bytes do not depend on ``num_proc``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import multiprocessing
+import time
+from dataclasses import dataclass
+from itertools import chain
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from stages.artifacts import atomic_dir, sha256_file, write_json
+from stages.cli import StageError, run_stage
+from stages.instances import Instances, create_instances, min_seq_length
+from stages.masking import PAIR_LABELS, MaskingRules, VocabInfo, mask_ragged, tokenizer_path_for
+from stages.params import load_params
+
+log = logging.getLogger(__name__)
+
+CORPUS_DIR = Path("data/corpus")
+OUT_DIR = Path("data/pretraining")
+METRICS = Path("metrics/pretraining_data.json")
+TIMING = Path("metrics/pretraining_data-timing.json")
+SPLIT_CODES = {"train": 0, "validation": 1}
+
+
+@dataclass(frozen=True)
+class ShardJob:
+    """Everything a worker needs to build the shards of one split (plain, picklable values)."""
+
+    corpus_dir: str
+    split: str
+    tokenizer_path: str
+    out_dir: str
+    n_shards: int
+    n_documents: int
+    objective: str
+    max_seq_length: int
+    short_seq_prob: float
+    rules: MaskingRules
+    store_masks: bool
+    dupe_factor: int
+    seed: int
+
+    def bounds(self, shard: int) -> tuple[int, int]:
+        """Document range ``[start, end)`` of ``shard`` (shards differ by at most one document)."""
+        return (shard * self.n_documents // self.n_shards, (shard + 1) * self.n_documents // self.n_shards)
+
+    def filename(self, shard: int) -> str:
+        return f"data-{shard:05d}-of-{self.n_shards:05d}.arrow"
+
+
+def load_tokenizer(path: str | Path):
+    """``AutoTokenizer.from_pretrained(path)`` and a copy of its ``tokenizers`` backend without padding or
+    truncation (a ``tokenizer.json`` may carry either, which would silently cut or pad sentences).
+
+    Raises:
+        StageError: the folder is missing or does not load.
+    """
+    from transformers import AutoTokenizer
+
+    if not Path(path).exists():
+        raise StageError(f"{path}: tokenizer folder not found (run train_tokenizer, or set pretrain.init)")
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(path))
+    except Exception as exc:  # noqa: BLE001 - any load failure is the same user error
+        raise StageError(f"{path}: expected a tokenizer loadable with AutoTokenizer ({exc})") from None
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None:
+        raise StageError(f"{path}: expected a fast tokenizer (tokenizer.json)")
+    from tokenizers import Tokenizer
+
+    backend = Tokenizer.from_str(backend.to_str())
+    backend.no_padding()
+    backend.no_truncation()
+    return tokenizer, backend
+
+
+def tokenize_documents(backend: Any, documents: list[list[str]], dtype: np.dtype) -> list[list[np.ndarray]]:
+    """Tokenize every sentence of every document in one batched call (no special tokens).
+
+    Returns ``docs[d][s]``, 1-D ``dtype`` id arrays (views into one flat array).
+    """
+    flat = [s for doc in documents for s in doc]
+    if not flat:
+        return [[] for _ in documents]
+    encodings = backend.encode_batch(flat, add_special_tokens=False)
+    lengths = np.fromiter((len(e.ids) for e in encodings), dtype=np.int64, count=len(encodings))
+    ids = np.fromiter(chain.from_iterable(e.ids for e in encodings), dtype=dtype, count=int(lengths.sum()))
+    sentences = np.split(ids, np.cumsum(lengths)[:-1])
+    out, k = [], 0
+    for doc in documents:
+        out.append(sentences[k:k + len(doc)])
+        k += len(doc)
+    return out
+
+
+def _features(objective: str, store_masks: bool, id_dtype: np.dtype):
+    import datasets
+
+    id_type = datasets.Value(id_dtype.name)
+    cols = {"input_ids": datasets.List(id_type), "token_type_ids": datasets.List(datasets.Value("uint8"))}
+    if store_masks:
+        cols["masked_lm_positions"] = datasets.List(datasets.Value("uint16"))
+        cols["masked_lm_ids"] = datasets.List(id_type)
+    if PAIR_LABELS[objective]:
+        cols[PAIR_LABELS[objective]] = datasets.Value("int8")
+    return datasets.Features(cols)
+
+
+def _list_array(values: np.ndarray, offsets: np.ndarray):
+    import pyarrow as pa
+
+    return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), pa.array(values))
+
+
+def _write_arrow(path: Path, features, columns: dict[str, Any]) -> None:
+    import pyarrow as pa
+
+    schema = features.arrow_schema
+    table = pa.Table.from_arrays([columns[name] for name in schema.names], schema=schema)
+    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_stream(sink, schema) as writer:
+        writer.write_table(table, max_chunksize=10_000)
+
+
+class ShardBuilder:
+    """Builds the shards of one split; one instance per worker process (holds the tokenizer and the corpus)."""
+
+    def __init__(self, job: ShardJob) -> None:
+        import datasets
+
+        self.job = job
+        self.tokenizer, self.backend = load_tokenizer(job.tokenizer_path)
+        self.vocab = VocabInfo.from_tokenizer(self.tokenizer)
+        self.dataset = datasets.load_from_disk(job.corpus_dir)[job.split]
+        self.features = _features(job.objective, job.store_masks, self.vocab.id_dtype)
+
+    def build(self, shard: int) -> dict[str, Any]:
+        """Tokenize, pair, mask and write shard ``shard``; return its counts."""
+        job, vocab = self.job, self.vocab
+        start, end = self.job.bounds(shard)
+        documents = self.dataset[start:end]["sentences"] if end > start else []
+        docs = tokenize_documents(self.backend, documents, np.dtype(np.int64))
+        split_code = SPLIT_CODES.get(job.split, 2)
+        parts: list[Instances] = []
+        masked: list[Any] = []
+        for dupe in range(job.dupe_factor):
+            rng = np.random.default_rng([job.seed, split_code, shard, dupe, 0])
+            inst = create_instances(
+                docs, objective=job.objective, max_seq_length=job.max_seq_length, short_seq_prob=job.short_seq_prob,
+                cls_token_id=vocab.cls_token_id, sep_token_id=vocab.sep_token_id, rng=rng,
+            )
+            parts.append(inst)
+            masked.append(mask_ragged(inst.input_ids, inst.offsets, vocab, job.rules,
+                                      np.random.default_rng([job.seed, split_code, shard, dupe, 1])))
+        inst = _concat_instances(parts)
+        m_ids = np.concatenate([m.input_ids for m in masked])
+        m_pos = np.concatenate([m.positions for m in masked])
+        m_lab = np.concatenate([m.masked_ids for m in masked])
+        m_off = _concat_offsets([m.label_offsets for m in masked])
+        order = np.random.default_rng([job.seed, split_code, shard, 1 << 20]).permutation(len(inst))
+        stats = _shard_stats(inst, m_ids, m_lab, m_pos, m_off, vocab)
+        # shuffle: instances and their label lists in the same order
+        idx_tok = _gather_index(inst.offsets, order)
+        idx_lab = _gather_index(m_off, order)
+        lengths = np.diff(inst.offsets)[order]
+        offsets = np.concatenate(([0], np.cumsum(lengths)))
+        lab_offsets = np.concatenate(([0], np.cumsum(np.diff(m_off)[order])))
+        ids = (m_ids if job.store_masks else inst.input_ids)[idx_tok].astype(vocab.id_dtype)
+        columns: dict[str, Any] = {
+            "input_ids": _list_array(ids, offsets),
+            "token_type_ids": _list_array(inst.token_type_ids()[idx_tok], offsets),
+        }
+        if job.store_masks:
+            columns["masked_lm_positions"] = _list_array(m_pos[idx_lab].astype(np.uint16), lab_offsets)
+            columns["masked_lm_ids"] = _list_array(m_lab[idx_lab].astype(vocab.id_dtype), lab_offsets)
+        if PAIR_LABELS[job.objective]:
+            import pyarrow as pa
+
+            columns[PAIR_LABELS[job.objective]] = pa.array(inst.labels[order].astype(np.int8))
+        _write_arrow(Path(job.out_dir) / job.filename(shard), self.features, columns)
+        return stats
+
+
+def _concat_offsets(offsets: list[np.ndarray]) -> np.ndarray:
+    out, base = [np.zeros(1, dtype=np.int64)], 0
+    for off in offsets:
+        out.append(off[1:] + base)
+        base += int(off[-1])
+    return np.concatenate(out).astype(np.int64)
+
+
+_PER_DOCUMENT = ("documents", "skipped_one_sentence_documents", "empty_documents")
+
+
+def _concat_instances(parts: list[Instances]) -> Instances:
+    """Concatenate the copies of one shard; document counts are taken once, instance counts summed."""
+    counts = {k: (parts[0].counts[k] if k in _PER_DOCUMENT else sum(p.counts[k] for p in parts))
+              for k in parts[0].counts}
+    labels = None if parts[0].labels is None else np.concatenate([p.labels for p in parts])
+    return Instances(
+        np.concatenate([p.input_ids for p in parts]), _concat_offsets([p.offsets for p in parts]),
+        np.concatenate([p.len_a for p in parts]), labels, None, counts,
+    )
+
+
+def _gather_index(offsets: np.ndarray, order: np.ndarray) -> np.ndarray:
+    """Flat indices that take the ragged rows ``order`` of a (values, offsets) pair in that order."""
+    lengths = np.diff(offsets)[order]
+    starts = offsets[:-1][order]
+    total = int(lengths.sum())
+    return np.repeat(starts - np.concatenate(([0], np.cumsum(lengths)[:-1])), lengths) + np.arange(total)
+
+
+def _shard_stats(inst: Instances, m_ids, m_lab, m_pos, m_off, vocab: VocabInfo) -> dict[str, Any]:
+    """Counts for the metrics: tokens, candidates, chosen positions and what each chosen position became."""
+    specials = int(vocab.is_special[inst.input_ids].sum())
+    rows = np.repeat(np.arange(len(inst)), np.diff(m_off))
+    replaced = m_ids[inst.offsets[:-1][rows] + m_pos]
+    n_mask = int((replaced == vocab.mask_token_id).sum())
+    n_keep = int((replaced == m_lab).sum())
+    out = dict(inst.counts)
+    out.update(
+        instances=len(inst), tokens=int(inst.input_ids.size), candidate_tokens=int(inst.input_ids.size) - specials,
+        chosen=int(m_lab.size), chosen_mask=n_mask, chosen_keep=n_keep, chosen_random=int(m_lab.size) - n_mask - n_keep,
+        label_1=int(inst.labels.sum()) if inst.labels is not None else 0,
+        max_length=int(np.diff(inst.offsets).max(initial=0)),
+    )
+    return out
+
+
+_BUILDER: ShardBuilder | None = None  # per worker process: set by _init_worker
+
+
+def _init_worker(job: ShardJob) -> None:
+    global _BUILDER
+    _BUILDER = ShardBuilder(job)
+
+
+def _build_in_worker(shard: int) -> dict[str, Any]:
+    assert _BUILDER is not None
+    return _BUILDER.build(shard)
+
+
+def build_split(job: ShardJob, num_proc: int) -> list[dict[str, Any]]:
+    """Build every shard of ``job`` with ``num_proc`` processes; returns per-shard counts in shard order.
+
+    The bytes of each shard depend only on ``job`` and the shard index, never on ``num_proc``.
+    """
+    from tqdm.auto import tqdm
+
+    Path(job.out_dir).mkdir(parents=True, exist_ok=True)
+    shards = range(job.n_shards)
+    desc = f"create_pretraining_data {job.split}"
+    if num_proc <= 1 or job.n_shards <= 1:
+        builder = ShardBuilder(job)
+        results = [builder.build(k) for k in tqdm(shards, desc=desc, unit="shard")]
+    else:
+        ctx = multiprocessing.get_context("fork")
+        with ctx.Pool(min(num_proc, job.n_shards), initializer=_init_worker, initargs=(job,)) as pool:
+            results = list(tqdm(pool.imap(_build_in_worker, shards), total=job.n_shards, desc=desc, unit="shard"))
+    _write_dataset_meta(job)
+    return results
+
+
+def _write_dataset_meta(job: ShardJob) -> None:
+    """``state.json`` and ``dataset_info.json`` so ``datasets.load_from_disk(out_dir)`` opens the shards."""
+    import hashlib
+
+    out = Path(job.out_dir)
+    files = [job.filename(k) for k in range(job.n_shards)]
+    digest = hashlib.sha256("".join(sha256_file(out / f) for f in files).encode()).hexdigest()[:16]
+    state = {
+        "_data_files": [{"filename": f} for f in files], "_fingerprint": digest, "_format_columns": None,
+        "_format_kwargs": {}, "_format_type": None, "_output_all_columns": False, "_split": None,
+    }
+    import datasets
+
+    probe = datasets.Dataset.from_file(str(out / files[0]))
+    info = {"citation": "", "description": "", "features": probe.features.to_dict(), "homepage": "", "license": ""}
+    write_json(out / "state.json", state)
+    write_json(out / "dataset_info.json", info)
+
+
+def load_split(split_dir: str | Path):
+    """All shards of ``data/pretraining/<split>`` as one memory-mapped ``datasets.Dataset``."""
+    import datasets
+
+    return datasets.load_from_disk(str(split_dir))
+
+
+def summarize(results: list[dict[str, Any]], max_seq_length: int, objective: str) -> dict[str, Any]:
+    """Sum per-shard counts into the metrics of one split."""
+    tot = {k: sum(r[k] for r in results) for k in results[0] if k != "max_length"}
+    chosen = max(tot["chosen"], 1)
+    out = {
+        "instances": tot["instances"],
+        "tokens": tot["tokens"],
+        "padding_share": 1.0 - tot["tokens"] / max(tot["instances"] * max_seq_length, 1),
+        "max_length": max(r["max_length"] for r in results),
+        "masked_lm_rate": tot["chosen"] / max(tot["candidate_tokens"], 1),
+        "masked_lm_predictions": tot["chosen"],
+        "mask_token_share": tot["chosen_mask"] / chosen,
+        "random_token_share": tot["chosen_random"] / chosen,
+        "keep_token_share": tot["chosen_keep"] / chosen,
+        "documents": tot["documents"],
+        "skipped_one_sentence_documents": tot["skipped_one_sentence_documents"],
+        "empty_documents": tot["empty_documents"],
+        "dropped_single_segments": tot["dropped_single_segments"],
+        "truncated_tokens": tot["truncated_tokens"],
+    }
+    label = PAIR_LABELS[objective]
+    out["pair_label"] = label
+    out["pair_label_1_share"] = tot["label_1"] / max(tot["instances"], 1) if label else None
+    return {k: (round(v, 6) if isinstance(v, float) else v) for k, v in out.items()}
+
+
+def main() -> None:
+    started = time.perf_counter()
+    params = load_params()
+    p = params.create_pretraining_data
+    pretrain = getattr(params, "pretrain", None)
+    init = getattr(pretrain, "init", "scratch") if pretrain is not None else "scratch"
+    tok_path = tokenizer_path_for(str(init))
+    tokenizer, _ = load_tokenizer(tok_path)
+    try:
+        vocab = VocabInfo.from_tokenizer(tokenizer)
+        rules = MaskingRules(p.masked_lm_prob, p.max_predictions_per_seq, p.mask_token_prob, p.random_token_prob,
+                             p.whole_word_masking)
+    except ValueError as exc:
+        raise StageError(f"{tok_path}: {exc}") from None
+    check_layout(p.max_seq_length, p.objective, getattr(tokenizer, "model_max_length", None), str(tok_path))
+    corpus = _open_corpus(CORPUS_DIR)
+
+    splits: dict[str, Any] = {}
+    timings: dict[str, float] = {}
+    with atomic_dir(OUT_DIR) as out:
+        for split in ("train", "validation"):
+            t0 = time.perf_counter()
+            n_docs = corpus[split]
+            dynamic_train = split == "train" and p.masking == "dynamic"
+            job = ShardJob(
+                corpus_dir=str(CORPUS_DIR), split=split, tokenizer_path=str(tok_path), out_dir=str(out / split),
+                n_shards=max(1, math.ceil(n_docs / p.shard_size)), n_documents=n_docs, objective=p.objective,
+                max_seq_length=p.max_seq_length, short_seq_prob=p.short_seq_prob, rules=rules,
+                store_masks=not dynamic_train, dupe_factor=p.dupe_factor if split == "train" else 1, seed=p.seed,
+            )
+            summary = summarize(build_split(job, p.num_proc), p.max_seq_length, p.objective)
+            if summary["instances"] == 0:
+                raise StageError(f"{CORPUS_DIR}: the {split} split yields no instances for objective {p.objective} "
+                                 f"({summary['skipped_one_sentence_documents']} one-sentence documents skipped)")
+            summary.update(shards=job.n_shards, dupe_factor=job.dupe_factor,
+                           masking="dynamic" if dynamic_train else "static")
+            splits[split] = summary
+            timings[split] = time.perf_counter() - t0
+            log.info("%s: %d instances, %d tokens, masking rate %.4f", split, summary["instances"],
+                     summary["tokens"], summary["masked_lm_rate"])
+        info = {
+            "objective": p.objective,
+            "pair_label": PAIR_LABELS[p.objective],
+            "masking": p.masking,
+            "rules": rules.to_dict(),
+            "max_seq_length": p.max_seq_length,
+            "short_seq_prob": p.short_seq_prob,
+            "dupe_factor": p.dupe_factor,
+            "seed": p.seed,
+            "vocab_size": vocab.vocab_size,
+            "id_dtype": vocab.id_dtype.name,
+            "special_ids": {"pad": vocab.pad_token_id, "cls": vocab.cls_token_id, "sep": vocab.sep_token_id,
+                            "mask": vocab.mask_token_id},
+            "tokenizer": str(tok_path),
+            "tokenizer_sha256": _tokenizer_digest(tok_path),
+            "pretrain_init": str(init),
+            "splits": {s: {k: splits[s][k] for k in ("instances", "tokens", "shards", "dupe_factor", "masking")}
+                       for s in splits},
+        }
+        write_json(out / "info.json", info)
+    write_json(METRICS, splits)
+    total = time.perf_counter() - started
+    write_json(TIMING, {
+        "seconds": round(total, 3),
+        "split_seconds": {k: round(v, 3) for k, v in timings.items()},
+        "tokens_per_second": round(sum(s["tokens"] for s in splits.values()) / max(total, 1e-9), 1),
+        "num_proc": p.num_proc,
+    })
+
+
+def check_layout(max_seq_length: int, objective: str, model_max_length: int | None, where: str) -> None:
+    """Fail early when ``max_seq_length`` cannot hold ``[CLS] A [SEP] B [SEP]`` (or ``[CLS] A [SEP]``) or exceeds
+    what the tokenizer declares as its model's longest input.
+
+    Raises:
+        StageError: one line naming the key.
+    """
+    need = min_seq_length(objective)
+    if max_seq_length < need:
+        raise StageError(f"create_pretraining_data.max_seq_length: expected >= {need} for objective {objective} "
+                         f"({'[CLS] A [SEP]' if objective == 'none' else '[CLS] A [SEP] B [SEP]'}), got {max_seq_length}")
+    if model_max_length is not None and model_max_length < 1_000_000 and max_seq_length > model_max_length:
+        raise StageError(f"create_pretraining_data.max_seq_length: {max_seq_length} exceeds the tokenizer's "
+                         f"model_max_length {model_max_length} ({where})")
+
+
+def _open_corpus(path: Path) -> dict[str, int]:
+    """Document counts per split of ``data/corpus``; raises StageError when it is missing or malformed."""
+    import datasets
+
+    if not path.exists():
+        raise StageError(f"{path}: corpus not found (run prepare_corpus)")
+    try:
+        corpus = datasets.load_from_disk(str(path))
+    except Exception as exc:  # noqa: BLE001
+        raise StageError(f"{path}: expected a DatasetDict saved with save_to_disk ({exc})") from None
+    counts = {}
+    for split in ("train", "validation"):
+        if split not in corpus:
+            raise StageError(f"{path}: expected splits train and validation, got {sorted(corpus)}")
+        if "sentences" not in corpus[split].column_names:
+            raise StageError(f"{path}: {split}: expected a column sentences (list of str)")
+        counts[split] = corpus[split].num_rows
+    return counts
+
+
+def _tokenizer_digest(path: Path) -> str | None:
+    for name in ("tokenizer.json", "vocab.txt"):
+        if (path / name).exists():
+            return sha256_file(path / name)
+    return None
+
+
+if __name__ == "__main__":
+    run_stage(main)
+

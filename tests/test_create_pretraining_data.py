@@ -1,0 +1,199 @@
+"""The create_pretraining_data stage on a tiny synthetic corpus and a tiny WordPiece tokenizer built here."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from stages.cli import StageError
+from stages.masking import IGNORE_INDEX, collator_from_info
+from stages.params import ParamsError, load_params
+from tests.conftest import REPO
+
+SYLLABLES = ["ka", "lo", "mi", "ne", "su", "ta", "ri", "po"]
+
+
+def make_tokenizer(folder: Path) -> None:
+    """A BERT-layout WordPiece tokenizer: 1-2 syllable words whole, longer words split into ``##`` pieces."""
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {"[PAD]": 0, **{f"[unused{i}]": i for i in range(1, 100)}, "[UNK]": 100, "[CLS]": 101, "[SEP]": 102,
+             "[MASK]": 103}
+    words = SYLLABLES + [a + b for a in SYLLABLES for b in SYLLABLES] + ["##" + s for s in SYLLABLES] + [".", ","]
+    for w in words:
+        vocab[w] = len(vocab)
+    tok = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", 101), ("[SEP]", 102)])
+    tok.decoder = decoders.WordPiece()
+    PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]",
+                            sep_token="[SEP]", mask_token="[MASK]", model_max_length=512).save_pretrained(folder)
+
+
+def make_corpus(folder: Path, n_train: int = 48, n_val: int = 8, seed: int = 0) -> int:
+    """A DatasetDict like prepare_corpus writes; every 6th document has one sentence. Returns that count."""
+    import datasets
+
+    rng = np.random.default_rng(seed)
+
+    def doc(i: int) -> dict:
+        n = 1 if i % 6 == 0 else int(rng.integers(2, 12))
+        sents = []
+        for _ in range(n):
+            words = ["".join(rng.choice(SYLLABLES, size=int(rng.integers(1, 4)))) for _ in range(rng.integers(3, 14))]
+            sents.append(" ".join(words).capitalize() + ".")
+        return {"doc_id": f"d{i}", "source": "synthetic", "text": " ".join(sents), "sentences": sents}
+
+    train = [doc(i) for i in range(n_train)]
+    val = [doc(i) for i in range(n_train, n_train + n_val)]
+    datasets.DatasetDict(train=datasets.Dataset.from_list(train),
+                         validation=datasets.Dataset.from_list(val)).save_to_disk(str(folder))
+    return sum(1 for i in range(n_train) if i % 6 == 0)
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("cpd")
+    make_tokenizer(root / "models/tokenizer")
+    make_corpus(root / "data/corpus")
+    return root
+
+
+def write_params(root: Path, **overrides) -> None:
+    raw = yaml.safe_load((REPO / "params.yaml").read_text())
+    raw["create_pretraining_data"].update(
+        dict(max_seq_length=32, dupe_factor=2, shard_size=8, num_proc=1, seed=7), **overrides)
+    (root / "params.yaml").write_text(yaml.safe_dump(raw))
+
+
+def run(root: Path, monkeypatch, **overrides) -> dict[str, str]:
+    """Run the stage in ``root``; return sha256 of every output file under data/pretraining."""
+    from stages.create_pretraining_data import main
+
+    monkeypatch.chdir(root)
+    write_params(root, **overrides)
+    main()
+    out = root / "data/pretraining"
+    return {str(p.relative_to(out)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(out.rglob("*")) if p.is_file()}
+
+
+def test_outputs_metrics_and_num_proc_invariance(workspace, monkeypatch):
+    import datasets
+
+    first = run(workspace, monkeypatch)
+    info = json.loads((workspace / "data/pretraining/info.json").read_text())
+    assert info["objective"] == "nsp" and info["pair_label"] == "next_sentence_label"
+    assert info["vocab_size"] == 104 + 8 + 64 + 8 + 2 and info["id_dtype"] == "uint16"
+    assert info["tokenizer"] == "models/tokenizer" and info["max_seq_length"] == 32
+    train = datasets.load_from_disk(str(workspace / "data/pretraining/train"))
+    assert train.features["input_ids"].feature.dtype == "uint16"
+    assert set(train.column_names) == {"input_ids", "token_type_ids", "masked_lm_positions", "masked_lm_ids",
+                                       "next_sentence_label"}
+    assert len([f for f in first if f.startswith("train/data-")]) == 6  # 48 documents / shard_size 8
+    rows = train[:]
+    assert max(len(r) for r in rows["input_ids"]) <= 32
+    for ids, types, pos, lab in zip(rows["input_ids"], rows["token_type_ids"], rows["masked_lm_positions"],
+                                    rows["masked_lm_ids"], strict=True):
+        assert ids[0] == 101 and ids[-1] == 102 and len(types) == len(ids)
+        assert types[ids.index(102)] == 0 and types[-1] == 1
+        assert all(ids[p] not in (101, 102) for p in pos) and all(m not in (0, 100, 101, 102, 103) for m in lab)
+    metrics = json.loads((workspace / "metrics/pretraining_data.json").read_text())
+    m = metrics["train"]
+    assert m["instances"] == len(train) == info["splits"]["train"]["instances"]
+    assert m["tokens"] == sum(len(r) for r in rows["input_ids"])
+    assert m["padding_share"] == pytest.approx(1 - m["tokens"] / (32 * m["instances"]), abs=1e-6)
+    assert m["skipped_one_sentence_documents"] == 8 and m["documents"] == 48
+    assert abs(m["masked_lm_rate"] - 0.15) < 0.02 and abs(m["mask_token_share"] - 0.8) < 0.05
+    assert m["pair_label_1_share"] == pytest.approx(np.mean(rows["next_sentence_label"]), abs=1e-6)
+    assert metrics["validation"]["dupe_factor"] == 1
+    # same inputs and seed: byte-identical, whatever num_proc is
+    assert run(workspace, monkeypatch) == first
+    assert run(workspace, monkeypatch, num_proc=2) == first
+    assert run(workspace, monkeypatch, seed=8) != first
+
+
+def test_copies_differ_in_masks(workspace, monkeypatch):
+    """objective none without short targets packs the same instances in every copy: only the masks differ."""
+    import datasets
+
+    run(workspace, monkeypatch, objective="none", short_seq_prob=0.0, dupe_factor=3)
+    train = datasets.load_from_disk(str(workspace / "data/pretraining/train"))
+    copies: dict[tuple, list[tuple]] = {}
+    for row in train:
+        original = np.array(row["input_ids"])
+        original[row["masked_lm_positions"]] = row["masked_lm_ids"]
+        copies.setdefault(tuple(original), []).append(tuple(row["masked_lm_positions"]))
+    assert all(len(v) == 3 for v in copies.values())
+    differing = sum(len(set(v)) > 1 for v in copies.values())
+    assert differing >= 0.9 * len(copies)
+    assert "next_sentence_label" not in train.column_names
+
+
+def test_dynamic_masking_stores_unmasked_train_and_the_collator_masks(workspace, monkeypatch):
+    import datasets
+
+    run(workspace, monkeypatch, masking="dynamic", objective="sop")
+    train = datasets.load_from_disk(str(workspace / "data/pretraining/train"))
+    val = datasets.load_from_disk(str(workspace / "data/pretraining/validation"))
+    assert "masked_lm_positions" not in train.column_names and "masked_lm_positions" in val.column_names
+    assert "sentence_order_label" in train.column_names
+    assert not any(103 in ids for ids in train["input_ids"])
+    collator = collator_from_info(workspace / "data/pretraining", seed=0)
+    rows = [train[i] for i in range(16)]
+    a, b = collator(rows), collator(rows)
+    assert set(a) == {"input_ids", "token_type_ids", "attention_mask", "labels", "sentence_order_label"}
+    assert (a["labels"] != IGNORE_INDEX).any() and not (a["labels"] == b["labels"]).all()
+    v = collator([val[i] for i in range(4)])
+    assert (v["labels"] != IGNORE_INDEX).sum() == sum(len(val[i]["masked_lm_positions"]) for i in range(4))
+
+
+def test_missing_corpus_and_too_long_max_seq_length_fail_without_partial_outputs(tmp_path, monkeypatch):
+    from stages.create_pretraining_data import main
+
+    make_tokenizer(tmp_path / "models/tokenizer")
+    monkeypatch.chdir(tmp_path)
+    write_params(tmp_path)
+    with pytest.raises(StageError, match="data/corpus: corpus not found"):
+        main()
+    make_corpus(tmp_path / "data/corpus", n_train=6, n_val=2)
+    write_params(tmp_path, max_seq_length=600)
+    with pytest.raises(StageError, match="max_seq_length: 600 exceeds the tokenizer's model_max_length 512"):
+        main()
+    assert not (tmp_path / "data/pretraining").exists()
+
+
+def test_missing_tokenizer_is_one_line(tmp_path, monkeypatch):
+    from stages.create_pretraining_data import main
+
+    monkeypatch.chdir(tmp_path)
+    write_params(tmp_path)
+    with pytest.raises(StageError, match="models/tokenizer: tokenizer folder not found"):
+        main()
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (dict(masked_lm_prob=1.2), "create_pretraining_data.masked_lm_prob: expected float >= 0.0 <= 1.0, got 1.2"),
+        (dict(random_token_prob=-0.1), "create_pretraining_data.random_token_prob: expected float >= 0.0"),
+        (dict(mask_token_prob=0.9, random_token_prob=0.2),
+         "create_pretraining_data.mask_token_prob + random_token_prob: expected <= 1"),
+        (dict(max_seq_length=4), "create_pretraining_data.max_seq_length: expected int >= 5"),
+        (dict(objective="mlm"), "create_pretraining_data.objective: expected one of"),
+        (dict(masking="sometimes"), "create_pretraining_data.masking: expected one of"),
+    ],
+)
+def test_bad_params_are_one_line(tmp_path, overrides, message):
+    write_params(tmp_path, **overrides)
+    with pytest.raises(ParamsError) as err:
+        load_params(tmp_path / "params.yaml")
+    assert message in str(err.value) and "\n" not in str(err.value)
