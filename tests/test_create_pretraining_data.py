@@ -183,7 +183,7 @@ def test_missing_tokenizer_is_one_line(tmp_path, monkeypatch):
 @pytest.mark.parametrize(
     "overrides, message",
     [
-        (dict(masked_lm_prob=1.2), "create_pretraining_data.masked_lm_prob: expected float >= 0.0 <= 1.0, got 1.2"),
+        (dict(masked_lm_prob=1.2), "create_pretraining_data.masked_lm_prob: expected float >= 0.0 and <= 1.0, got 1.2"),
         (dict(random_token_prob=-0.1), "create_pretraining_data.random_token_prob: expected float >= 0.0"),
         (dict(mask_token_prob=0.9, random_token_prob=0.2),
          "create_pretraining_data.mask_token_prob + random_token_prob: expected <= 1"),
