@@ -77,19 +77,22 @@ class ShardJob:
 
 def load_tokenizer(path: str | Path):
     """``AutoTokenizer.from_pretrained(path)`` and a copy of its ``tokenizers`` backend without padding or
-    truncation (a ``tokenizer.json`` may carry either, which would silently cut or pad sentences).
+    truncation (a ``tokenizer.json`` may carry either, which would silently cut or pad sentences). ``path`` may
+    also be a hub name (needs the network: ``HF_HUB_OFFLINE=0``).
 
     Raises:
         StageError: the folder is missing or does not load.
     """
     from transformers import AutoTokenizer
 
-    if not Path(path).exists():
-        raise StageError(f"{path}: tokenizer folder not found (run train_tokenizer, or set pretrain.init)")
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(path))
     except Exception as exc:  # noqa: BLE001 - any load failure is the same user error
-        raise StageError(f"{path}: expected a tokenizer loadable with AutoTokenizer ({exc})") from None
+        if not Path(path).exists():
+            raise StageError(f"{path}: tokenizer folder not found (run train_tokenizer, or set pretrain.init to a "
+                             "checkpoint folder)") from None
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise StageError(f"{path}: expected a tokenizer loadable with AutoTokenizer ({first})") from None
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is None:
         raise StageError(f"{path}: expected a fast tokenizer (tokenizer.json)")
