@@ -153,6 +153,27 @@ class CreatePretrainingDataParams(Section):
                 f"token, so mask/random/keep sum to 1), got {total:g}"
             )
         return self
+# ----------------------------------------------------------------------------------------------- evaluate
+class EvaluateParams(Section):
+    """``evaluate``: the family's roles, how CPU inference speed is measured, how many test examples the plots use.
+
+    Speed (Dehghani et al. 2022, "The Efficiency Misnomer": report latency and throughput, batch and length):
+    each member's fine-tuned ``speed_task`` model on CPU with ``num_threads`` threads, inputs padded to
+    ``seq_length`` tokens; latency = ms per example at batch 1 over ``latency_examples`` examples, throughput =
+    examples/s at batch ``throughput_batch_size``; each the median of ``timed_runs`` runs after ``warmup_runs``.
+    """
+
+    teacher: str = Field(default="pretrained", min_length=1)
+    student: str = Field(default="distilled", min_length=1)
+    scratch: str = Field(default="scratch", min_length=1)
+    speed_task: str = Field(default="sentiment", min_length=1)
+    seq_length: Annotated[int, annotated_types.Ge(8), annotated_types.Le(512)] = 128
+    latency_examples: Annotated[int, annotated_types.Ge(1)] = 16
+    throughput_batch_size: Annotated[int, annotated_types.Ge(1)] = 32
+    warmup_runs: Annotated[int, annotated_types.Ge(0)] = 2
+    timed_runs: Annotated[int, annotated_types.Ge(1)] = 5
+    num_threads: Annotated[int, annotated_types.Ge(1)] = 1
+    confusion_max_examples: Annotated[int, annotated_types.Ge(1)] | None = None
 
 
 # -------------------------------------------------------------------------------------------------- root
@@ -163,6 +184,7 @@ class Params(Section):
     prepare_corpus: PrepareCorpusParams
     distill: DistillParams
     create_pretraining_data: CreatePretrainingDataParams
+    evaluate: EvaluateParams
 
     @model_validator(mode="after")
     def _cross_checks(self) -> Params:

@@ -1,0 +1,261 @@
+"""The MLflow model registry: one registered model per task, each fine-tuned family member a version, aliases
+``candidate`` (the best of the current results) and ``champion`` (what ships).
+
+Used only by the explicit ``python -m stages.promote`` step, never inside a cached DVC stage: registering and
+moving aliases change shared state. Rules (DESIGN.md, "which model ships"):
+
+- Every ``models/finetuned/{model}-{task}/`` becomes a version of registered model ``{task}``, logged with the
+  ``mlflow.transformers`` flavour (sequence and token classification) and explicit ``pip_requirements`` (the
+  inferred ones ask for torchvision and fail). Transformers 5 removed the question-answering pipeline that the
+  flavour needs, so QA models are logged as an ``mlflow.pyfunc`` model from code (:mod:`stages.qa_pyfunc`) that
+  wraps the same folder. A folder already registered (same content sha256) is not registered twice.
+- Version tags: ``family_member``, ``seed``, ``main_metric``, ``score`` (test mean of the main metric),
+  ``test_split_sha256`` (content hash of the test split it was scored on), ``model_sha256``, ``source``.
+- ``candidate`` moves to the best current version (highest score; ties go to the earlier family member).
+- ``champion`` moves to the candidate only when the candidate's score is strictly higher than the champion's on
+  the same test split (equal split hash). A different split is not comparable: the champion stays unless forced.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from stages.cli import StageError
+
+log = logging.getLogger(__name__)
+
+CANDIDATE = "candidate"
+CHAMPION = "champion"
+EXPERIMENT = "bert-pipeline"
+WEIGHT_FILES = ("model.safetensors", "config.json", "tokenizer.json", "vocab.txt")
+QA_CODE = Path(__file__).with_name("qa_pyfunc.py")
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One fine-tuned model to register: family ``member``, ``task``, ``model_dir``, the ``seed`` its weights
+    came from, ``main_metric`` and its test mean ``score`` (fraction), the ``split_sha256`` of the test split."""
+
+    member: str
+    task: str
+    model_dir: Path
+    seed: int | None
+    main_metric: str
+    score: float
+    split_sha256: str
+    source: str = ""
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What :func:`promote_task` did: versions, whether ``champion`` moved, and why (one line)."""
+
+    task: str
+    candidate_version: str
+    candidate_member: str
+    candidate_score: float
+    champion_version: str | None
+    champion_score: float | None
+    promoted: bool
+    reason: str
+
+    def line(self) -> str:
+        """The decision as one printable line."""
+        verb = "PROMOTED" if self.promoted else "kept"
+        champ = "none" if self.champion_version is None else f"v{self.champion_version} ({self.champion_score:.4f})"
+        return (f"{self.task}: candidate v{self.candidate_version} {self.candidate_member} "
+                f"({self.candidate_score:.4f}) vs champion {champ}: {verb} — {self.reason}")
+
+
+def tracking_uri() -> str:
+    """``MLFLOW_TRACKING_URI`` if set, else ``sqlite:///<absolute cwd>/mlflow.db`` (stages run at the repo root)."""
+    return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{(Path.cwd() / 'mlflow.db').as_posix()}"
+
+
+def split_sha256(split_dir: Path) -> str:
+    """Content hash of a saved ``datasets`` split: sha256 over its rows as canonical JSON, in order.
+
+    Independent of the Arrow writer, so the same examples in the same order always give the same hash.
+
+    Raises:
+        StageError: ``split_dir`` is not a saved dataset.
+    """
+    from datasets import load_from_disk
+
+    try:
+        ds = load_from_disk(str(split_dir))
+    except (FileNotFoundError, ValueError) as exc:
+        raise StageError(f"{split_dir}: not a saved dataset split ({exc})") from None
+    digest = hashlib.sha256()
+    for row in ds:
+        digest.update(json.dumps(row, sort_keys=True, ensure_ascii=False, default=str).encode("utf-8"))
+        digest.update(b"\n")
+    return digest.hexdigest()
+
+
+def model_sha256(model_dir: Path) -> str:
+    """sha256 over the weights, config and tokenizer files of a ``save_pretrained`` folder (names included)."""
+    digest = hashlib.sha256()
+    for name in WEIGHT_FILES:
+        path = Path(model_dir) / name
+        if path.exists():
+            digest.update(name.encode() + b"\0" + hashlib.sha256(path.read_bytes()).digest())
+    return digest.hexdigest()
+
+
+def pip_requirements() -> list[str]:
+    """Exact pins of what serving a version needs (torch without its local build tag, e.g. ``+cpu``)."""
+    pins = []
+    for name in ("torch", "transformers", "tokenizers", "safetensors", "mlflow", "numpy", "pandas"):
+        try:
+            pins.append(f"{name}=={metadata.version(name).split('+')[0]}")
+        except metadata.PackageNotFoundError:  # pragma: no cover
+            pins.append(name)
+    return pins
+
+
+def decide(candidate_score: float, candidate_split: str, champion_score: float | None,
+           champion_split: str | None, force: bool = False) -> tuple[bool, str]:
+    """Whether ``champion`` should move to the candidate, and why.
+
+    Promote when there is no champion, or when the candidate is strictly better on the same test split.
+    Equal scores keep the champion (no churn). A different split is not comparable: keep unless ``force``.
+    """
+    if champion_score is None:
+        return True, "no champion yet"
+    if candidate_split != champion_split:
+        if force:
+            return True, "forced: test split changed, scores not comparable"
+        return False, (f"test split changed ({(champion_split or '?')[:12]} -> {candidate_split[:12]}); scores not "
+                       "comparable (rerun with --force to promote anyway)")
+    if candidate_score > champion_score:
+        return True, f"better on the same test split (+{100 * (candidate_score - champion_score):.2f} points)"
+    if candidate_score == champion_score:
+        return False, "equal score on the same test split"
+    return False, f"worse on the same test split ({100 * (candidate_score - champion_score):+.2f} points)"
+
+
+def _experiment_id(client: Any) -> str:
+    found = client.get_experiment_by_name(EXPERIMENT)
+    return found.experiment_id if found else client.create_experiment(EXPERIMENT)
+
+
+def find_version(client: Any, task: str, sha: str) -> Any | None:
+    """The existing version of registered model ``task`` whose ``model_sha256`` tag is ``sha``, or None."""
+    try:
+        versions = client.search_model_versions(f"name='{task}'")
+    except Exception:  # noqa: BLE001  (no registered model yet)
+        return None
+    for v in versions:
+        if v.tags.get("model_sha256") == sha:
+            return v
+    return None
+
+
+def log_version(client: Any, entry: Entry, uri: str) -> str:
+    """Log ``entry``'s folder as a new version of registered model ``entry.task``; return its version number.
+
+    Sequence/token classifiers use the ``mlflow.transformers`` flavour; QA an ``mlflow.pyfunc`` model from code.
+    """
+    import mlflow
+
+    kind = _kind(entry.model_dir)
+    mlflow.set_tracking_uri(uri)
+    mlflow.set_registry_uri(uri)
+    mlflow.set_experiment(experiment_id=_experiment_id(client))
+    with mlflow.start_run(run_name=f"register-{entry.member}-{entry.task}",
+                          tags={"stage": "promote", "family_member": entry.member, "task": entry.task}) as run:
+        mlflow.log_metric(f"test_{entry.main_metric}", entry.score)
+        if kind == "question-answering":
+            import mlflow.pyfunc
+
+            info = mlflow.pyfunc.log_model(
+                name="model", python_model=str(QA_CODE), artifacts={"model": str(entry.model_dir)},
+                code_paths=[str(Path(__file__).parent)], pip_requirements=pip_requirements(),
+                registered_model_name=entry.task,
+            )
+        else:
+            import mlflow.transformers
+            from transformers import AutoTokenizer
+
+            from stages.predictor import load_predictor
+
+            pred = load_predictor(entry.model_dir)
+            info = mlflow.transformers.log_model(
+                {"model": pred.model, "tokenizer": AutoTokenizer.from_pretrained(entry.model_dir)},
+                name="model", task=kind.replace("sequence-", "text-"), pip_requirements=pip_requirements(),
+                registered_model_name=entry.task,
+            )
+        log.info("%s: logged %s as run %s", entry.task, entry.model_dir, run.info.run_id)
+    return str(info.registered_model_version)
+
+
+def _kind(model_dir: Path) -> str:
+    from stages.predictor import model_kind
+
+    return model_kind(model_dir)
+
+
+def register(client: Any, entry: Entry, uri: str) -> str:
+    """Register ``entry`` (or reuse the version with the same content) and set its tags; return the version."""
+    sha = model_sha256(entry.model_dir)
+    found = find_version(client, entry.task, sha)
+    version = str(found.version) if found else log_version(client, entry, uri)
+    tags = {"family_member": entry.member, "seed": "" if entry.seed is None else str(entry.seed),
+            "main_metric": entry.main_metric, "score": repr(float(entry.score)),
+            "test_split_sha256": entry.split_sha256, "model_sha256": sha, "source": entry.source}
+    for key, value in tags.items():
+        client.set_model_version_tag(entry.task, version, key, value)
+    return version
+
+
+def champion_of(client: Any, task: str) -> Any | None:
+    """The version that alias ``champion`` of ``task`` points to, or None."""
+    try:
+        return client.get_model_version_by_alias(task, CHAMPION)
+    except Exception:  # noqa: BLE001  (MlflowException RESOURCE_DOES_NOT_EXIST)
+        return None
+
+
+def promote_task(client: Any, entries: Sequence[Entry], uri: str, force: bool = False) -> Decision:
+    """Register ``entries`` (one task), point ``candidate`` at the best, move ``champion`` if :func:`decide` says so.
+
+    Raises:
+        StageError: no entries, or entries of several tasks / main metrics.
+    """
+    if not entries:
+        raise StageError("nothing to promote: no fine-tuned models")
+    tasks = {e.task for e in entries}
+    metrics = {e.main_metric for e in entries}
+    if len(tasks) != 1 or len(metrics) != 1:
+        raise StageError(f"promote_task: one task and main metric expected, got {sorted(tasks)} {sorted(metrics)}")
+    task = entries[0].task
+    versions = [register(client, e, uri) for e in entries]
+    best = max(range(len(entries)), key=lambda i: (entries[i].score, -i))
+    cand, cand_version = entries[best], versions[best]
+    client.set_registered_model_alias(task, CANDIDATE, cand_version)
+    champ = champion_of(client, task)
+    if champ is not None and str(champ.version) == cand_version:
+        promoted, reason = False, "candidate is already the champion"
+        champ_score, champ_version = cand.score, cand_version
+    else:
+        champ_score = float(champ.tags["score"]) if champ is not None and "score" in champ.tags else None
+        champ_version = str(champ.version) if champ is not None else None
+        promoted, reason = decide(cand.score, cand.split_sha256, champ_score,
+                                  champ.tags.get("test_split_sha256") if champ is not None else None, force)
+        if champ is not None and champ_score is None and not force:
+            promoted, reason = False, "champion has no score tag; not comparable (use --force)"
+    if promoted:
+        client.set_registered_model_alias(task, CHAMPION, cand_version)
+    decision = Decision(task, cand_version, cand.member, cand.score, champ_version, champ_score, promoted, reason)
+    client.set_model_version_tag(task, cand_version, "promotion_decision", decision.line())
+    log.info("%s", decision.line())
+    return decision

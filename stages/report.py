@@ -1,0 +1,499 @@
+"""The family report: fine-tuning metrics files -> one comparison table, the lines that matter, a report card.
+
+Pure functions over plain data (parsed JSON, paths): :func:`load_finetune_results` reads
+``metrics/finetune/*.json`` (DESIGN.md's layout), :func:`table` builds the rows a person reads first (one per
+family member: parameters, each task's test score, the average, relative speed with the teacher = 1.0x),
+:func:`findings` the sentences that answer the family's questions (gain of pre-training over the same model
+from scratch, the student's share of the teacher's score and its speed-up), :func:`report_card` the provenance
+(git, ``dvc.lock``, data sources, hardware, library versions, wall time per stage), and :func:`render_summary`
+the Markdown of ``reports/summary.md``. Every number in the report names the file it came from.
+
+The report card follows nanochat's ``report.py`` (Karpathy 2025): one section per stage plus the environment.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import platform
+import subprocess
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from stages.cli import StageError
+
+log = logging.getLogger(__name__)
+
+# Tasks in table order; others follow alphabetically. NER scores are agreement with spaCy's silver labels.
+TASK_ORDER = ("sentiment", "ner", "qa")
+SILVER_TASKS = frozenset({"ner"})
+LIBRARIES = ("torch", "transformers", "tokenizers", "datasets", "accelerate", "seqeval", "mlflow", "dvc", "prefect")
+
+
+@dataclass(frozen=True)
+class FinetuneResult:
+    """One ``metrics/finetune/{model}-{task}.json``.
+
+    Attributes:
+        model: family member (``pretrained``, ``distilled``, ``scratch``, ``minilm``, ...).
+        task: ``sentiment``, ``ner``, ``qa``, ...
+        main_metric: the key of ``test`` that ranks models on this task (e.g. ``accuracy``, ``f1``).
+        test: metric name -> mean over seeds on the test split, as a fraction in [0, 1].
+        test_seeds: metric name -> the per-seed values.
+        low_resource_examples: training examples of the low-resource run, or None when there was none.
+        low_resource_test: metric name -> mean on the test split of the low-resource run ({} when none).
+        source: the file it was read from.
+    """
+
+    model: str
+    task: str
+    main_metric: str
+    test: Mapping[str, float]
+    test_seeds: Mapping[str, Sequence[float]] = field(default_factory=dict)
+    low_resource_examples: int | None = None
+    low_resource_test: Mapping[str, float] = field(default_factory=dict)
+    source: str = ""
+
+    @property
+    def score(self) -> float:
+        """The main metric's test mean (fraction)."""
+        return self.test[self.main_metric]
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    """Size and speed of one family member (speed fields None when not measured).
+
+    Attributes:
+        parameters: parameters of the encoder (``model.base_model``), without the task head.
+        size_mb: size of the weight files on disk in MB (10**6 bytes).
+        latency_ms: median milliseconds per example at batch size 1.
+        throughput: median examples per second at the throughput batch size.
+    """
+
+    parameters: int
+    size_mb: float
+    latency_ms: float | None = None
+    throughput: float | None = None
+
+
+def _means(block: Any, where: str) -> tuple[dict[str, float], dict[str, list[float]]]:
+    """``{METRIC: {"mean", "seeds"}}`` -> (means, seeds); bare numbers are accepted as means."""
+    if not isinstance(block, Mapping):
+        raise StageError(f"{where}: expected a mapping of metric -> {{mean, seeds}}")
+    means: dict[str, float] = {}
+    seeds: dict[str, list[float]] = {}
+    for name, value in block.items():
+        if isinstance(value, Mapping) and isinstance(value.get("mean"), int | float):
+            means[name] = float(value["mean"])
+            seeds[name] = [float(v) for v in value.get("seeds", [])]
+        elif isinstance(value, int | float) and not isinstance(value, bool):
+            means[name] = float(value)
+    return means, seeds
+
+
+def parse_finetune_metrics(raw: Mapping[str, Any], source: str) -> FinetuneResult:
+    """Validate one parsed fine-tuning metrics file (DESIGN.md layout) into a :class:`FinetuneResult`.
+
+    Raises:
+        StageError: a required key is missing or the main metric has no test mean.
+    """
+    for key in ("model", "task", "main_metric", "test"):
+        if key not in raw:
+            raise StageError(f"{source}: missing key {key!r} (expected model, task, main_metric, test)")
+    test, seeds = _means(raw["test"], f"{source}: test")
+    main = str(raw["main_metric"])
+    if main not in test:
+        raise StageError(f"{source}: test.{main}.mean missing (main_metric is {main!r})")
+    low = raw.get("low_resource") or {}
+    low_test, _ = _means(low.get("test", {}), f"{source}: low_resource.test") if low else ({}, {})
+    return FinetuneResult(
+        model=str(raw["model"]),
+        task=str(raw["task"]),
+        main_metric=main,
+        test=test,
+        test_seeds=seeds,
+        low_resource_examples=int(low["train_examples"]) if low.get("train_examples") is not None else None,
+        low_resource_test=low_test,
+        source=source,
+    )
+
+
+def load_finetune_results(folder: Path) -> list[FinetuneResult]:
+    """Read every ``{model}-{task}.json`` in ``folder`` (timing files excluded), sorted by file name.
+
+    Raises:
+        StageError: no metrics files, unreadable JSON, or a file not in DESIGN.md's layout.
+    """
+    files = sorted(p for p in Path(folder).glob("*.json") if not p.name.endswith("-timing.json"))
+    if not files:
+        raise StageError(f"{folder}: no fine-tuning metrics files (expected {{model}}-{{task}}.json from finetune)")
+    results = []
+    for path in files:
+        try:
+            raw = json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as exc:
+            raise StageError(f"{path}: invalid JSON ({exc.msg} at line {exc.lineno})") from None
+        results.append(parse_finetune_metrics(raw, path.as_posix()))
+    return results
+
+
+def family_order(models: Iterable[str], teacher: str, student: str, scratch: str) -> list[str]:
+    """Table order: teacher, student, scratch, then the other members alphabetically (absent roles skipped)."""
+    present = set(models)
+    head = [m for m in (teacher, student, scratch) if m in present]
+    return head + sorted(present - set(head))
+
+
+def task_order(tasks: Iterable[str]) -> list[str]:
+    """``sentiment``, ``ner``, ``qa`` first, then other tasks alphabetically."""
+    present = set(tasks)
+    return [t for t in TASK_ORDER if t in present] + sorted(present - set(TASK_ORDER))
+
+
+def by_model_task(results: Iterable[FinetuneResult]) -> dict[tuple[str, str], FinetuneResult]:
+    """Index results by ``(model, task)``.
+
+    Raises:
+        StageError: two files claim the same model and task.
+    """
+    index: dict[tuple[str, str], FinetuneResult] = {}
+    for r in results:
+        if (r.model, r.task) in index:
+            raise StageError(f"{r.source}: model {r.model!r} task {r.task!r} also in {index[r.model, r.task].source}")
+        index[r.model, r.task] = r
+    return index
+
+
+def average_score(index: Mapping[tuple[str, str], FinetuneResult], model: str, tasks: Sequence[str]) -> float | None:
+    """Unweighted mean of the model's main-metric test means over ``tasks``; None if any task is missing."""
+    scores = [index[model, t].score for t in tasks if (model, t) in index]
+    return sum(scores) / len(scores) if scores and len(scores) == len(tasks) else None
+
+
+def relative_speed(facts: Mapping[str, ModelFacts], model: str, teacher: str) -> float | None:
+    """Teacher's batch-1 latency / the model's (teacher = 1.0; 2.0 = twice as fast); None when unmeasured."""
+    mine = facts.get(model)
+    ref = facts.get(teacher)
+    if not mine or not ref or not mine.latency_ms or not ref.latency_ms:
+        return None
+    return ref.latency_ms / mine.latency_ms
+
+
+def fmt_score(value: float | None) -> str:
+    """A fraction as points with one decimal (0.8234 -> ``82.3``); ``–`` when missing."""
+    return "–" if value is None else f"{100 * value:.1f}"
+
+
+def fmt_params(n: int | None) -> str:
+    """Parameter count in millions with one decimal (22_713_216 -> ``22.7M``); small counts as thousands."""
+    if n is None:
+        return "–"
+    return f"{n / 1e6:.1f}M" if n >= 100_000 else f"{n / 1e3:.1f}k"
+
+
+def task_header(task: str, metric: str) -> str:
+    """Column header of a task, e.g. ``ner f1 (silver)``."""
+    return f"{task} {metric}" + (" (silver)" if task in SILVER_TASKS else "")
+
+
+def table(
+    results: Sequence[FinetuneResult],
+    facts: Mapping[str, ModelFacts],
+    teacher: str,
+    student: str,
+    scratch: str,
+) -> tuple[list[str], list[list[str]]]:
+    """The comparison table: header and one row of cells per family member.
+
+    Columns: model, role, parameters, one per task (main metric, test mean over seeds, in points), average of
+    the tasks' main metrics, latency (ms/example, batch 1), throughput (examples/s), relative speed (teacher 1.0x).
+
+    Raises:
+        StageError: two results disagree on a task's main metric.
+    """
+    index = by_model_task(results)
+    models = family_order({m for m, _ in index}, teacher, student, scratch)
+    tasks = task_order({t for _, t in index})
+    main = {}
+    for r in results:
+        if main.setdefault(r.task, r.main_metric) != r.main_metric:
+            raise StageError(f"{r.source}: main_metric {r.main_metric!r}, other {r.task} files say {main[r.task]!r}")
+    roles = {teacher: "teacher", student: "student", scratch: "scratch"}
+    header = ["model", "role", "parameters", *(task_header(t, main[t]) for t in tasks), "average",
+              "latency ms (b=1)", "throughput ex/s", "relative speed"]
+    rows = []
+    for m in models:
+        f = facts.get(m)
+        rel = relative_speed(facts, m, teacher)
+        rows.append([
+            m,
+            roles.get(m, "external" if m == "minilm" else "–"),
+            fmt_params(f.parameters if f else None),
+            *(fmt_score(index[m, t].score if (m, t) in index else None) for t in tasks),
+            fmt_score(average_score(index, m, tasks)),
+            "–" if not f or f.latency_ms is None else f"{f.latency_ms:.1f}",
+            "–" if not f or f.throughput is None else f"{f.throughput:.0f}",
+            "–" if rel is None else f"{rel:.1f}x",
+        ])
+    return header, rows
+
+
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """A GitHub-flavoured Markdown table (text columns left, number columns right-aligned)."""
+    numeric = [all(_is_number(r[i]) for r in rows) and bool(rows) for i in range(len(header))]
+    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join("---:" if n else "---" for n in numeric) + " |"]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+def _is_number(cell: str) -> bool:
+    text = cell.rstrip("xMk")
+    if text == "–":
+        return True
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def find_key(obj: Any, key: str) -> Any:
+    """The first value stored under ``key`` anywhere in nested mappings (depth-first), or None."""
+    if isinstance(obj, Mapping):
+        if key in obj:
+            return obj[key]
+        for value in obj.values():
+            found = find_key(value, key)
+            if found is not None:
+                return found
+    return None
+
+
+def findings(
+    results: Sequence[FinetuneResult],
+    facts: Mapping[str, ModelFacts],
+    teacher: str,
+    student: str,
+    scratch: str,
+    tokens_seen: int | None,
+    pretrain_source: str = "metrics/pretrain.json",
+) -> list[str]:
+    """The sentences that matter, each with its source file.
+
+    - pre-training gain: teacher minus scratch on each task's main metric (points), and on the low-resource run
+      of each task that has one, with the tokens seen in pre-training;
+    - the student's share of the teacher's score per task (student / teacher, %) and its speed-up (latency ratio).
+    """
+    index = by_model_task(results)
+    tasks = task_order({t for _, t in index})
+    lines = []
+    gains = []
+    low = []
+    for t in tasks:
+        if (teacher, t) in index and (scratch, t) in index:
+            a, b = index[teacher, t], index[scratch, t]
+            gains.append(f"{t} {100 * (a.score - b.score):+.1f} points {a.main_metric}")
+            if a.low_resource_test.get(a.main_metric) is not None and b.low_resource_test.get(b.main_metric) is not None:
+                n = a.low_resource_examples
+                low.append(
+                    f"{t} with {n if n is not None else '?'} training examples "
+                    f"{100 * (a.low_resource_test[a.main_metric] - b.low_resource_test[b.main_metric]):+.1f} points"
+                )
+    if gains:
+        cost = f" after {tokens_seen:,} tokens seen in pre-training ({pretrain_source})" if tokens_seen else ""
+        lines.append(
+            f"Pre-training gain of the teacher ({teacher}) over the same model from scratch ({scratch}): "
+            + "; ".join(gains) + (f"; low-resource: {'; '.join(low)}" if low else "") + cost
+            + f" (metrics/finetune/{teacher}-*.json, metrics/finetune/{scratch}-*.json)."
+        )
+    shares = []
+    for t in tasks:
+        if (teacher, t) in index and (student, t) in index and index[teacher, t].score > 0:
+            shares.append(f"{t} {100 * index[student, t].score / index[teacher, t].score:.0f}%")
+    speed = relative_speed(facts, student, teacher)
+    if shares or speed:
+        text = f"The student ({student}) keeps " + (", ".join(shares) if shares else "–") + " of the teacher's score"
+        a_s, a_t = average_score(index, student, tasks), average_score(index, teacher, tasks)
+        if a_s is not None and a_t:
+            text += f" ({100 * a_s / a_t:.0f}% on average)"
+        if speed:
+            text += f" and is {speed:.1f}x as fast at batch 1 (metrics/evaluate-timing.json)"
+        pf = facts.get(student), facts.get(teacher)
+        if pf[0] and pf[1]:
+            text += f", with {100 * pf[0].parameters / pf[1].parameters:.0f}% of its encoder parameters"
+        lines.append(text + f" (metrics/finetune/{student}-*.json).")
+    return lines
+
+
+def scalar_facts(obj: Mapping[str, Any], limit: int = 12) -> list[str]:
+    """``key: value`` for the top-level numbers and strings of a metrics file (first ``limit``, sorted)."""
+    items = []
+    for key in sorted(obj):
+        value = obj[key]
+        if isinstance(value, bool) or not isinstance(value, int | float | str):
+            continue
+        items.append(f"{key}: {value:,}" if isinstance(value, int) else
+                     f"{key}: {value:.4g}" if isinstance(value, float) else f"{key}: {value}")
+    return items[:limit]
+
+
+# ------------------------------------------------------------------------------------------ report card
+def git_state(repo: Path) -> dict[str, Any]:
+    """``{"commit": sha or None, "dirty": bool or None}`` of the git work tree at ``repo``."""
+    def git(*args: str) -> str | None:
+        try:
+            proc = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return proc.stdout if proc.returncode == 0 else None
+
+    commit = git("rev-parse", "HEAD")
+    status = git("status", "--porcelain", "--untracked-files=no")
+    return {"commit": commit.strip() if commit else None, "dirty": None if status is None else bool(status.strip())}
+
+
+def file_sha256(path: Path) -> str | None:
+    """Hex sha256 of a file, or None when it does not exist."""
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    except FileNotFoundError:
+        return None
+
+
+def hardware() -> dict[str, Any]:
+    """Platform, CPU model and count, memory (GB), torch threads and CUDA device (if any)."""
+    info: dict[str, Any] = {"platform": platform.platform(), "cpus": os.cpu_count(), "python": platform.python_version()}
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                info["cpu"] = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        info["cpu"] = platform.processor() or None
+    try:
+        import psutil
+
+        info["memory_gb"] = round(psutil.virtual_memory().total / 1e9, 1)
+    except ImportError:  # pragma: no cover
+        pass
+    import torch
+
+    info["torch_threads"] = torch.get_num_threads()
+    info["cuda"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    return info
+
+
+def library_versions(names: Iterable[str] = LIBRARIES) -> dict[str, str | None]:
+    """Installed versions of the libraries that shape the results (None when not installed)."""
+    out: dict[str, str | None] = {}
+    for name in names:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def stage_wall_times(metrics_dir: Path) -> dict[str, float]:
+    """Wall seconds per stage from ``metrics/**/*-timing.json``.
+
+    A file's figure is its ``wall_seconds`` (or ``seconds``, ``total_seconds``, ``train_seconds``) at top level;
+    files under a sub-folder (a matrix stage such as ``finetune/``) are named ``folder/stem``.
+    """
+    times: dict[str, float] = {}
+    for path in sorted(Path(metrics_dir).rglob("*-timing.json")):
+        try:
+            raw = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError):
+            continue
+        for key in ("wall_seconds", "seconds", "total_seconds", "train_seconds"):
+            value = raw.get(key) if isinstance(raw, Mapping) else None
+            if isinstance(value, int | float):
+                rel = path.relative_to(metrics_dir).as_posix().removesuffix("-timing.json")
+                times[rel] = float(value)
+                break
+    return times
+
+
+def data_sources(sources_json: Path) -> list[dict[str, str]]:
+    """``name``, ``version``, ``licence``, ``sha256`` of each source in ``data/raw/SOURCES.json`` ([] if absent)."""
+    try:
+        raw = json.loads(Path(sources_json).read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return []
+    return [{k: str(s.get(k, "")) for k in ("name", "version", "licence", "sha256")} for s in raw.get("sources", [])]
+
+
+def report_card(repo: Path, metrics_dir: Path, sources_json: Path, tokens_seen: int | None) -> dict[str, Any]:
+    """The provenance of a run: git commit and dirty flag, ``dvc.lock`` sha256, data sources with versions and
+    licences, hardware, library versions, wall seconds per stage, tokens seen in pre-training.
+
+    ``dvc.lock`` is hashed as it stands while this stage runs (every upstream stage already recorded).
+    """
+    return {
+        "git": git_state(repo),
+        "dvc_lock_sha256": file_sha256(Path(repo) / "dvc.lock"),
+        "data_sources": data_sources(sources_json),
+        "hardware": hardware(),
+        "libraries": library_versions(),
+        "stage_wall_seconds": stage_wall_times(metrics_dir),
+        "tokens_seen": tokens_seen,
+    }
+
+
+def render_report_card(card: Mapping[str, Any]) -> str:
+    """The report card as Markdown bullet lists."""
+    git = card.get("git", {})
+    dirty = {True: "dirty (uncommitted changes)", False: "clean", None: "unknown"}[git.get("dirty")]
+    lines = ["## Report card", "",
+             f"- git commit: `{git.get('commit') or 'unknown'}`, work tree {dirty}",
+             f"- dvc.lock sha256: `{card.get('dvc_lock_sha256') or 'absent'}`"]
+    if card.get("tokens_seen"):
+        lines.append(f"- tokens seen in pre-training: {card['tokens_seen']:,} (metrics/pretrain.json)")
+    lines += ["", "Data sources (data/raw/SOURCES.json):", ""]
+    lines += [f"- {s['name']} {s['version']} — {s['licence']} (sha256 {s['sha256'][:12]}…)"
+              for s in card.get("data_sources", [])] or ["- (none recorded)"]
+    hw = card.get("hardware", {})
+    lines += ["", "Hardware: " + ", ".join(f"{k} {v}" for k, v in sorted(hw.items()) if v is not None), ""]
+    libs = card.get("libraries", {})
+    lines += ["Libraries: " + ", ".join(f"{k} {v}" for k, v in libs.items() if v), ""]
+    walls = card.get("stage_wall_seconds", {})
+    if walls:
+        lines += ["Wall time per stage (metrics/*-timing.json):", "", "| stage | seconds |", "| --- | ---: |"]
+        lines += [f"| {k} | {v:.1f} |" for k, v in walls.items()]
+        lines += [f"| **total** | {sum(walls.values()):.1f} |"]
+    return "\n".join(lines) + "\n"
+
+
+def render_summary(
+    header: Sequence[str],
+    rows: Sequence[Sequence[str]],
+    lines: Sequence[str],
+    corpus: Mapping[str, Any] | None,
+    tokenizer: Mapping[str, Any] | None,
+    card: Mapping[str, Any] | None,
+    speed_note: str = "",
+) -> str:
+    """The whole ``reports/summary.md``: table, findings, corpus and tokenizer facts, sources, report card."""
+    out = ["# The model family", "",
+           "Test-split scores in points (mean over fine-tuning seeds) of each task's main metric; NER is scored",
+           "against spaCy's **silver** labels (agreement with spaCy, not accuracy). " + speed_note, "",
+           markdown_table(header, rows)]
+    if lines:
+        out += [f"- {line}" for line in lines] + [""]
+    if corpus:
+        out += ["Corpus (metrics/corpus.json): " + ", ".join(scalar_facts(corpus)) + ".", ""]
+    if tokenizer:
+        out += ["Tokenizer (metrics/tokenizer.json): " + ", ".join(scalar_facts(tokenizer)) + ".", ""]
+    out += ["Sources: scores from `metrics/finetune/{model}-{task}.json`; parameters and size on disk from",
+            "`models/finetuned/{model}-{task}/` (`metrics/evaluate.json`); latency, throughput and relative speed from",
+            "`metrics/evaluate-timing.json`.", ""]
+    if card:
+        out.append(render_report_card(card))
+    return "\n".join(out).rstrip("\n") + "\n"

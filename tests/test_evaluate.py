@@ -1,0 +1,70 @@
+"""Stage ``evaluate`` on tiny fine-tuned models and fixed metrics files: outputs, values, byte-identical rerun."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import yaml
+from datasets import ClassLabel, Dataset, DatasetDict, Features, Value
+
+from stages.artifacts import write_json
+from stages.evaluate import main
+from tests.conftest import REPO
+from tests.tiny_models import save_classifier, save_tagger
+
+FAMILY = {"pretrained": 0.70, "distilled": 0.66, "scratch": 0.60}
+
+
+def _setup(root):
+    raw = yaml.safe_load((REPO / "params.yaml").read_text(encoding="utf-8"))
+    raw["evaluate"].update(latency_examples=2, throughput_batch_size=2, warmup_runs=0, timed_runs=1)
+    (root / "params.yaml").write_text(yaml.safe_dump(raw))
+    feats = Features({"text": Value("string"), "label": ClassLabel(names=["negative", "positive"])})
+    texts = ["a good film", "a bad plot", "great actors", "boring story", "awful movie"]
+    split = Dataset.from_dict({"text": texts, "label": [1, 0, 1, 0, 0]}, features=feats)
+    DatasetDict({"train": split, "validation": split, "test": split}).save_to_disk(str(root / "data/tasks/sentiment"))
+    for i, (m, score) in enumerate(FAMILY.items()):
+        save_classifier(root / f"models/finetuned/{m}-sentiment", favour=1, seed=i)  # always "positive"
+        save_tagger(root / f"models/finetuned/{m}-ner", seed=i)
+        write_json(root / f"metrics/finetune/{m}-sentiment.json", {
+            "model": m, "task": "sentiment", "main_metric": "accuracy",
+            "test": {"accuracy": {"mean": score, "seeds": [score]}, "macro_f1": {"mean": score - 0.1, "seeds": []}},
+            "low_resource": {"train_examples": 100, "test": {"accuracy": {"mean": score / 2, "seeds": []}}}})
+        write_json(root / f"metrics/finetune/{m}-ner.json", {
+            "model": m, "task": "ner", "main_metric": "f1",
+            "test": {"f1": {"mean": score - 0.2, "seeds": []}, "f1_PER": {"mean": 0.5, "seeds": []},
+                     "f1_LOC": {"mean": 0.25, "seeds": []}}})
+    write_json(root / "metrics/pretrain.json", {"final": {"tokens_seen": 123456}})
+    write_json(root / "metrics/corpus.json", {"documents": 10})
+
+
+def test_evaluate_stage_outputs(in_tmp):
+    _setup(in_tmp)
+    main()
+    flat = json.loads((in_tmp / "metrics/evaluate.json").read_text())
+    assert flat["pretrained.sentiment.accuracy"] == 0.7
+    assert flat["distilled.ner.f1_PER"] == 0.5
+    assert flat["scratch.sentiment.low_resource_accuracy"] == 0.3
+    assert round(flat["gain_over_scratch.sentiment"], 6) == 0.1
+    assert flat["student_share.sentiment"] == round(0.66 / 0.70, 6)
+    assert flat["pretrained.average"] == round((0.70 + 0.50) / 2, 6)
+    assert flat["pretrained.parameters"] == flat["scratch.parameters"] > 0
+    timing = json.loads((in_tmp / "metrics/evaluate-timing.json").read_text())
+    assert timing["pretrained.relative_speed"] == 1.0 and timing["distilled.latency_ms_b1"] > 0
+    summary = (in_tmp / "reports/summary.md").read_text()
+    assert "| pretrained | teacher |" in summary and "| 70.0 | 50.0 | 60.0 |" in summary
+    assert "sentiment +10.0 points accuracy" in summary and "123,456 tokens seen" in summary
+    assert "silver" in summary and "Corpus (metrics/corpus.json): documents: 10." in summary
+    with open(in_tmp / "plots/evaluate/sentiment_confusion/scratch.csv") as fh:
+        rows = list(csv.DictReader(fh))
+    assert [r["actual"] for r in rows] == ["positive", "negative", "positive", "negative", "negative"]
+    assert {r["predicted"] for r in rows} == {"positive"}
+    with open(in_tmp / "plots/evaluate/ner_f1_per_type.csv") as fh:
+        ner = [(r["model"], r["type"], r["f1"]) for r in csv.DictReader(fh)]
+    assert ner[:2] == [("pretrained", "LOC", "25.0"), ("pretrained", "PER", "50.0")] and len(ner) == 6
+
+    before = {p: (in_tmp / p).read_bytes() for p in ("metrics/evaluate.json", "plots/evaluate/ner_f1_per_type.csv",
+                                                      "plots/evaluate/sentiment_confusion/pretrained.csv")}
+    main()
+    assert {p: (in_tmp / p).read_bytes() for p in before} == before

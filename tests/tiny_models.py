@@ -1,0 +1,87 @@
+"""Tiny randomly initialised BERTs saved like ``finetune`` saves them (save_pretrained + tokenizer beside).
+
+Hidden size 32, 2 layers, a WordPiece vocabulary built from a word list with the ``tokenizers`` library. Heads'
+biases can be set so a prediction is determined whatever the encoder computes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
+from transformers import (
+    BertConfig,
+    BertForQuestionAnswering,
+    BertForSequenceClassification,
+    BertForTokenClassification,
+    PreTrainedTokenizerFast,
+)
+
+SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+WORDS = ("the a film movie was is good bad great awful boring alice bob paris london met in of and to who where "
+         "visited went loved hated plot actors story . , ? ! ##s ##ed ##ing").split()
+
+
+def tiny_tokenizer() -> PreTrainedTokenizerFast:
+    """An uncased WordPiece tokenizer over :data:`WORDS` with BERT's special tokens and templates."""
+    vocab = {tok: i for i, tok in enumerate(SPECIALS + WORDS)}
+    tok = Tokenizer(models.WordPiece(vocab=vocab, unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.decoder = decoders.WordPiece()
+    cls, sep = vocab["[CLS]"], vocab["[SEP]"]
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", cls), ("[SEP]", sep)]
+    )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]", sep_token="[SEP]",
+        mask_token="[MASK]", model_max_length=64,
+    )
+
+
+def _config(tokenizer, **kw) -> BertConfig:
+    return BertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                      intermediate_size=64, max_position_embeddings=64, **kw)
+
+
+def save_classifier(path: Path, labels=("negative", "positive"), favour: int | None = 1, seed: int = 0) -> Path:
+    """A sequence classifier whose head bias makes ``labels[favour]`` win by a wide margin (None: random)."""
+    torch.manual_seed(seed)
+    tok = tiny_tokenizer()
+    cfg = _config(tok, id2label=dict(enumerate(labels)), label2id={v: i for i, v in enumerate(labels)})
+    model = BertForSequenceClassification(cfg)
+    if favour is not None:
+        with torch.no_grad():
+            model.classifier.weight.zero_()
+            model.classifier.bias.fill_(0.0)
+            model.classifier.bias[favour] = 5.0
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
+def save_tagger(path: Path, labels=("O", "B-PER", "I-PER", "B-LOC", "I-LOC"), favour: str = "B-PER",
+                seed: int = 0) -> Path:
+    """A token classifier whose head bias makes every token ``favour``."""
+    torch.manual_seed(seed)
+    tok = tiny_tokenizer()
+    cfg = _config(tok, id2label=dict(enumerate(labels)), label2id={v: i for i, v in enumerate(labels)})
+    model = BertForTokenClassification(cfg)
+    with torch.no_grad():
+        model.classifier.weight.zero_()
+        model.classifier.bias.fill_(0.0)
+        model.classifier.bias[labels.index(favour)] = 5.0
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
+def save_reader(path: Path, seed: int = 0) -> Path:
+    """A randomly initialised extractive QA model (start/end logits per token)."""
+    torch.manual_seed(seed)
+    tok = tiny_tokenizer()
+    model = BertForQuestionAnswering(_config(tok))
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
