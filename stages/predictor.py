@@ -94,6 +94,12 @@ def load_predictor(model_dir: Path) -> Predictor:
     return Predictor(kind=kind, model=model, tokenizer=tokenizer, model_dir=Path(model_dir))
 
 
+def max_length(pred: Predictor, requested: int) -> int:
+    """``requested`` capped at the model's ``max_position_embeddings`` (a longer input would not run)."""
+    limit = getattr(pred.model.config, "max_position_embeddings", None)
+    return min(requested, limit) if limit else requested
+
+
 @torch.no_grad()
 def class_probabilities(pred: Predictor, texts: Sequence[str], batch_size: int = 32,
                         max_seq_length: int = 128) -> torch.Tensor:
@@ -101,7 +107,7 @@ def class_probabilities(pred: Predictor, texts: Sequence[str], batch_size: int =
     out = []
     for i in range(0, len(texts), batch_size):
         enc = pred.tokenizer(list(texts[i:i + batch_size]), padding=True, truncation=True,
-                             max_length=max_seq_length, return_tensors="pt")
+                             max_length=max_length(pred, max_seq_length), return_tensors="pt")
         out.append(torch.softmax(pred.model(**enc).logits.float(), dim=-1))
     return torch.cat(out) if out else torch.zeros(0, pred.model.config.num_labels)
 
@@ -136,6 +142,12 @@ def answer(pred: Predictor, question: str, context: str, max_seq_length: int = 3
     windows of ``max_seq_length`` tokens overlapping by ``doc_stride`` tokens; the best span over all windows wins.
     """
     tok = pred.tokenizer
+    max_seq_length = max_length(pred, max_seq_length)
+    room = max_seq_length - len(tok(question, add_special_tokens=False)["input_ids"]) - 3  # [CLS] q [SEP] c [SEP]
+    if room < 2:
+        raise StageError(f"question of {max_seq_length - room - 3} tokens leaves no room for the context "
+                         f"in {max_seq_length} tokens")
+    doc_stride = min(doc_stride, room - 1)  # the tokenizer needs stride < context tokens per window
     enc = tok(question, context, truncation="only_second", max_length=max_seq_length, stride=doc_stride,
               return_overflowing_tokens=True, return_offsets_mapping=True, padding=True, return_tensors="pt")
     offsets = enc.pop("offset_mapping")

@@ -36,9 +36,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def saved_seed(source: str) -> int | None:
-    """The seed whose weights the fine-tuned folder holds: ``saved_seed`` (or ``seed``) in the metrics file."""
+    """The seed whose weights the fine-tuned folder holds: ``saved_seed`` (or ``seed``) in the metrics file,
+    else the first of its ``seeds`` (finetune saves the first seed's model)."""
     raw = json.loads(Path(source).read_text(encoding="utf-8"))
     value = raw.get("saved_seed", raw.get("seed"))
+    if value is None and isinstance(raw.get("seeds"), list) and raw["seeds"]:
+        value = raw["seeds"][0]
     return int(value) if isinstance(value, int) else None
 
 

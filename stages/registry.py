@@ -5,10 +5,12 @@ Used only by the explicit ``python -m stages.promote`` step, never inside a cach
 moving aliases change shared state. Rules (DESIGN.md, "which model ships"):
 
 - Every ``models/finetuned/{model}-{task}/`` becomes a version of registered model ``{task}``, logged with the
-  ``mlflow.transformers`` flavour (sequence and token classification) and explicit ``pip_requirements`` (the
-  inferred ones ask for torchvision and fail). Transformers 5 removed the question-answering pipeline that the
-  flavour needs, so QA models are logged as an ``mlflow.pyfunc`` model from code (:mod:`stages.qa_pyfunc`) that
-  wraps the same folder. A folder already registered (same content sha256) is not registered twice.
+  ``mlflow.transformers`` flavour and explicit ``pip_requirements`` (the inferred ones ask for torchvision and
+  fail) when the flavour can hold it: token classifiers and ``[CLS]``-pooled sentence classifiers. Two cases it
+  cannot hold go in as an ``mlflow.pyfunc`` model from code (:mod:`stages.pyfunc_model`) wrapping the same folder:
+  extractive QA (transformers 5 removed the question-answering pipeline the flavour builds) and finetune's
+  mean-pooling sentence classifier (a ``stages.heads`` class the flavour would reload as the ``[CLS]`` class).
+  Tag ``flavour`` says which. A folder already registered (same content sha256) is not registered twice.
 - Version tags: ``family_member``, ``seed``, ``main_metric``, ``score`` (test mean of the main metric),
   ``test_split_sha256`` (content hash of the test split it was scored on), ``model_sha256``, ``source``.
 - ``candidate`` moves to the best current version (highest score; ties go to the earlier family member).
@@ -36,7 +38,7 @@ CANDIDATE = "candidate"
 CHAMPION = "champion"
 EXPERIMENT = "bert-pipeline"
 WEIGHT_FILES = ("model.safetensors", "config.json", "tokenizer.json", "vocab.txt")
-QA_CODE = Path(__file__).with_name("qa_pyfunc.py")
+PYFUNC_CODE = Path(__file__).with_name("pyfunc_model.py")
 
 
 @dataclass(frozen=True)
@@ -168,17 +170,19 @@ def log_version(client: Any, entry: Entry, uri: str) -> str:
     import mlflow
 
     kind = _kind(entry.model_dir)
+    flavour = serving_flavour(entry.model_dir)
     mlflow.set_tracking_uri(uri)
     mlflow.set_registry_uri(uri)
     mlflow.set_experiment(experiment_id=_experiment_id(client))
     with mlflow.start_run(run_name=f"register-{entry.member}-{entry.task}",
                           tags={"stage": "promote", "family_member": entry.member, "task": entry.task}) as run:
         mlflow.log_metric(f"test_{entry.main_metric}", entry.score)
-        if kind == "question-answering":
+        mlflow.set_tag("flavour", flavour)
+        if flavour == "pyfunc":
             import mlflow.pyfunc
 
             info = mlflow.pyfunc.log_model(
-                name="model", python_model=str(QA_CODE), artifacts={"model": str(entry.model_dir)},
+                name="model", python_model=str(PYFUNC_CODE), artifacts={"model": str(entry.model_dir)},
                 code_paths=[str(Path(__file__).parent)], pip_requirements=pip_requirements(),
                 registered_model_name=entry.task,
             )
@@ -204,12 +208,24 @@ def _kind(model_dir: Path) -> str:
     return model_kind(model_dir)
 
 
+def serving_flavour(model_dir: Path) -> str:
+    """``transformers`` when the ``mlflow.transformers`` flavour can hold the folder, else ``pyfunc``
+    (extractive QA; sentence classifiers with a pooling other than ``[CLS]``)."""
+    kind = _kind(model_dir)
+    if kind == "question-answering":
+        return "pyfunc"
+    cfg = json.loads((Path(model_dir) / "config.json").read_text(encoding="utf-8"))
+    if kind == "sequence-classification" and cfg.get("classifier_pooling", "cls") != "cls":
+        return "pyfunc"
+    return "transformers"
+
+
 def register(client: Any, entry: Entry, uri: str) -> str:
     """Register ``entry`` (or reuse the version with the same content) and set its tags; return the version."""
     sha = model_sha256(entry.model_dir)
     found = find_version(client, entry.task, sha)
     version = str(found.version) if found else log_version(client, entry, uri)
-    tags = {"family_member": entry.member, "seed": "" if entry.seed is None else str(entry.seed),
+    tags = {"family_member": entry.member, "flavour": serving_flavour(entry.model_dir), "seed": "" if entry.seed is None else str(entry.seed),
             "main_metric": entry.main_metric, "score": repr(float(entry.score)),
             "test_split_sha256": entry.split_sha256, "model_sha256": sha, "source": entry.source}
     for key, value in tags.items():

@@ -401,13 +401,16 @@ def library_versions(names: Iterable[str] = LIBRARIES) -> dict[str, str | None]:
 
 
 def stage_wall_times(metrics_dir: Path) -> dict[str, float]:
-    """Wall seconds per stage from ``metrics/**/*-timing.json``.
+    """Wall seconds per stage from ``metrics/**/*-timing.json`` and ``metrics/*-timing/*.json`` (a matrix stage,
+    e.g. ``finetune-timing/{model}-{task}.json``).
 
     A file's figure is its ``wall_seconds`` (or ``seconds``, ``total_seconds``, ``train_seconds``) at top level;
-    files under a sub-folder (a matrix stage such as ``finetune/``) are named ``folder/stem``.
+    it is named by its path without ``.json`` / ``-timing.json`` (``pretrain``, ``finetune-timing/minilm-qa``).
     """
+    root = Path(metrics_dir)
+    files = set(root.rglob("*-timing.json")) | {p for d in root.glob("*-timing") if d.is_dir() for p in d.rglob("*.json")}
     times: dict[str, float] = {}
-    for path in sorted(Path(metrics_dir).rglob("*-timing.json")):
+    for path in sorted(files):
         try:
             raw = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, json.JSONDecodeError):
@@ -415,7 +418,7 @@ def stage_wall_times(metrics_dir: Path) -> dict[str, float]:
         for key in ("wall_seconds", "seconds", "total_seconds", "train_seconds"):
             value = raw.get(key) if isinstance(raw, Mapping) else None
             if isinstance(value, int | float):
-                rel = path.relative_to(metrics_dir).as_posix().removesuffix("-timing.json")
+                rel = path.relative_to(root).as_posix().removesuffix(".json").removesuffix("-timing")
                 times[rel] = float(value)
                 break
     return times

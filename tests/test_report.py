@@ -119,8 +119,9 @@ def test_summary_and_report_card(metrics, tmp_path):
 
 def test_stage_wall_times_reads_known_keys(tmp_path):
     write_json(tmp_path / "a-timing.json", {"seconds": 2})
+    write_json(tmp_path / "finetune-timing" / "minilm-qa.json", {"total_seconds": 7.5, "train_seconds": [7.5]})
     write_json(tmp_path / "b-timing.json", {"tokens_per_second": 5})
-    assert stage_wall_times(tmp_path) == {"a": 2.0}
+    assert stage_wall_times(tmp_path) == {"a": 2.0, "finetune-timing/minilm-qa": 7.5}
 
 
 def test_bad_metrics_file_is_one_line_error(tmp_path):
