@@ -77,3 +77,27 @@ def test_fetch_data_outputs(smoke_run):
 
 
 # ---- each stage adds its output checks below this line (one test function per stage) ----
+
+
+def test_prepare_corpus_outputs(smoke_run):
+    import datasets
+
+    corpus = datasets.load_from_disk(str(smoke_run / "data/corpus"))
+    metrics = json.loads((smoke_run / "metrics/corpus.json").read_text())
+    assert set(corpus) == {"train", "validation"}
+    ids = {}
+    for split in ("train", "validation"):
+        ds = corpus[split]
+        assert ds.num_rows > 0
+        assert ds.column_names == ["doc_id", "source", "text", "sentences"]
+        ids[split] = ds["doc_id"]
+        assert len(set(ids[split])) == len(ids[split])
+        assert ds.num_rows == metrics["per_split"][split]["documents"]
+        assert sum(len(s) for s in ds["sentences"]) == metrics["per_split"][split]["sentences"]
+        assert sum(len(t.split()) for t in ds["text"]) == metrics["per_split"][split]["words"]
+        assert all(len(s) > 0 for s in ds["sentences"])
+    assert not set(ids["train"]) & set(ids["validation"])
+    assert metrics["documents"] == len(ids["train"]) + len(ids["validation"]) == sum(
+        s["documents"] for s in metrics["per_source"].values())
+    assert metrics["documents"] <= 300 * len(metrics["per_source"])  # smoke: max_documents_per_source
+    assert all(i.startswith("news_articles:NewsArticles.csv:row=") for i in ids["train"])

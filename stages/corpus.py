@@ -1,0 +1,511 @@
+"""Corpus library: read documents from packaged and user sources, clean them, de-duplicate, assign doc ids and
+the document-level train/validation split.
+
+Everything here takes plain arguments (paths, ints, strings); the stage ``stages.prepare_corpus`` wires params
+to it. Reading is streamed in bounded byte blocks, so a user's file that is one 10 MB line without a newline is
+read with memory of the order of the document itself, never of a whole multi-document file.
+
+Doc ids are ``SOURCE:FILE:LOCATOR`` and trace back to the source row or block:
+``news_articles:NewsArticles.csv:row=0:article_id=1``, ``mybooks:books/a.txt:block=3``,
+``mynotes:notes/x.jsonl:line=17``, ``mytable:t.parquet:row=5``, ``wiki:wikitext/wikitext-2-raw-v1:train:row=9``.
+Rows, lines and blocks count from 0; ``FILE`` is the path relative to the folder the source was read from.
+"""
+
+from __future__ import annotations
+
+import bz2
+import codecs
+import glob
+import gzip
+import hashlib
+import io
+import json
+import logging
+import re
+import unicodedata
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from stages import sources as S
+from stages.cli import StageError
+
+log = logging.getLogger(__name__)
+
+BLOCK_BYTES = 1 << 20  # bytes read per step from a file
+
+
+# ---------------------------------------------------------------------------------------------- records
+@dataclass(frozen=True)
+class RawDocument:
+    """One document as read: ``doc_id`` (stable, traceable), ``source`` (source name), ``text`` (decoded)."""
+
+    doc_id: str
+    source: str
+    text: str
+
+
+@dataclass
+class SourceStats:
+    """Counters for one source (all ints; bytes are UTF-8 bytes)."""
+
+    read: int = 0
+    replaced_bytes: int = 0
+    mojibake_fixed: int = 0
+    dropped_short: int = 0
+    duplicates_dropped: int = 0
+    documents: int = 0
+    words: int = 0
+    bytes: int = 0
+    sentences: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class ReadCounter:
+    """Mutable counter a reader adds its invalid-UTF-8 byte count to."""
+
+    replaced_bytes: int = 0
+    mojibake_fixed: int = 0
+
+
+# --------------------------------------------------------------------------------------------- decoding
+_SURROGATE = re.compile("[\udc80-\udcff]")
+
+
+def _replace_escaped(text: str) -> tuple[str, int]:
+    """Turn ``surrogateescape`` escapes into U+FFFD, one per invalid byte; return (text, bytes replaced)."""
+    count = 0
+
+    def sub(_m: re.Match[str]) -> str:
+        nonlocal count
+        count += 1
+        return "\ufffd"
+
+    return _SURROGATE.sub(sub, text), count
+
+
+def decode_bytes(data: bytes) -> tuple[str, int]:
+    """Decode UTF-8, replacing each invalid byte with U+FFFD.
+
+    Returns:
+        ``(text, replaced_bytes)``: the number of input bytes that were not valid UTF-8. Characters U+FFFD already
+        present in valid input are kept and not counted.
+    """
+    return _replace_escaped(data.decode("utf-8", errors="surrogateescape"))
+
+
+def iter_decoded(stream: io.BufferedIOBase, counter: ReadCounter, block_bytes: int = BLOCK_BYTES) -> Iterator[str]:
+    """Yield decoded text pieces of a binary stream read ``block_bytes`` at a time (bounded memory).
+
+    A multi-byte character split across two blocks is decoded correctly (incremental decoder); invalid bytes
+    become U+FFFD and are added to ``counter.replaced_bytes``. A leading UTF-8 byte-order mark is dropped.
+    """
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="surrogateescape")
+    first = True
+    while True:
+        data = stream.read(block_bytes)
+        final = not data
+        piece = decoder.decode(data, final=final)
+        if first and piece:
+            piece = piece.removeprefix("\ufeff")
+            first = False
+        if piece:
+            piece, n = _replace_escaped(piece)
+            counter.replaced_bytes += n
+            yield piece
+        if final:
+            return
+
+
+def _open_binary(path: Path) -> io.BufferedIOBase:
+    """Open a file for binary reading, transparently decompressing ``.gz`` and ``.bz2``."""
+    if path.suffix == ".gz":
+        return gzip.open(path, "rb")
+    if path.suffix == ".bz2":
+        return bz2.open(path, "rb")
+    return open(path, "rb")
+
+
+def read_text_file(path: Path, counter: ReadCounter, block_bytes: int = BLOCK_BYTES) -> str:
+    """Read a whole (possibly compressed) text file, decoding in blocks; see :func:`iter_decoded`."""
+    with _open_binary(path) as fh:
+        return "".join(iter_decoded(fh, counter, block_bytes))
+
+
+def iter_blocks(path: Path, counter: ReadCounter, block_bytes: int = BLOCK_BYTES) -> Iterator[tuple[int, str]]:
+    """Yield ``(block_index, text)`` for each blank-line-separated block of a text file, streaming.
+
+    Memory is bounded by the largest block plus ``block_bytes``: the file is never read whole. A block is a run of
+    lines without an empty (whitespace-only) line; block indices count every non-empty block from 0.
+    """
+    index = 0
+    lines: list[str] = []
+    partial = ""
+
+    def flush() -> Iterator[tuple[int, str]]:
+        nonlocal index, lines
+        if lines:
+            yield index, "\n".join(lines)
+            index += 1
+            lines = []
+
+    with _open_binary(path) as fh:
+        for piece in iter_decoded(fh, counter, block_bytes):
+            parts = (partial + piece).split("\n")
+            partial = parts.pop()
+            for line in parts:
+                if line.strip():
+                    lines.append(line)
+                else:
+                    yield from flush()
+    if partial.strip():
+        lines.append(partial)
+    yield from flush()
+
+
+# ------------------------------------------------------------------------------------------- normalising
+_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u00ad\u200b\ufeff]")
+_HSPACE = re.compile(r"[^\S\n]+")
+_NEWLINES = re.compile(r" ?\n[\s]*")
+
+
+def normalise(text: str) -> str:
+    """Normalise a document's text.
+
+    Steps: ``\\r\\n`` and ``\\r`` become ``\\n``; Unicode NFC; control characters (category Cc except ``\\t`` and
+    ``\\n``) and the invisible U+00AD soft hyphen, U+200B zero-width space and U+FEFF byte-order mark are removed;
+    any run of whitespace that holds a line break becomes one ``\\n`` (a line/paragraph boundary), any other
+    run of whitespace (tabs, no-break and other Unicode spaces) one space; leading/trailing whitespace is stripped.
+    """
+    text = text.replace("\r\n", "\n").replace("\r", "\n")
+    text = unicodedata.normalize("NFC", text)
+    text = _CONTROL.sub("", text)
+    text = _HSPACE.sub(" ", text)
+    text = _NEWLINES.sub("\n", text)
+    return text.strip()
+
+
+def count_words(text: str) -> int:
+    """Whitespace-separated words (the unit of ``min_words`` and of the ``words`` metric)."""
+    return len(text.split())
+
+
+def text_hash(text: str) -> str:
+    """Hex sha256 of normalised text with every whitespace run read as one space: the de-duplication key.
+
+    Two documents are duplicates when they are equal after :func:`normalise` up to where lines break.
+    """
+    return hashlib.sha256(" ".join(text.split()).encode("utf-8")).hexdigest()
+
+
+# ----------------------------------------------------------------------------------- NewsArticles repair
+# NewsArticles.csv went through a lossy conversion: each typographic character of the original (right quotes
+# ’ ”, dashes —, and the space after them) became the two characters `"?`, a left quote “ became `"` + U+FFFD,
+# and the apostrophe of contractions became a plain `"` (`don"t`). The rules below undo what can be undone
+# safely, from the surrounding characters only; ambiguous cases fall back to a straight quote plus a space.
+_CONTRACTION = re.compile(r"(?<=[A-Za-z])\"(?=(?:t|s|ve|re|ll|d|m)\b)")
+_IRISH = re.compile(r"\bO\"\ufffd?(?=[A-Z])")
+_LEFT_QUOTE = re.compile("\"\ufffd")
+_ARTEFACT = re.compile(r"\"\?")
+_CLOSERS = set(".,;:!?)]")
+
+
+def fix_news_mojibake(text: str) -> tuple[str, int]:
+    """Repair the ``"?`` mojibake of NewsArticles.csv; return ``(text, number of repairs)``.
+
+    Rules (applied in this order, each only to the artefact patterns, never to other text):
+
+    1. ``O"Neill`` / ``O"\\ufffdNeill`` -> ``O'Neill``; a ``"`` between a letter and a contraction suffix
+       (``t s ve re ll d m`` followed by a non-letter: ``don"t``, ``we"ve``) -> ``'``.
+    2. ``"\\ufffd`` (a lost left quote “) -> ``"``.
+    3. ``"?`` (a lost ’ ” or —, which also swallowed the following space) is decided by the character before it:
+       whitespace or start of text -> an em dash ``—`` (``say to you "?what`` -> ``say to you — what``);
+       closing punctuation ``.,;:!?)]`` or another artefact -> a closing quote ``"``
+       (``choice,"?Sen.`` -> ``choice," Sen.``); a letter or digit -> a closing quote ``"`` when the paragraph
+       has an open straight quote before it (``"Absurd"?lies`` -> ``"Absurd" lies``), otherwise an apostrophe
+       ``'`` (``DeVos"?highly`` -> ``DeVos' highly``). A space is inserted after it when a letter, digit or
+       quote follows directly.
+    """
+    n = 0
+
+    def count(repl: str) -> Callable[[re.Match[str]], str]:
+        def sub(_m: re.Match[str]) -> str:
+            nonlocal n
+            n += 1
+            return repl
+
+        return sub
+
+    text = _IRISH.sub(count("O'"), text)
+    text = _CONTRACTION.sub(count("'"), text)
+    text = _LEFT_QUOTE.sub(count('"'), text)
+    if '"?' not in text:
+        return text, n
+    out: list[str] = []
+    open_quote = False  # is a straight double quote open in the current paragraph?
+    pos = 0
+    for m in _ARTEFACT.finditer(text):
+        before = text[pos : m.start()]
+        open_quote = _quote_state(before, open_quote)
+        out.append(before)
+        prev = (before[-1:] or (out[-2][-1:] if len(out) > 1 else "")) or "\n"
+        nxt = text[m.end() : m.end() + 1]
+        if prev.isspace():
+            repl = "\u2014"
+        elif prev in _CLOSERS or prev == '"':
+            repl, open_quote = '"', False
+        elif open_quote:
+            repl, open_quote = '"', False
+        else:
+            repl = "'"
+        if nxt and (nxt.isalnum() or nxt in "\"'(\u2014"):
+            repl += " "
+        out.append(repl)
+        n += 1
+        pos = m.end()
+    out.append(text[pos:])
+    return "".join(out), n
+
+
+def _quote_state(segment: str, open_quote: bool) -> bool:
+    """Track whether a straight double quote is open after ``segment`` (a line break resets the state)."""
+    for ch in segment:
+        if ch == "\n":
+            open_quote = False
+        elif ch == '"':
+            open_quote = not open_quote
+    return open_quote
+
+
+# ------------------------------------------------------------------------------------------------ readers
+@dataclass(frozen=True)
+class CsvSpec:
+    """A packaged CSV source: file under ``data/raw/``, its text column, an optional id column for the doc id."""
+
+    path: str
+    text_column: str
+    id_column: str | None = None
+    fix: Callable[[str], tuple[str, int]] | None = None
+
+
+@dataclass(frozen=True)
+class TxtSpec:
+    """A packaged text file read as one document."""
+
+    path: str
+
+
+PACKAGED: dict[str, CsvSpec | TxtSpec] = {
+    "news_articles": CsvSpec(S.NEWS_ARTICLES, "text", "article_id", fix_news_mojibake),
+    "parliament_speeches": CsvSpec(S.PARLIAMENT_SPEECHES, "text", "parlspeech_row"),
+    "health_tweets": CsvSpec(S.HEALTH_TWEETS, "text", "source_id"),
+    "convention_speeches": CsvSpec(S.CONVENTION_SPEECHES, "text"),
+    "debates": CsvSpec(S.DEBATES, "statement"),
+    "headlines": CsvSpec(S.HEADLINES, "Text"),
+    "hamlet": TxtSpec(S.HAMLET),
+}
+
+
+def read_packaged(name: str, raw_dir: Path, counter: ReadCounter) -> Iterator[RawDocument]:
+    """Yield the documents of the packaged source ``name`` from ``raw_dir`` (made by ``fetch_data``).
+
+    Raises:
+        StageError: unknown name, missing file, or missing column.
+    """
+    import pandas as pd
+
+    spec = PACKAGED.get(name)
+    if spec is None:
+        raise StageError(
+            f"params.yaml: prepare_corpus.sources: unknown packaged source {name!r} "
+            f"(known: {', '.join(PACKAGED)}; a user source is a mapping with name and path or hf_dataset)"
+        )
+    path = raw_dir / spec.path
+    if not path.is_file():
+        raise StageError(f"{path}: packaged source {name!r} not found (run `dvc repro fetch_data` first)")
+    fname = path.name.removesuffix(".bz2").removesuffix(".gz")
+    if isinstance(spec, TxtSpec):
+        yield RawDocument(f"{name}:{fname}", name, read_text_file(path, counter))
+        return
+    frame = pd.read_csv(io.StringIO(read_text_file(path, counter)), dtype=str, keep_default_na=False)
+    for col in (spec.text_column, spec.id_column):
+        if col is not None and col not in frame.columns:
+            raise StageError(f"{path}: expected a column {col!r}, found {', '.join(map(str, frame.columns))}")
+    ids = frame[spec.id_column].tolist() if spec.id_column else None
+    for row, text in enumerate(frame[spec.text_column].tolist()):
+        if spec.fix is not None:
+            text, fixed = spec.fix(text)
+            counter.mojibake_fixed += fixed
+        extra = f":{spec.id_column}={ids[row]}" if ids is not None else ""
+        yield RawDocument(f"{name}:{fname}:row={row}{extra}", name, text)
+
+
+def expand_glob(pattern: str, root: Path) -> list[Path]:
+    """Sorted files matching ``pattern`` (relative to ``root`` unless absolute; ``**`` recurses)."""
+    full = pattern if Path(pattern).is_absolute() else str(root / pattern)
+    return sorted(Path(p) for p in glob.glob(full, recursive=True) if Path(p).is_file())
+
+
+def _rel(path: Path, root: Path) -> str:
+    try:
+        return path.resolve().relative_to(root.resolve()).as_posix()
+    except ValueError:
+        return path.as_posix()
+
+
+def read_files(
+    name: str, pattern: str, fmt: str, root: Path, counter: ReadCounter, text_field: str = "text",
+    unit: str = "file", block_bytes: int = BLOCK_BYTES,
+) -> Iterator[RawDocument]:
+    """Yield the documents of a user file source.
+
+    Args:
+        name: source name (first part of each doc id).
+        pattern: glob relative to ``root``.
+        fmt: ``txt`` (``unit`` ``file``: one document per file; ``block``: one per blank-line block), ``jsonl``
+            (one JSON object per line, text in ``text_field``) or ``parquet`` (one row per document).
+        block_bytes: bytes read per step (bounded memory for huge lines).
+
+    Raises:
+        StageError: no file matches, a JSON line is malformed, or ``text_field`` is missing / not a string.
+    """
+    files = expand_glob(pattern, root)
+    if not files:
+        raise StageError(f"params.yaml: prepare_corpus.sources[{name}].path: no file matches {pattern!r}")
+    for path in files:
+        rel = _rel(path, root)
+        if fmt == "txt" and unit == "file":
+            yield RawDocument(f"{name}:{rel}", name, read_text_file(path, counter, block_bytes))
+        elif fmt == "txt":
+            for index, text in iter_blocks(path, counter, block_bytes):
+                yield RawDocument(f"{name}:{rel}:block={index}", name, text)
+        elif fmt == "jsonl":
+            yield from _read_jsonl(name, path, rel, text_field, counter)
+        elif fmt == "parquet":
+            yield from _read_parquet(name, path, rel, text_field)
+        else:  # the params schema forbids this
+            raise StageError(f"params.yaml: prepare_corpus.sources[{name}].format: unknown format {fmt!r}")
+
+
+def _read_jsonl(name: str, path: Path, rel: str, field_name: str, counter: ReadCounter) -> Iterator[RawDocument]:
+    with _open_binary(path) as fh:
+        for line_no, raw in enumerate(fh):
+            line, n = decode_bytes(raw)
+            counter.replaced_bytes += n
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise StageError(f"{path}:{line_no + 1}: invalid JSON ({exc.msg})") from None
+            text = obj.get(field_name) if isinstance(obj, dict) else None
+            if not isinstance(text, str):
+                raise StageError(f"{path}:{line_no + 1}: expected a string field {field_name!r} (text_field)")
+            yield RawDocument(f"{name}:{rel}:line={line_no}", name, text)
+
+
+def _read_parquet(name: str, path: Path, rel: str, field_name: str) -> Iterator[RawDocument]:
+    import pyarrow.parquet as pq
+
+    try:
+        pfile = pq.ParquetFile(path)
+    except Exception as exc:  # pyarrow raises several types for a corrupt file
+        raise StageError(f"{path}: not a readable parquet file ({exc})") from None
+    if field_name not in pfile.schema_arrow.names:
+        raise StageError(f"{path}: expected a column {field_name!r} (text_field), found {pfile.schema_arrow.names}")
+    row = 0
+    for batch in pfile.iter_batches(batch_size=1024, columns=[field_name]):
+        for text in batch.column(0).to_pylist():
+            if text is not None:
+                yield RawDocument(f"{name}:{rel}:row={row}", name, str(text))
+            row += 1
+
+
+def read_hub(name: str, dataset: str, config: str | None, split: str, text_field: str) -> Iterator[RawDocument]:
+    """Yield documents of a Hugging Face dataset (``datasets.load_dataset``, streamed; needs the network).
+
+    Raises:
+        StageError: the dataset cannot be loaded (e.g. offline) or lacks ``text_field``.
+    """
+    import datasets
+
+    try:
+        ds = datasets.load_dataset(dataset, config, split=split, streaming=True)
+    except Exception as exc:  # offline, unknown name, ...: one line for the user
+        raise StageError(f"params.yaml: prepare_corpus.sources[{name}]: cannot load {dataset!r}: {exc}") from None
+    where = f"{dataset}/{config}" if config else dataset
+    for row, example in enumerate(ds):
+        text = example.get(text_field)
+        if not isinstance(text, str):
+            raise StageError(f"{where}:{split}:row={row}: expected a string field {text_field!r} (text_field)")
+        yield RawDocument(f"{name}:{where}:{split}:row={row}", name, text)
+
+
+# ------------------------------------------------------------------------------------------- cleaning
+@dataclass
+class CleanResult:
+    """Documents kept (in reading order) and the counters per source."""
+
+    documents: list[RawDocument] = field(default_factory=list)
+    stats: dict[str, SourceStats] = field(default_factory=dict)
+
+
+def clean_documents(
+    sources: Iterable[tuple[str, Callable[[ReadCounter], Iterator[RawDocument]]]],
+    min_words: int,
+    max_documents_per_source: int | None = None,
+) -> CleanResult:
+    """Normalise, filter and de-duplicate the documents of several sources, in order.
+
+    Args:
+        sources: ``(name, reader)`` pairs; ``reader(counter)`` yields :class:`RawDocument` and adds replaced
+            bytes / repairs to ``counter``.
+        min_words: documents with fewer whitespace words after normalisation are dropped (an empty document
+            always is).
+        max_documents_per_source: stop reading a source after this many kept documents (``None``: all).
+
+    Exact duplicates (same :func:`text_hash` of normalised text, across all sources) are dropped; the first
+    occurrence in reading order wins.
+    """
+    result = CleanResult()
+    seen: set[str] = set()
+    for name, reader in sources:
+        stats = result.stats.setdefault(name, SourceStats())
+        counter = ReadCounter()
+        for doc in reader(counter):
+            stats.read += 1
+            text = normalise(doc.text)
+            words = count_words(text)
+            if words == 0 or words < min_words:
+                stats.dropped_short += 1
+                continue
+            key = text_hash(text)
+            if key in seen:
+                stats.duplicates_dropped += 1
+                continue
+            seen.add(key)
+            result.documents.append(RawDocument(doc.doc_id, name, text))
+            stats.documents += 1
+            stats.words += words
+            stats.bytes += len(text.encode("utf-8"))
+            if max_documents_per_source is not None and stats.documents >= max_documents_per_source:
+                break
+        stats.replaced_bytes += counter.replaced_bytes
+        stats.mojibake_fixed += counter.mojibake_fixed
+        log.info("%s: %d read, %d kept, %d short, %d duplicates, %d replaced bytes", name, stats.read,
+                 stats.documents, stats.dropped_short, stats.duplicates_dropped, stats.replaced_bytes)
+    return result
+
+
+# --------------------------------------------------------------------------------------------- splitting
+def split_of(doc_id: str, seed: int, validation_fraction: float) -> str:
+    """``"validation"`` iff ``sha256(f"{seed}:{doc_id}")`` read as a fraction in [0, 1) is below the fraction.
+
+    Each document's split depends only on its own id and the seed, so adding or removing other documents never
+    moves it; about ``validation_fraction`` of the documents land in validation.
+    """
+    digest = hashlib.sha256(f"{seed}:{doc_id}".encode()).digest()
+    return "validation" if int.from_bytes(digest[:8], "big") / 2**64 < validation_fraction else "train"

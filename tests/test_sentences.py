@@ -1,0 +1,87 @@
+"""Sentence splitting: tricky English sentences split exactly as expected, bounded chunks, order of outputs."""
+
+from __future__ import annotations
+
+import pytest
+
+from stages.sentences import chunk_text, doc_sentences, load_splitter, split_documents
+from stages.sources import SPACY_MODEL
+
+# (text, exact expected sentences): abbreviations, titles, decimals, money, quotes, ellipses, initials, times,
+# company suffixes, street names, numbered lists, sentence-final abbreviations.
+TRICKY = [
+    ('Mr. Smith went to Washington. He arrived on Monday.', ['Mr. Smith went to Washington.', 'He arrived on Monday.']),
+    ('Dr. Jones works at Acme Inc. in Boston. She earns $1.5 million a year.', ['Dr. Jones works at Acme Inc. in Boston.', 'She earns $1.5 million a year.']),
+    ('The U.S. economy grew 3.14 percent last year. Analysts were surprised.', ['The U.S. economy grew 3.14 percent last year.', 'Analysts were surprised.']),
+    ('Some fruits, e.g. apples and pears, are cheap. Others are not.', ['Some fruits, e.g. apples and pears, are cheap.', 'Others are not.']),
+    ('The plan, i.e. the budget, failed. Nobody was happy.', ['The plan, i.e. the budget, failed.', 'Nobody was happy.']),
+    ('He said, "We will win." Then he left the room.', ['He said, "We will win."', 'Then he left the room.']),
+    ('"Are you coming?" she asked. He did not answer.', ['"Are you coming?" she asked.', 'He did not answer.']),
+    ('Wait... what happened here? Nobody knows.', ['Wait... what happened here?', 'Nobody knows.']),
+    ('J. R. R. Tolkien wrote The Hobbit. It was published in 1937.', ['J. R. R. Tolkien wrote The Hobbit.', 'It was published in 1937.']),
+    ('She lives on Main St. in Springfield. Her house is blue.', ['She lives on Main St. in Springfield.', 'Her house is blue.']),
+    ('The meeting starts at 10 a.m. tomorrow. Please be on time.', ['The meeting starts at 10 a.m. tomorrow.', 'Please be on time.']),
+    ('The lecture ended at 3 p.m. Students then left the hall.', ['The lecture ended at 3 p.m.', 'Students then left the hall.']),
+    ('The polls close at 8 p.m. Eastern time on Tuesday.', ['The polls close at 8 p.m. Eastern time on Tuesday.']),
+    ('He was born in the U.K. His parents came from France.', ['He was born in the U.K.', 'His parents came from France.']),
+    ('The U.S. Senate voted 51-50. Pence broke the tie.', ['The U.S. Senate voted 51-50.', 'Pence broke the tie.']),
+    ('Gen. Mattis met Sen. McCain in Washington, D.C. on Friday. They talked for an hour.', ['Gen. Mattis met Sen. McCain in Washington, D.C. on Friday.', 'They talked for an hour.']),
+    ('Apple Inc. reported record earnings. Shares rose 4%.', ['Apple Inc. reported record earnings.', 'Shares rose 4%.']),
+    ('The deal was signed by Foo Corp. The terms were not disclosed.', ['The deal was signed by Foo Corp.', 'The terms were not disclosed.']),
+    ('1. Buy milk. 2. Walk the dog. 3. Call mom.', ['1. Buy milk.', '2. Walk the dog.', '3. Call mom.']),
+    ('I love it! Do you? Yes, I do.', ['I love it!', 'Do you?', 'Yes, I do.']),
+    ('Ms. Warren called the plan "a disaster." Republicans disagreed.', ['Ms. Warren called the plan "a disaster."', 'Republicans disagreed.']),
+    ('The vote was 12-11. The nomination now goes to the full Senate.', ['The vote was 12-11.', 'The nomination now goes to the full Senate.']),
+    ('Prices rose 2.5% in January. Inflation was 1.9% in Feb. 2017, the bank said.', ['Prices rose 2.5% in January.', 'Inflation was 1.9% in Feb. 2017, the bank said.']),
+    ('President George W. Bush spoke first. Then Obama spoke.', ['President George W. Bush spoke first.', 'Then Obama spoke.']),
+    ('The company lost $3.2 billion in 2016. Its shares fell 12 percent.', ['The company lost $3.2 billion in 2016.', 'Its shares fell 12 percent.']),
+    ('Rep. Nancy Pelosi (D-Calif.) spoke on Tuesday. She criticized the bill.', ['Rep. Nancy Pelosi (D-Calif.) spoke on Tuesday.', 'She criticized the bill.']),
+    ('"It is hard to imagine a worse choice," Sen. Elizabeth Warren said. DeVos was confirmed.', ['"It is hard to imagine a worse choice," Sen. Elizabeth Warren said.', 'DeVos was confirmed.']),
+    ('No. 10 Downing St. is in London. The prime minister lives there.', ['No. 10 Downing St. is in London.', 'The prime minister lives there.']),
+    ('She asked, "Why not?" He shrugged.', ['She asked, "Why not?"', 'He shrugged.']),
+    ('Mrs. Clinton and Mr. Trump debated. It was tense.', ['Mrs. Clinton and Mr. Trump debated.', 'It was tense.']),
+    ('The temperature was -3.5 degrees. Schools closed early.', ['The temperature was -3.5 degrees.', 'Schools closed early.']),
+]
+
+
+@pytest.fixture(scope="module")
+def nlp(raw_data):
+    return load_splitter(raw_data / SPACY_MODEL, "spacy_senter")
+
+
+def test_enough_tricky_cases():
+    assert len(TRICKY) >= 20
+    assert sum(len(expected) for _, expected in TRICKY) >= 50
+
+
+@pytest.mark.parametrize(("text", "expected"), TRICKY, ids=[t[:40] for t, _ in TRICKY])
+def test_tricky_sentences(nlp, text, expected):
+    assert doc_sentences(nlp(text)) == expected
+
+
+def test_split_documents_keeps_order_and_groups_chunks(nlp):
+    texts = [c[0] for c in TRICKY[:6]]
+    long_text = " ".join(c[0] for c in TRICKY)  # cut into several chunks of <= 300 characters
+    assert len(chunk_text(long_text, 300)) > 3
+    out = list(split_documents(nlp, [*texts, long_text], chunk_chars=300, batch_size=4, progress=False))
+    assert out[:6] == [c[1] for c in TRICKY[:6]]
+    assert len(out) == 7
+    assert " ".join(out[6]) == long_text
+
+
+def test_spacy_never_sees_more_than_chunk_chars(raw_data):
+    nlp = load_splitter(raw_data / SPACY_MODEL, "spacy_senter")
+    nlp.max_length = 2_000  # spaCy raises E088 on any longer text
+    text = ("word " * 3_000).strip() + " x" * 10 + "y" * 5_000  # one line, no sentence end, a 5k-char token
+    (sentences,) = split_documents(nlp, [text], chunk_chars=2_000, progress=False)
+    assert "".join(sentences).replace(" ", "") == text.replace(" ", "")
+
+
+def test_chunk_text_cuts_at_newline_then_space_then_hard():
+    text = "aaaa bbbb\ncccc dddd eeee"
+    assert chunk_text(text, 12) == ["aaaa bbbb\n", "cccc dddd ", "eeee"]
+    assert chunk_text("x" * 25, 10) == ["x" * 10, "x" * 10, "x" * 5]
+    assert chunk_text("short", 10) == ["short"]
+    for size in (7, 50, 1000):
+        pieces = chunk_text(text * 40, size)
+        assert "".join(pieces) == text * 40 and max(map(len, pieces)) <= size
