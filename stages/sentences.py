@@ -166,38 +166,82 @@ def doc_sentences(doc) -> list[str]:
     return out
 
 
+def _split_batch(nlp, texts: list[str], chunk_chars: int, batch_size: int) -> list[list[str]]:
+    """Sentences of each text of a batch (one process): chunks through ``nlp.pipe``, regrouped per text."""
+    owners: list[int] = []
+    pieces: list[str] = []
+    for i, text in enumerate(texts):
+        for piece in chunk_text(text, chunk_chars):
+            owners.append(i)
+            pieces.append(piece)
+    out: list[list[str]] = [[] for _ in texts]
+    for owner, doc in zip(owners, nlp.pipe(pieces, batch_size=batch_size), strict=True):
+        out[owner].extend(doc_sentences(doc))
+    return out
+
+
+_WORKER: dict = {}  # per worker process: the pipeline and settings, set by _init_worker
+
+
+def _init_worker(nlp, chunk_chars: int, batch_size: int) -> None:
+    _WORKER.update(nlp=nlp, chunk_chars=chunk_chars, batch_size=batch_size)
+
+
+def _worker_batch(texts: list[str]) -> list[list[str]]:
+    return _split_batch(_WORKER["nlp"], texts, _WORKER["chunk_chars"], _WORKER["batch_size"])
+
+
+def _batches(texts: Iterable[str], chunk_chars: int, batch_size: int) -> Iterator[list[str]]:
+    """Group texts into batches of about ``batch_size`` chunks (a long text forms a batch of its own)."""
+    batch: list[str] = []
+    size = 0
+    for text in texts:
+        batch.append(text)
+        size += len(text) // chunk_chars + 1
+        if size >= batch_size:
+            yield batch
+            batch, size = [], 0
+    if batch:
+        yield batch
+
+
 def split_documents(
     nlp, texts: Iterable[str], chunk_chars: int, batch_size: int = 64, n_process: int = 1, progress: bool = True,
     total: int | None = None,
 ) -> Iterator[list[str]]:
-    """Yield the sentences of each text, in order: one ``list[str]`` per input text.
+    """Yield the sentences of each text, in input order: one ``list[str]`` per text.
 
-    Texts are cut with :func:`chunk_text` (so spaCy never sees more than ``chunk_chars`` characters at once;
-    memory is bounded by ``batch_size * chunk_chars`` characters in flight) and streamed through
-    ``nlp.pipe(batch_size=..., n_process=...)``. A sentence that straddles a cut inside a line longer than
-    ``chunk_chars`` is split there.
+    Texts are cut with :func:`chunk_text`, so spaCy never sees more than ``chunk_chars`` characters at once;
+    memory is bounded by about ``n_process * batch_size * chunk_chars`` characters in flight. Batches go through
+    ``nlp.pipe(batch_size=...)``; with ``n_process > 1`` a process pool (each worker holding a copy of ``nlp``)
+    splits whole batches and sends back only the sentence strings, in order, so the output does not depend on
+    ``n_process``. A sentence that straddles a cut inside a line longer than ``chunk_chars`` is split there.
+
+    Raises:
+        StageError: ``chunk_chars`` above ``nlp.max_length``.
     """
+    import multiprocessing
+
     from tqdm.auto import tqdm
 
     if chunk_chars > nlp.max_length:
         raise StageError(f"params.yaml: prepare_corpus.chunk_chars: expected <= {nlp.max_length} (spaCy max_length)")
-    counts: list[int] = []  # chunks per text, appended as the generator below is consumed
-
-    def chunks() -> Iterator[tuple[str, int]]:
-        for i, text in enumerate(texts):
-            pieces = chunk_text(text, chunk_chars)
-            counts.append(len(pieces))
-            for p in pieces:
-                yield p, i
-
     bar = tqdm(total=total, desc="sentences", unit="doc", disable=not progress, mininterval=2.0)
-    current: list[str] = []
-    seen = 0
-    for doc, i in nlp.pipe(chunks(), as_tuples=True, batch_size=batch_size, n_process=n_process):
-        current.extend(doc_sentences(doc))
-        seen += 1
-        if seen == counts[i]:
-            yield current
-            current, seen = [], 0
-            bar.update(1)
-    bar.close()
+    batches = _batches(texts, chunk_chars, batch_size)
+    if n_process <= 1:
+        results: Iterator[list[list[str]]] = (_split_batch(nlp, b, chunk_chars, batch_size) for b in batches)
+        pool = None
+    else:
+        method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+        pool = multiprocessing.get_context(method).Pool(n_process, _init_worker, (nlp, chunk_chars, batch_size))
+        results = pool.imap(_worker_batch, batches)
+    try:
+        for batch in results:
+            for sentences in batch:
+                bar.update(1)
+                yield sentences
+    finally:
+        bar.close()
+        if pool is not None:
+            pool.terminate()
+            pool.join()

@@ -85,3 +85,10 @@ def test_chunk_text_cuts_at_newline_then_space_then_hard():
     for size in (7, 50, 1000):
         pieces = chunk_text(text * 40, size)
         assert "".join(pieces) == text * 40 and max(map(len, pieces)) <= size
+
+
+def test_process_pool_gives_the_same_output(nlp):
+    texts = [t for t, _ in TRICKY] * 3
+    one = list(split_documents(nlp, texts, chunk_chars=1_000, batch_size=5, n_process=1, progress=False))
+    two = list(split_documents(nlp, texts, chunk_chars=1_000, batch_size=5, n_process=2, progress=False))
+    assert one == two == [e for _, e in TRICKY] * 3
