@@ -35,7 +35,6 @@ from stages.report import (
     average_score,
     by_model_task,
     family_order,
-    find_key,
     findings,
     load_finetune_results,
     relative_speed,
@@ -43,6 +42,7 @@ from stages.report import (
     report_card,
     table,
     task_order,
+    tokens_seen_of,
 )
 
 log = logging.getLogger(__name__)
@@ -196,8 +196,7 @@ def main() -> None:
                  p.throughput_batch_size)
 
     confusion = sentiment_confusion(models, p.confusion_max_examples, p.seq_length)
-    pretrain = read_json(METRICS / "pretrain.json") or {}
-    tokens_seen = find_key(pretrain, "tokens_seen")
+    tokens_seen = tokens_seen_of(read_json(METRICS / "pretrain.json"))
     header, rows = table(results, facts, p.teacher, p.student, p.scratch)
     lines = findings(results, facts, p.teacher, p.student, p.scratch, tokens_seen)
     card = report_card(Path.cwd(), METRICS, SOURCES, tokens_seen)

@@ -167,11 +167,11 @@ class EvaluateParams(Section):
     student: str = Field(default="distilled", min_length=1)
     scratch: str = Field(default="scratch", min_length=1)
     speed_task: str = Field(default="sentiment", min_length=1)
-    seq_length: Annotated[int, annotated_types.Ge(8), annotated_types.Le(512)] = 128
-    latency_examples: Annotated[int, annotated_types.Ge(1)] = 16
+    seq_length: Annotated[int, annotated_types.Ge(8), annotated_types.Le(512)] = 64
+    latency_examples: Annotated[int, annotated_types.Ge(1)] = 8
     throughput_batch_size: Annotated[int, annotated_types.Ge(1)] = 32
-    warmup_runs: Annotated[int, annotated_types.Ge(0)] = 2
-    timed_runs: Annotated[int, annotated_types.Ge(1)] = 5
+    warmup_runs: Annotated[int, annotated_types.Ge(0)] = 1
+    timed_runs: Annotated[int, annotated_types.Ge(1)] = 3
     num_threads: Annotated[int, annotated_types.Ge(1)] = 1
     confusion_max_examples: Annotated[int, annotated_types.Ge(1)] | None = None
 

@@ -275,6 +275,17 @@ def find_key(obj: Any, key: str) -> Any:
     return None
 
 
+def tokens_seen_of(pretrain: Mapping[str, Any] | None) -> int | None:
+    """Tokens seen in pre-training from ``metrics/pretrain.json``: ``tokens_seen`` at any depth, else a top-level
+    ``tokens`` or ``train_tokens`` (None when absent)."""
+    if not pretrain:
+        return None
+    for value in (find_key(pretrain, "tokens_seen"), pretrain.get("train_tokens"), pretrain.get("tokens")):
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return int(value)
+    return None
+
+
 def findings(
     results: Sequence[FinetuneResult],
     facts: Mapping[str, ModelFacts],
