@@ -207,6 +207,22 @@ class TrainTokenizerParams(Section):
         return self
 
 
+# ------------------------------------------------------------------------------------------ orchestration
+class OrchestrationParams(Section):
+    """``orchestration``: how the Prefect flow (``flows/pipeline.py``) runs the DVC stages.
+
+    No stage reads it, so changing it never invalidates a stage. ``gpu_stages`` are glob patterns over stage
+    addresses (``finetune@*``): those stages are tagged ``gpu`` (a Prefect concurrency limit equal to the
+    pool's GPU count) and each gets its own ``CUDA_VISIBLE_DEVICES``.
+    """
+
+    retries: Annotated[int, annotated_types.Ge(0)] = 2
+    retry_delay_seconds: Annotated[int, annotated_types.Ge(0)] = 30
+    log_tail_lines: Annotated[int, annotated_types.Ge(1)] = 20
+    gpu_stages: list[str] = Field(default_factory=list)
+    mlflow: bool = True
+
+
 # -------------------------------------------------------------------------------------------------- root
 class Params(Section):
     """The whole ``params.yaml``."""
@@ -217,6 +233,7 @@ class Params(Section):
     create_pretraining_data: CreatePretrainingDataParams
     evaluate: EvaluateParams
     train_tokenizer: TrainTokenizerParams
+    orchestration: OrchestrationParams
 
     @model_validator(mode="after")
     def _cross_checks(self) -> Params:

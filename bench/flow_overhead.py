@@ -1,0 +1,99 @@
+"""Overhead of the Prefect flow over an unchanged pipeline, side by side with `dvc repro` alone.
+
+    python bench/flow_overhead.py                 # a synthetic repository shaped like ours (15 stages, a matrix)
+    python bench/flow_overhead.py --repo .        # this repository (run the pipeline once first: all unchanged)
+    python bench/flow_overhead.py --mlflow        # also with the MLflow parent run (sqlite store in a temp dir)
+
+Both are timed as a person runs them, as fresh processes: `dvc repro` and `python -m flows.pipeline` (the latter
+includes importing Prefect and starting its temporary local server, about 10 s on an idle machine). Target: the
+flow at most 20 s slower. The machine's load average is printed, since a shared machine inflates both.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from tests.flow_repos import make_repo  # noqa: E402
+
+
+def synthetic_stages() -> dict:
+    """fetch -> corpus -> {tokenizer, tasks} -> pretraining data -> pretrain -> distill -> finetune matrix -> evaluate."""
+    def stage(name, deps):
+        return {"cmd": f"cat {' '.join(d + '.txt' for d in deps) or '/dev/null'} > {name}.txt; echo {name} >> {name}.txt",
+                "deps": [d + ".txt" for d in deps], "outs": [name + ".txt"]}
+
+    stages = {
+        "fetch_data": stage("fetch_data", []),
+        "prepare_corpus": stage("prepare_corpus", ["fetch_data"]),
+        "train_tokenizer": stage("train_tokenizer", ["prepare_corpus"]),
+        "create_pretraining_data": stage("create_pretraining_data", ["prepare_corpus", "train_tokenizer"]),
+        "pretrain": stage("pretrain", ["create_pretraining_data"]),
+        "distill": stage("distill", ["pretrain"]),
+        "prepare_tasks": stage("prepare_tasks", ["prepare_corpus"]),
+    }
+    stages["finetune"] = {
+        "matrix": {"model": ["pretrain", "distill", "minilm"], "task": ["sentiment", "ner", "qa"]},
+        "cmd": "cat prepare_tasks.txt > ft-${item.model}-${item.task}.txt",
+        "deps": ["prepare_tasks.txt", "pretrain.txt", "distill.txt"],
+        "outs": ["ft-${item.model}-${item.task}.txt"],
+    }
+    stages["evaluate"] = {"cmd": "cat ft-*.txt > evaluate.txt",
+                          "deps": [f"ft-{m}-{t}.txt" for m in ("pretrain", "distill", "minilm")
+                                   for t in ("sentiment", "ner", "qa")],
+                          "outs": ["evaluate.txt"]}
+    return stages
+
+
+def timed(cmd: list[str], cwd: Path, env: dict[str, str]) -> float:
+    started = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
+    seconds = time.perf_counter() - started
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
+    return seconds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repo", help="an existing repository whose pipeline is up to date (default: synthetic)")
+    parser.add_argument("--mlflow", action="store_true", help="also time the flow with its MLflow parent run")
+    parser.add_argument("--repeat", type=int, default=2, help="runs of each; the best is reported")
+    args = parser.parse_args()
+    env = dict(os.environ, PATH=str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", ""),
+               PYTHONPATH=str(REPO), PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS="300")
+    tmp = Path(tempfile.mkdtemp(prefix="flow-bench-"))
+    env["MLFLOW_TRACKING_URI"] = env.get("MLFLOW_TRACKING_URI", f"sqlite:///{tmp / 'mlflow.db'}")
+    if args.repo:
+        repo = Path(args.repo).resolve()
+    else:
+        repo = make_repo(tmp / "repo", synthetic_stages(), {"orchestration": {"retries": 0}})
+        timed([sys.executable, "-m", "dvc", "repro", "-q"], repo, env)  # make everything up to date
+    n_stages = subprocess.run([sys.executable, "-m", "dvc", "stage", "list", "--all"], cwd=repo, env=env,
+                              capture_output=True, text=True).stdout.count("\n")
+    flow = [sys.executable, "-m", "flows.pipeline", "--repo", str(repo)]
+    rows = [("dvc repro (unchanged)", [sys.executable, "-m", "dvc", "repro"]),
+            ("python -m flows.pipeline --no-mlflow", [*flow, "--no-mlflow"])]
+    if args.mlflow:
+        rows.append(("python -m flows.pipeline (MLflow parent run)", flow))
+    results = {}
+    for label, cmd in rows:
+        results[label] = min(timed(cmd, repo, env) for _ in range(args.repeat))
+    base = results[rows[0][0]]
+    print(f"repository: {repo} ({n_stages} stages), load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+    print(f"{'command':48s} {'seconds':>8s} {'overhead':>9s}")
+    for label, seconds in results.items():
+        print(f"{label:48s} {seconds:8.1f} {seconds - base:+9.1f}")
+    print("target: flow overhead <= +20.0 s over dvc repro")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,77 @@
+"""The flow's side of MLflow: one parent run per flow run; stage runs nest under it.
+
+The parent run id reaches the stage processes through an environment variable (never ``MLFLOW_RUN_ID``, which
+would make a stage resume the parent run instead of opening its own nested run). When the project has
+``stages/tracking.py`` its variable names are used, so the two sides cannot disagree.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+PARENT_RUN_ENV = "BERT_MLFLOW_PARENT_RUN_ID"
+FLOW_RUN_ENV = "BERT_PREFECT_FLOW_RUN_ID"
+DEFAULT_EXPERIMENT = "bert-pipeline"
+
+
+def env_names() -> tuple[str, str]:
+    """(parent run id variable, flow run id variable), from ``stages.tracking`` when it defines them."""
+    try:
+        from stages import tracking  # type: ignore[attr-defined]
+    except ImportError:
+        return PARENT_RUN_ENV, FLOW_RUN_ENV
+    return (getattr(tracking, "PARENT_RUN_ENV", PARENT_RUN_ENV), getattr(tracking, "FLOW_RUN_ENV", FLOW_RUN_ENV))
+
+
+def tracking_uri(root: str | Path) -> str:
+    """``$MLFLOW_TRACKING_URI``, else the project's local store ``sqlite:///<root>/mlflow.db`` (absolute, so a
+    run in a temporary clone still records into the user's store)."""
+    import os
+
+    return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{Path(root).resolve() / 'mlflow.db'}"
+
+
+def open_parent_run(uri: str, experiment: str, name: str, tags: dict[str, str]) -> tuple[str, str]:
+    """Create the parent run; return ``(run_id, experiment_id)``."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=uri)
+    exp = client.get_experiment_by_name(experiment)
+    exp_id = exp.experiment_id if exp else client.create_experiment(experiment)
+    run = client.create_run(exp_id, run_name=name, tags=tags)
+    return run.info.run_id, exp_id
+
+
+def close_parent_run(uri: str, run_id: str, ok: bool, metrics: dict[str, float] | None = None) -> None:
+    """Log the flow's summary metrics and end the parent run (FINISHED or FAILED)."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=uri)
+    for key, value in (metrics or {}).items():
+        client.log_metric(run_id, key, value)
+    client.set_terminated(run_id, "FINISHED" if ok else "FAILED")
+
+
+def child_runs(uri: str, parent_run_id: str) -> list[dict[str, Any]]:
+    """The runs nested under ``parent_run_id`` (any experiment): id, name, experiment id, status."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=uri)
+    exp_ids = [e.experiment_id for e in client.search_experiments()]
+    runs = client.search_runs(exp_ids, filter_string=f"tags.mlflow.parentRunId = '{parent_run_id}'")
+    return [
+        {"run_id": r.info.run_id, "name": r.info.run_name, "experiment_id": r.info.experiment_id,
+         "status": r.info.status, "stage": r.data.tags.get("stage", "")}
+        for r in runs
+    ]
+
+
+def run_link(uri: str, experiment_id: str, run_id: str) -> str:
+    """A link to a run in the MLflow UI when the store is a server, else the run id for ``mlflow ui``."""
+    if uri.startswith(("http://", "https://")):
+        return f"{uri.rstrip('/')}/#/experiments/{experiment_id}/runs/{run_id}"
+    return f"run {run_id} (`mlflow ui --backend-store-uri {uri}`)"

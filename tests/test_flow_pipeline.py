@@ -1,0 +1,155 @@
+"""The Prefect flow over throwaway DVC repositories: task graph = `dvc dag`, retries, failure isolation, a
+second run that skips every stage, a run with overrides saved as a DVC experiment, and two worker clones
+sharing data through a local-directory DVC remote.
+
+One Prefect test server (temporary database) serves every flow run of this module.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import pytest
+import yaml
+
+from flows.dag import parse_dot, read_lock
+from flows.pipeline import PipelineFailed, pipeline
+from tests.flow_repos import make_repo, py, sh
+
+DVC = [sys.executable, "-m", "dvc"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def prefect_server():
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=180):
+        yield
+
+
+def task_graph(flow_run_id, expected: int) -> tuple[dict[str, str], set[tuple[str, str]]]:
+    """(task run name -> final state name, upstream->downstream edges) of a flow run, from the Prefect API
+    (``wait_for`` inputs, the edges the UI draws). Task runs are recorded asynchronously: poll briefly."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    with get_client(sync_client=True) as client:
+        for _ in range(100):
+            runs = client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id])))
+            if len(runs) >= expected and all(r.state and r.state.is_final() for r in runs):
+                break
+            time.sleep(0.2)
+    names = {r.id: r.name for r in runs}
+    edges = {(names[i.id], r.name) for r in runs for i in r.task_inputs.get("__parents__", []) + [
+        x for x in r.task_inputs.get("wait_for", [])] if i.id in names}
+    return {r.name: r.state.name for r in runs}, edges
+
+
+GRAPH = {
+    "a": {"cmd": "echo a > a.txt", "outs": ["a.txt"]},
+    "c": {"cmd": "echo c > c.txt", "outs": ["c.txt"]},
+    "f": {"foreach": ["u"], "do": {"cmd": "cat a.txt > f-${item}.txt", "deps": ["a.txt"],
+                                  "outs": ["f-${item}.txt"]}},
+    "m": {"matrix": {"x": ["p", "q"], "y": [1]},
+          "cmd": "cat a.txt c.txt > m-${item.x}-${item.y}.txt; echo $CUDA_VISIBLE_DEVICES > dev-${item.x}.txt",
+          "deps": ["a.txt", "c.txt"], "outs": ["m-${item.x}-${item.y}.txt", "dev-${item.x}.txt"]},
+}
+FAST = {"orchestration": {"retries": 0, "retry_delay_seconds": 0}}
+
+
+def test_task_graph_equals_dvc_dag_and_second_run_skips_everything(tmp_path):
+    repo = make_repo(tmp_path / "repo", GRAPH, {"orchestration": {"retries": 0, "gpu_stages": ["m@*"]}})
+    first = pipeline(repo=str(repo), track=False, gpus=2)
+    assert {s: o["status"] for s, o in first["stages"].items()} == dict.fromkeys(
+        ["a", "c", "f@u", "m@p-1", "m@q-1"], "ran")
+    assert (repo / "m-q-1.txt").read_text() == "a\nc\n"
+    # GPU stages each got one device of the two; the `gpu` tag limit equals the GPU count.
+    assert {(repo / f"dev-{x}.txt").read_text().strip() for x in "pq"} <= {"0", "1"}
+    assert (repo / "f-u.txt").read_text() == "a\n"
+    from prefect.client.orchestration import get_client
+
+    with get_client(sync_client=True) as client:
+        assert client.read_concurrency_limit_by_tag("gpu").concurrency_limit == 2
+
+    state = pipeline(repo=str(repo), track=False, return_state=True)
+    second = state.result()
+    assert {o["status"] for o in second["stages"].values()} == {"skipped"}  # no dvc subprocess at all
+    states, edges = task_graph(state.state_details.flow_run_id, expected=5)
+    nodes, dag_edges = parse_dot(sh([*DVC, "dag", "--dot"], repo))
+    assert set(states) == nodes == {"a", "c", "f@u", "m@p-1", "m@q-1"}
+    assert edges == dag_edges
+    assert set(states.values()) == {"Completed"}
+
+
+def test_flaky_stage_is_retried_and_flow_completes(tmp_path):
+    flaky = py("import pathlib,sys; p=pathlib.Path('attempts'); n=len(p.read_text()) if p.exists() else 0; "
+               "p.write_text('x'*(n+1)); sys.exit('transient failure %d' % (n+1)) if n < 2 else "
+               "pathlib.Path('ok.txt').write_text('ok')")
+    repo = make_repo(tmp_path / "repo", {"flaky": {"cmd": flaky, "outs": ["ok.txt"]}},
+                     {"orchestration": {"retries": 2, "retry_delay_seconds": 0}})
+    result = pipeline(repo=str(repo), track=False)
+    assert result["ok"] and result["stages"]["flaky"]["status"] == "ran"
+    assert (repo / "attempts").read_text() == "xxx"  # two failures, then success
+    assert "flaky" in read_lock(repo)
+
+
+def test_failing_stage_fails_flow_and_its_dependents_only(tmp_path):
+    stages = {
+        "bad": {"cmd": py("import sys; print('loading shards'); sys.exit('boom: shard 3 is corrupt')"),
+                "outs": ["bad.txt"]},
+        "after_bad": {"cmd": "cat bad.txt > after.txt", "deps": ["bad.txt"], "outs": ["after.txt"]},
+        "other": {"cmd": "echo fine > other.txt", "outs": ["other.txt"]},
+    }
+    repo = make_repo(tmp_path / "repo", stages, FAST)
+    with pytest.raises(PipelineFailed) as info:
+        pipeline(repo=str(repo), track=False)
+    message = str(info.value)
+    assert message.startswith("stage bad failed")
+    assert "boom: shard 3 is corrupt" in message and "loading shards" in message
+    outcome = {s: o["status"] for s, o in info.value.summary["stages"].items()}
+    assert outcome == {"bad": "failed", "after_bad": "blocked", "other": "ran"}
+    assert (repo / "other.txt").read_text() == "fine\n"  # the unrelated branch ran
+    assert not (repo / "after.txt").exists()
+    assert set(read_lock(repo)) == {"other"}
+
+
+def test_overrides_run_in_a_clone_and_become_an_experiment(tmp_path):
+    stages = {"greet": {"cmd": py("import yaml; p=yaml.safe_load(open('params.yaml')); "
+                                  "open('greet.txt','w').write(p['greet']['word'])"),
+                        "params": ["greet.word"], "outs": ["greet.txt"]}}
+    repo = make_repo(tmp_path / "repo", stages, {"greet": {"word": "hello"}, **FAST})
+    before = (repo / "params.yaml").read_text()
+    result = pipeline(repo=str(repo), set_params=["greet.word=bonjour"], experiment="bonjour-run", track=False,
+                      promote_models=True)
+    assert result["experiment"] == "bonjour-run"
+    assert (repo / "params.yaml").read_text() == before  # the user's workspace is untouched
+    assert not (repo / "greet.txt").exists() and not (repo / "dvc.lock").exists()
+    shown = sh([*DVC, "exp", "show", "--json"], repo)
+    assert "bonjour-run" in shown and "bonjour" in shown
+    sh([*DVC, "exp", "apply", "bonjour-run"], repo)
+    assert (repo / "greet.txt").read_text() == "bonjour"
+    assert yaml.safe_load((repo / "params.yaml").read_text())["greet"]["word"] == "bonjour"
+
+
+def test_two_worker_clones_share_data_through_a_dvc_remote(tmp_path):
+    # prep -> (left, right) -> join; `left` and `right` are independent and run on different worker clones.
+    stages = {
+        "prep": {"cmd": "echo base > prep.txt", "outs": ["prep.txt"]},
+        "left": {"cmd": "cat prep.txt > left.txt; echo L >> left.txt", "deps": ["prep.txt"], "outs": ["left.txt"]},
+        "right": {"cmd": "cat prep.txt > right.txt; echo R >> right.txt", "deps": ["prep.txt"],
+                  "outs": ["right.txt"]},
+        "join": {"cmd": "cat left.txt right.txt > join.txt", "deps": ["left.txt", "right.txt"],
+                 "outs": ["join.txt"]},
+    }
+    repo = make_repo(tmp_path / "coordinator", stages, FAST, remote=tmp_path / "remote")
+    workers = [str(tmp_path / "worker-1"), str(tmp_path / "worker-2")]
+    result = pipeline(repo=str(repo), workers=workers, track=False)
+    ran_on = {s: o["worker"] for s, o in result["stages"].items()}
+    assert {o["status"] for o in result["stages"].values()} == {"ran"}
+    assert set(ran_on.values()) == set(workers)  # both clones did work
+    assert not (repo / "join.txt").exists()  # nothing ran in the coordinator's workspace...
+    assert set(read_lock(repo)) == set(stages)  # ...which ends with the complete dvc.lock
+    sh([*DVC, "pull"], repo)  # every output is on the remote, at the versions dvc.lock names
+    assert (repo / "join.txt").read_text() == "base\nL\nbase\nR\n"
+    assert "up to date" in sh([*DVC, "status"], repo)
