@@ -59,9 +59,6 @@ def build_corpus(
     Raises:
         StageError: a missing source or file, bad content, or no document left after filtering.
     """
-    import datasets
-    import pyarrow as pa
-
     for src in params.sources:  # fail fast on a packaged source that is missing, before the slow part
         if isinstance(src, str) and src in C.PACKAGED and not (raw_dir / C.PACKAGED[src].path).is_file():
             raise StageError(f"{raw_dir / C.PACKAGED[src].path}: packaged source {src!r} not found "
@@ -97,6 +94,9 @@ def build_corpus(
         ps.sentences += len(sentences)
         ps.words += C.count_words(doc.text)
         ps.bytes += len(doc.text.encode("utf-8"))
+
+    import datasets  # after the worker pool is gone: no Arrow threads exist when the workers fork
+    import pyarrow as pa
 
     features = datasets.Features({
         "doc_id": datasets.Value("string"), "source": datasets.Value("string"), "text": datasets.Value("string"),
