@@ -101,3 +101,31 @@ def test_prepare_corpus_outputs(smoke_run):
         s["documents"] for s in metrics["per_source"].values())
     assert metrics["documents"] <= 300 * len(metrics["per_source"])  # smoke: max_documents_per_source
     assert all(i.startswith("news_articles:NewsArticles.csv:row=") for i in ids["train"])
+
+
+def test_train_tokenizer_outputs(smoke_run):
+    import csv
+
+    from transformers import AutoTokenizer
+
+    folder = smoke_run / "models/tokenizer"
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "special_tokens_map.json", "tokenizer.json", "tokenizer_config.json", "vocab.txt"]
+    hf = AutoTokenizer.from_pretrained(str(folder))
+    vocab = (folder / "vocab.txt").read_text(encoding="utf-8").splitlines()
+    metrics = json.loads((smoke_run / "metrics/tokenizer.json").read_text())
+    assert metrics["vocab_size"] == len(hf) == len(vocab) <= 2000  # the smoke profile's vocab_size
+    assert vocab[0] == "[PAD]" and vocab[1] == "[unused0]" and vocab[100:104] == ["[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    enc = hf("The minister said on Tuesday.", "Markets fell.")
+    assert enc["input_ids"][0] == 101 and enc["input_ids"][-1] == 102 and enc["input_ids"].count(102) == 2
+    assert enc["token_type_ids"][0] == 0 and enc["token_type_ids"][-1] == 1
+    from tokenizers import Tokenizer
+
+    raw = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    assert raw.encode("The minister said on Tuesday.", "Markets fell.").ids == enc["input_ids"]
+    assert 1.0 < metrics["fertility"] < 2.0 and metrics["unk_rate"] < 0.01
+    assert 0.5 < metrics["whole_word_share"] <= 1.0 and 0.0 < metrics["continuation_share"] < 0.5
+    with open(smoke_run / "plots/tokenizer_fertility.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert sum(int(r["count"]) for r in rows) == metrics["words"]
+    assert sum(int(r["tokens_per_word"]) * int(r["count"]) for r in rows) == metrics["tokens"]
