@@ -215,3 +215,26 @@ def test_tokenizer_padding_and_truncation_in_tokenizer_json_are_ignored(tmp_path
     assert [[len(s) for s in d] for d in docs] == [[4, 11], [2]]
     assert docs[0][0][-1] == docs[1][0][-1]  # the '.' id; no [PAD] (0) anywhere
     assert all(0 not in s for d in docs for s in d)
+
+
+def test_whole_word_masking_in_the_stage_never_masks_part_of_a_word(workspace, monkeypatch):
+    import datasets
+    from transformers import AutoTokenizer
+
+    run(workspace, monkeypatch, whole_word_masking=True, dupe_factor=3)
+    tok = AutoTokenizer.from_pretrained(str(workspace / "models/tokenizer"))
+    continuation = np.array([t.startswith("##") for t in tok.convert_ids_to_tokens(list(range(len(tok))))])
+    train = datasets.load_from_disk(str(workspace / "data/pretraining/train"))
+    words_split = 0
+    for row in train:
+        original = np.array(row["input_ids"], dtype=np.int64)
+        original[row["masked_lm_positions"]] = row["masked_lm_ids"]
+        chosen = np.zeros(original.size, dtype=bool)
+        chosen[row["masked_lm_positions"]] = True
+        cont = continuation[original]
+        cont[1:] &= ~np.isin(original[:-1], [101, 102])  # a piece cut loose by truncation starts its own word
+        cont[0] = False
+        # a '##' piece is chosen exactly when the piece before it is
+        assert np.array_equal(chosen[1:][cont[1:]], chosen[:-1][cont[1:]])
+        words_split += int(cont.sum())
+    assert words_split > 100  # the corpus has many multi-piece words
