@@ -140,7 +140,7 @@ class CreatePretrainingDataParams(Section):
     whole_word_masking: bool = False
     masking: Literal["static", "dynamic"] = "static"
     dupe_factor: Annotated[int, annotated_types.Ge(1)] = 5
-    seed: int = 12345
+    seed: Annotated[int, annotated_types.Ge(0)] = 12345
     shard_size: Annotated[int, annotated_types.Ge(1)] = 256
     num_proc: Annotated[int, annotated_types.Ge(1)] = 2
 
