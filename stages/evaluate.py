@@ -217,7 +217,11 @@ def main() -> None:
             [[m, round(100 * avg, 2) if (avg := average_score(index, m, tasks)) is not None else "",
               round(relative_speed(facts, m, p.teacher) or 0.0, 3), round(facts[m].latency_ms or 0, 3),
               round(facts[m].throughput or 0, 2)] for m in models]))
-    write_json(OUT_METRICS, flat_metrics(index, facts, models, tasks, p.teacher, p.student, p.scratch))
+    flat = flat_metrics(index, facts, models, tasks, p.teacher, p.student, p.scratch)
+    for m, pairs in confusion.items():  # the saved (first-seed) model on the confusion matrix's examples
+        flat[f"{m}.sentiment.confusion_examples"] = len(pairs)
+        flat[f"{m}.sentiment.confusion_accuracy"] = round(sum(a == b for a, b in pairs) / max(len(pairs), 1), 6)
+    write_json(OUT_METRICS, flat)
     atomic_write_text(REPORT, summary)
     timing: dict[str, Any] = {}
     for m, s in speeds.items():

@@ -173,7 +173,7 @@ class EvaluateParams(Section):
     warmup_runs: Annotated[int, annotated_types.Ge(0)] = 1
     timed_runs: Annotated[int, annotated_types.Ge(1)] = 3
     num_threads: Annotated[int, annotated_types.Ge(1)] = 1
-    confusion_max_examples: Annotated[int, annotated_types.Ge(1)] | None = None
+    confusion_max_examples: Annotated[int, annotated_types.Ge(1)] | None = 300
 
 
 # ---------------------------------------------------------------------------------------- train_tokenizer

@@ -103,13 +103,19 @@ def max_length(pred: Predictor, requested: int) -> int:
 @torch.no_grad()
 def class_probabilities(pred: Predictor, texts: Sequence[str], batch_size: int = 32,
                         max_seq_length: int = 128) -> torch.Tensor:
-    """Softmax class probabilities, ``(len(texts), num_labels)`` float32, batches of ``batch_size``."""
-    out = []
-    for i in range(0, len(texts), batch_size):
-        enc = pred.tokenizer(list(texts[i:i + batch_size]), padding=True, truncation=True,
+    """Softmax class probabilities, ``(len(texts), num_labels)`` float32, in the order of ``texts``.
+
+    Texts are batched by length (``batch_size`` at a time, padded to the longest in the batch) so little
+    compute goes to padding; the result does not depend on the batching.
+    """
+    order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+    probs = torch.zeros(len(texts), pred.model.config.num_labels)
+    for i in range(0, len(order), batch_size):
+        idx = order[i:i + batch_size]
+        enc = pred.tokenizer([texts[j] for j in idx], padding=True, truncation=True,
                              max_length=max_length(pred, max_seq_length), return_tensors="pt")
-        out.append(torch.softmax(pred.model(**enc).logits.float(), dim=-1))
-    return torch.cat(out) if out else torch.zeros(0, pred.model.config.num_labels)
+        probs[idx] = torch.softmax(pred.model(**enc).logits.float(), dim=-1)
+    return probs
 
 
 def classify(pred: Predictor, texts: Sequence[str], batch_size: int = 32, max_seq_length: int = 128) -> list[dict]:

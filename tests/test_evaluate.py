@@ -50,6 +50,8 @@ def test_evaluate_stage_outputs(in_tmp):
     assert flat["student_share.sentiment"] == round(0.66 / 0.70, 6)
     assert flat["pretrained.average"] == round((0.70 + 0.50) / 2, 6)
     assert flat["pretrained.parameters"] == flat["scratch.parameters"] > 0
+    assert flat["scratch.sentiment.confusion_examples"] == 5
+    assert flat["scratch.sentiment.confusion_accuracy"] == 0.4  # always "positive", 2 of 5 are
     timing = json.loads((in_tmp / "metrics/evaluate-timing.json").read_text())
     assert timing["pretrained.relative_speed"] == 1.0 and timing["distilled.latency_ms_b1"] > 0
     summary = (in_tmp / "reports/summary.md").read_text()
