@@ -444,6 +444,42 @@ def read_hub(name: str, dataset: str, config: str | None, split: str, text_field
         yield RawDocument(f"{name}:{where}:{split}:row={row}", name, text)
 
 
+@dataclass(frozen=True)
+class DocRef:
+    """A parsed doc id: ``source``, ``file`` (or hub dataset path) and ``locators`` such as ``{"row": "17"}``."""
+
+    source: str
+    file: str
+    locators: dict[str, str]
+
+
+def parse_doc_id(doc_id: str) -> DocRef:
+    """Split a doc id made by this module back into its parts.
+
+    ``parse_doc_id("news_articles:NewsArticles.csv:row=0:article_id=1")`` ->
+    ``DocRef("news_articles", "NewsArticles.csv", {"row": "0", "article_id": "1"})``. Later stages use it to go back
+    to the source row (e.g. a news article's title for QA). Parts without ``=`` after the file (a hub split) are
+    kept in ``file``.
+
+    Raises:
+        ValueError: not of the form ``SOURCE:FILE[:KEY=VALUE...]``.
+    """
+    parts = doc_id.split(":")
+    if len(parts) < 2 or not parts[0] or not parts[1]:
+        raise ValueError(f"not a doc id: {doc_id!r}")
+    locators: dict[str, str] = {}
+    file_parts = [parts[1]]
+    for part in parts[2:]:
+        key, sep, value = part.partition("=")
+        if sep:
+            locators[key] = value
+        elif not locators:
+            file_parts.append(part)
+        else:
+            raise ValueError(f"not a doc id: {doc_id!r}")
+    return DocRef(parts[0], ":".join(file_parts), locators)
+
+
 # ------------------------------------------------------------------------------------------- cleaning
 @dataclass
 class CleanResult:

@@ -177,6 +177,16 @@ def test_file_sources_doc_ids_and_formats(tmp_path):
         ids(name="g", pattern="nothing/*.txt", fmt="txt")
 
 
+def test_parse_doc_id_round_trips_the_locators():
+    ref = C.parse_doc_id("news_articles:NewsArticles.csv:row=17:article_id=18")
+    assert ref == C.DocRef("news_articles", "NewsArticles.csv", {"row": "17", "article_id": "18"})
+    assert C.parse_doc_id("mine:books/a.txt").locators == {}
+    assert C.parse_doc_id("wiki:wikitext/wikitext-2-raw-v1:train:row=9") == C.DocRef(
+        "wiki", "wikitext/wikitext-2-raw-v1:train", {"row": "9"})
+    with pytest.raises(ValueError, match="not a doc id"):
+        C.parse_doc_id("no-colon")
+
+
 def test_packaged_news_articles(raw_data):
     counter = C.ReadCounter()
     docs = list(C.read_packaged("news_articles", raw_data, counter))
@@ -187,6 +197,7 @@ def test_packaged_news_articles(raw_data):
     assert "Betsy DeVos Confirmed as Education Secretary" not in docs[0].text  # the title stays out of the body
     assert len({d.doc_id for d in docs}) == len(docs)
     assert counter.replaced_bytes == 0 and counter.mojibake_fixed > 5_000
+    assert all(C.parse_doc_id(d.doc_id).locators["article_id"] == str(i + 1) for i, d in enumerate(docs[:50]))
     with pytest.raises(StageError, match="unknown packaged source 'nope'"):
         list(C.read_packaged("nope", raw_data, counter))
     with pytest.raises(StageError, match=r"NewsArticles.csv: packaged source 'news_articles' not found"):

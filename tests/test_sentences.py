@@ -92,3 +92,10 @@ def test_process_pool_gives_the_same_output(nlp):
     one = list(split_documents(nlp, texts, chunk_chars=1_000, batch_size=5, n_process=1, progress=False))
     two = list(split_documents(nlp, texts, chunk_chars=1_000, batch_size=5, n_process=2, progress=False))
     assert one == two == [e for _, e in TRICKY] * 3
+
+
+def test_parser_splitter_option(raw_data):
+    parser = load_splitter(raw_data / SPACY_MODEL, "spacy_parser")
+    assert "parser" in parser.pipe_names and "senter" not in parser.pipe_names
+    for text, expected in TRICKY[:8]:
+        assert doc_sentences(parser(text)) == expected
