@@ -1,0 +1,544 @@
+"""The training loop shared by pre-training (and reusable by distillation): resumable, accelerate-driven.
+
+One code path for one CPU, one GPU, or several GPUs under ``accelerate launch`` / ``torchrun`` (DDP, or FSDP
+through an accelerate config): :class:`accelerate.Accelerator` owns devices, process groups, mixed precision
+and gradient scaling; this module owns the recipe (Devlin et al. 2019, Appendix A.2):
+
+- AdamW (Loshchilov & Hutter 2019) with weight decay on matrices only (no decay on biases and LayerNorm), or
+  LAMB (You et al. 2020) for large batches (:class:`Lamb`);
+- linear warmup then linear decay to 0 over ``max_steps`` (``transformers.get_linear_schedule_with_warmup``);
+- gradient accumulation, clipping of the global gradient norm;
+- a non-finite loss or gradient skips the update and is counted; more than ``max_bad_steps`` is an error;
+- phases (BERT's seq 128 then 512): each phase has its own dataset and batch size, switched at a fixed step;
+- exact resume: data order is a pure function of ``(seed, phase, epoch)``, so the data position is the step
+  number; a checkpoint holds model, optimizer, scheduler, RNG states and the logged history.
+
+The model is called as ``model(**batch)`` and must return an object with ``loss``, ``mlm_loss``,
+``mlm_correct``, ``mlm_count`` and optionally ``pair_loss``/``pair_correct``/``pair_count``
+(:class:`stages.modeling.MaskedPositionPretrainer`).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+
+from stages.checkpoint import CheckpointManager, rng_state, set_rng_state
+
+log = logging.getLogger(__name__)
+
+
+class TrainingError(RuntimeError):
+    """Training cannot continue (too many non-finite steps, empty data). ``str(err)`` is one line."""
+
+
+# ------------------------------------------------------------------------------------------- optimizers
+class Lamb(torch.optim.Optimizer):
+    """LAMB: layer-wise adaptive moments for large-batch training (You et al. 2020, Algorithm 2).
+
+    Per parameter tensor: Adam moments ``m``, ``v`` with bias correction, update
+    ``r = m_hat / (sqrt(v_hat) + eps) + weight_decay * w``, trust ratio ``phi(||w||) / ||r||`` with
+    ``phi`` = identity (1 when either norm is 0), ``w <- w - lr * trust * r``. As in the reference TensorFlow
+    implementation, groups with ``adapt=False`` (biases and LayerNorm, which also get no weight decay) use a trust
+    ratio of 1. Neither ``torch.optim`` nor ``transformers`` ships LAMB, and ``torch-optimizer`` is
+    unmaintained, so this is a small local implementation.
+
+    Args:
+        params: parameters or groups (a group may set ``weight_decay`` and ``adapt``).
+        lr: learning rate; betas: moment decay rates; eps: denominator term; weight_decay: decoupled decay.
+    """
+
+    def __init__(self, params, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-6,
+                 weight_decay: float = 0.01):
+        if lr <= 0 or not 0 <= betas[0] < 1 or not 0 <= betas[1] < 1 or eps <= 0:
+            raise ValueError(f"invalid LAMB hyper-parameters lr={lr} betas={betas} eps={eps}")
+        super().__init__(params, {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay,
+                                  "adapt": True})
+
+    @torch.no_grad()
+    def step(self, closure: Callable[[], float] | None = None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            beta1, beta2 = group["betas"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                grad = p.grad.float()
+                state = self.state[p]
+                if not state:
+                    state["step"] = torch.zeros((), dtype=torch.float32)
+                    state["exp_avg"] = torch.zeros_like(p, dtype=torch.float32)
+                    state["exp_avg_sq"] = torch.zeros_like(p, dtype=torch.float32)
+                state["step"] += 1
+                step = float(state["step"])
+                m, v = state["exp_avg"], state["exp_avg_sq"]
+                m.mul_(beta1).add_(grad, alpha=1 - beta1)
+                v.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+                m_hat = m / (1 - beta1**step)
+                v_hat = v / (1 - beta2**step)
+                update = m_hat / (v_hat.sqrt() + group["eps"])
+                weight = p.float()
+                if group["weight_decay"]:
+                    update.add_(weight, alpha=group["weight_decay"])
+                trust = 1.0
+                if group.get("adapt", True):
+                    w_norm, u_norm = weight.norm(), update.norm()
+                    if w_norm > 0 and u_norm > 0:
+                        trust = float(w_norm / u_norm)
+                p.add_((-group["lr"] * trust * update).to(p.dtype))
+        return loss
+
+
+def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
+    """Two groups: matrices (embeddings, projections) with ``weight_decay``; biases and LayerNorm (1-d) without.
+
+    The split of BERT's reference optimizer (``exclude_from_weight_decay=["LayerNorm", "bias"]``); the no-decay
+    group also has ``adapt=False`` for :class:`Lamb`. Tied parameters appear once.
+    """
+    decay, no_decay, seen = [], [], set()
+    for _, p in model.named_parameters():
+        if not p.requires_grad or id(p) in seen:
+            continue
+        seen.add(id(p))
+        (decay if p.ndim >= 2 else no_decay).append(p)
+    return [
+        {"params": decay, "weight_decay": weight_decay, "adapt": True},
+        {"params": no_decay, "weight_decay": 0.0, "adapt": False},
+    ]
+
+
+def make_optimizer(model: nn.Module, name: str, lr: float, weight_decay: float = 0.01,
+                   betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-6) -> torch.optim.Optimizer:
+    """``adamw`` (``torch.optim.AdamW``) or ``lamb`` (:class:`Lamb`) over :func:`parameter_groups`."""
+    groups = parameter_groups(model, weight_decay)
+    if name == "adamw":
+        for g in groups:
+            g.pop("adapt")
+        return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
+    if name == "lamb":
+        return Lamb(groups, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
+    raise ValueError(f"unknown optimizer {name!r}: expected adamw or lamb")
+
+
+# ---------------------------------------------------------------------------------------------- data
+def batch_indices(n_examples: int, global_batch: int, seed: int, stream: int, batch_index: int) -> np.ndarray:
+    """The example indices of global micro-batch ``batch_index`` of a data stream, ``(global_batch,)`` int64.
+
+    Each epoch is a permutation seeded by ``(seed, stream, epoch)`` (NumPy PCG64); the last incomplete batch of
+    an epoch is dropped. A pure function, so a resumed run continues with exactly the batches it had not seen.
+
+    Raises:
+        TrainingError: fewer examples than one global batch.
+    """
+    per_epoch = n_examples // global_batch
+    if per_epoch == 0:
+        raise TrainingError(
+            f"the training set has {n_examples} instances, fewer than one global batch of {global_batch}"
+        )
+    epoch, within = divmod(batch_index, per_epoch)
+    order = np.random.default_rng([seed, stream, epoch]).permutation(n_examples)
+    return order[within * global_batch : (within + 1) * global_batch]
+
+
+class ResumableBatchSampler(torch.utils.data.Sampler):
+    """Yields this process's share of global micro-batches ``start, start+1, ...`` (see :func:`batch_indices`).
+
+    Process ``rank`` of ``world`` gets rows ``[rank*batch_size, (rank+1)*batch_size)`` of each global batch.
+    """
+
+    def __init__(self, n_examples: int, batch_size: int, seed: int, stream: int, start: int,
+                 rank: int = 0, world: int = 1):
+        self.n, self.bs, self.seed, self.stream, self.start = n_examples, batch_size, seed, stream, start
+        self.rank, self.world = rank, world
+        batch_indices(n_examples, batch_size * world, seed, stream, 0)  # raise early on a too-small set
+
+    def __iter__(self) -> Iterator[list[int]]:
+        b = self.start
+        while True:
+            rows = batch_indices(self.n, self.bs * self.world, self.seed, self.stream, b)
+            yield rows[self.rank * self.bs : (self.rank + 1) * self.bs].tolist()
+            b += 1
+
+    def __len__(self) -> int:  # infinite stream; len is what one epoch holds
+        return self.n // (self.bs * self.world)
+
+
+@dataclass
+class Phase:
+    """One training phase: steps ``[start_step, end_step)`` on ``train`` with per-process ``batch_size``.
+
+    ``train``/``validation`` are map-style datasets of unpadded instances (e.g. ``datasets.Dataset``).
+    """
+
+    name: str
+    start_step: int
+    end_step: int
+    train: Any
+    validation: Any
+    batch_size: int
+    max_seq_length: int
+
+
+def phase_boundaries(max_steps: int, fractions: Sequence[float]) -> list[tuple[int, int]]:
+    """Split ``max_steps`` into consecutive ``[start, end)`` ranges by ``fractions`` (rounded, summing exactly).
+
+    >>> phase_boundaries(100, [0.9, 0.1])
+    [(0, 90), (90, 100)]
+    """
+    total = sum(fractions)
+    bounds, start, acc = [], 0, 0.0
+    for i, f in enumerate(fractions):
+        acc += f
+        end = max_steps if i == len(fractions) - 1 else min(max_steps, round(max_steps * acc / total))
+        bounds.append((start, end))
+        start = end
+    return bounds
+
+
+# --------------------------------------------------------------------------------------------- config
+@dataclass
+class TrainConfig:
+    """Plain training hyper-parameters (the stage maps its params section onto this)."""
+
+    max_steps: int
+    learning_rate: float
+    warmup_steps: int
+    optimizer: str = "adamw"
+    weight_decay: float = 0.01
+    adam_betas: tuple[float, float] = (0.9, 0.999)
+    adam_epsilon: float = 1e-6
+    gradient_accumulation_steps: int = 1
+    max_grad_norm: float = 1.0
+    save_steps: int = 0
+    eval_steps: int = 0
+    logging_steps: int = 10
+    max_bad_steps: int = 10
+    eval_batch_size: int = 64
+    max_eval_batches: int | None = None
+    seed: int = 0
+    num_workers: int = 0
+
+
+@dataclass
+class TrainResult:
+    """What :func:`train` returns: the history rows, the last evaluation and counters."""
+
+    history: list[dict[str, float]] = field(default_factory=list)
+    final_eval: dict[str, float] = field(default_factory=dict)
+    first_eval: dict[str, float] = field(default_factory=dict)
+    bad_steps: int = 0
+    resumed_from: int = 0
+    tokens: int = 0
+    padded_tokens: int = 0
+    predicted_tokens: int = 0
+    sequences: int = 0
+    seconds: float = 0.0
+    flops: float = 0.0
+
+
+# ------------------------------------------------------------------------------------------ evaluation
+@torch.no_grad()
+def evaluate(model: nn.Module, dataset: Any, collate_fn: Callable, batch_size: int, accelerator: Any,
+             unigram_token_id: int | None = None, max_batches: int | None = None) -> dict[str, float]:
+    """MLM loss (nats, token-weighted), accuracy, perplexity, pair (NSP/SOP) accuracy, unigram baseline accuracy.
+
+    Batches are taken in order (``batch_size`` per process, processes interleaved), so the result is
+    deterministic. ``unigram_accuracy`` is the accuracy of always predicting ``unigram_token_id`` (the most
+    frequent training target) on the same positions, the scale against which ``mlm_accuracy`` is read.
+    """
+    model.eval()
+    n = len(dataset)
+    starts = list(range(0, n, batch_size))
+    if max_batches is not None:
+        starts = starts[:max_batches]
+    sums = torch.zeros(6, dtype=torch.float64, device=accelerator.device)
+    world, rank = accelerator.num_processes, accelerator.process_index
+    # Every process runs the same number of forward passes (DDP/FSDP forwards are collective); a process
+    # without a batch of its own repeats the first one with weight 0.
+    for i in range(math.ceil(len(starts) / world)):
+        k = i * world + rank
+        weight = 1.0 if k < len(starts) else 0.0
+        start = starts[k] if k < len(starts) else starts[0]
+        batch = collate_fn([dataset[j] for j in range(start, min(n, start + batch_size))])
+        batch = {key: v.to(accelerator.device) for key, v in batch.items()}
+        with accelerator.autocast():
+            out = model(**batch)
+        if not weight:
+            continue
+        count = float(out.mlm_count)
+        sums[0] += float(out.mlm_loss) * count
+        sums[1] += float(out.mlm_correct)
+        sums[2] += count
+        if out.pair_count is not None:
+            sums[3] += float(out.pair_correct)
+            sums[4] += float(out.pair_count)
+        if unigram_token_id is not None:
+            labels = batch["labels"]
+            sums[5] += float((labels == unigram_token_id).sum())
+    sums = accelerator.reduce(sums, reduction="sum") if accelerator.num_processes > 1 else sums
+    loss_sum, correct, count, pair_correct, pair_count, unigram = sums.tolist()
+    model.train()
+    if count == 0:
+        raise TrainingError("the validation set has no predicted (masked) tokens")
+    mlm_loss = loss_sum / count
+    metrics = {
+        "mlm_loss": mlm_loss,
+        "mlm_accuracy": correct / count,
+        "perplexity": math.exp(min(mlm_loss, 700.0)),
+        "predicted_tokens": int(count),
+    }
+    if pair_count:
+        metrics["pair_accuracy"] = pair_correct / pair_count
+    if unigram_token_id is not None:
+        metrics["unigram_accuracy"] = unigram / count
+    return metrics
+
+
+# ---------------------------------------------------------------------------------------------- loop
+def _snapshot(model, optimizer, scheduler, extra: dict[str, Any]) -> dict[str, Any]:
+    """Full (unsharded, CPU) state dicts of model and optimizer, for DDP, FSDP or a plain module."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
+
+    msd, osd = get_state_dict(model, optimizer, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    return {"model": msd, "optimizer": osd, "scheduler": scheduler.state_dict(), "rng": rng_state(), **extra}
+
+
+def _restore(model, optimizer, scheduler, state: dict[str, Any]) -> None:
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_state_dict
+
+    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"],
+                   options=StateDictOptions(full_state_dict=True, strict=False))
+    scheduler.load_state_dict(state["scheduler"])
+    set_rng_state(state["rng"])
+
+
+def train(
+    model: nn.Module,
+    phases: list[Phase],
+    collate_fn: Callable[[list[dict]], dict[str, torch.Tensor]],
+    config: TrainConfig,
+    accelerator: Any,
+    checkpoints: CheckpointManager | None = None,
+    unigram_token_id: int | None = None,
+    on_log: Callable[[int, dict[str, float]], None] | None = None,
+    flops_per_step: Callable[[dict[str, torch.Tensor]], float] | None = None,
+) -> TrainResult:
+    """Train ``model`` for ``config.max_steps`` optimizer steps over ``phases``, resuming from ``checkpoints``.
+
+    Args:
+        model: returns a :class:`stages.modeling.PretrainOutput`-like object from ``model(**batch)``.
+        phases: consecutive phases covering ``[0, max_steps)``.
+        collate_fn: list of instances -> batch of ``(batch, seq_len)`` tensors (and ``(batch,)`` pair labels).
+        accelerator: an ``accelerate.Accelerator`` (device, DDP/FSDP, mixed precision).
+        checkpoints: where to save every ``save_steps`` and resume from; None disables both.
+        unigram_token_id: most frequent training target, for the baseline accuracy in evaluations.
+        on_log: called on the main process with ``(step, row)`` for every history row (e.g. MLflow).
+        flops_per_step: model FLOPs of one micro-batch, for the MFU in the result.
+
+    Returns:
+        :class:`TrainResult`; ``history`` has one row per ``logging_steps`` (``train_loss``, ``learning_rate``)
+        and per evaluation (``eval_*``), identical whether or not the run was interrupted and resumed.
+
+    Raises:
+        TrainingError: more than ``max_bad_steps`` non-finite steps, or a phase with too little data.
+    """
+    from transformers import get_linear_schedule_with_warmup
+
+    cfg = config
+    if not phases or phases[0].start_step != 0 or phases[-1].end_step != cfg.max_steps:
+        raise TrainingError(f"phases must cover steps 0..{cfg.max_steps}")
+    accum = cfg.gradient_accumulation_steps
+    model = accelerator.prepare(model)
+    optimizer = make_optimizer(accelerator.unwrap_model(model) if accelerator.distributed_type == "NO" else model,
+                               cfg.optimizer, cfg.learning_rate, cfg.weight_decay, cfg.adam_betas, cfg.adam_epsilon)
+    scheduler = get_linear_schedule_with_warmup(optimizer, cfg.warmup_steps, cfg.max_steps)
+    optimizer, scheduler = accelerator.prepare(optimizer, scheduler)
+    raw_optimizer = getattr(optimizer, "optimizer", optimizer)
+    raw_scheduler = getattr(scheduler, "scheduler", scheduler)
+
+    result = TrainResult()
+    step = 0
+    if checkpoints is not None:
+        found = checkpoints.latest()
+        if found is not None:
+            path, meta = found
+            state = CheckpointManager.load(path)
+            _restore(model, raw_optimizer, raw_scheduler, state)
+            step = int(meta["step"])
+            result.history = list(state["history"])
+            result.bad_steps = int(state["bad_steps"])
+            result.first_eval = dict(state.get("first_eval") or {})
+            result.final_eval = dict(state.get("final_eval") or {})
+            result.resumed_from = step
+            log.info("resumed from %s at step %d", path, step)
+
+    model.train()
+    pending: list[torch.Tensor] = []  # per-step train losses since the last history row
+    t0 = time.perf_counter()
+    progress = tqdm(total=cfg.max_steps, initial=step, desc="pretrain", disable=not accelerator.is_main_process,
+                    mininterval=5.0)
+    for phase_index, phase in enumerate(phases):
+        if step >= phase.end_step:
+            continue
+        start_micro = (step - phase.start_step) * accum
+        sampler = ResumableBatchSampler(len(phase.train), phase.batch_size, cfg.seed, phase_index, start_micro,
+                                        accelerator.process_index, accelerator.num_processes)
+        loader = torch.utils.data.DataLoader(phase.train, batch_sampler=sampler, collate_fn=collate_fn,
+                                             num_workers=cfg.num_workers, persistent_workers=False,
+                                             generator=torch.Generator().manual_seed(cfg.seed))  # not the global RNG
+        batches = iter(loader)
+        log.info("phase %s: steps %d-%d, seq %d, %d instances", phase.name, step, phase.end_step,
+                 phase.max_seq_length, len(phase.train))
+        while step < phase.end_step:
+            step_loss = torch.zeros((), device=accelerator.device)
+            finite = True
+            for micro in range(accum):
+                batch = {k: v.to(accelerator.device, non_blocking=True) for k, v in next(batches).items()}
+                result.tokens += int(batch["attention_mask"].sum())
+                result.padded_tokens += batch["input_ids"].numel()
+                result.sequences += batch["input_ids"].shape[0]
+                npred = int((batch["labels"] != -100).sum())
+                result.predicted_tokens += npred
+                if flops_per_step is not None:
+                    result.flops += flops_per_step(batch)
+                sync = contextlib_nullcontext() if micro == accum - 1 else accelerator.no_sync(model)
+                with sync:
+                    with accelerator.autocast():
+                        out = model(**batch)
+                    loss = out.loss / accum
+                    if not torch.isfinite(loss):
+                        finite = False
+                    accelerator.backward(loss)
+                step_loss += loss.detach()
+            grad_norm = accelerator.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
+            finite = finite and bool(torch.isfinite(torch.as_tensor(grad_norm)))
+            if accelerator.num_processes > 1:
+                flag = torch.tensor([0.0 if finite else 1.0], device=accelerator.device)
+                finite = float(accelerator.reduce(flag, reduction="sum")) == 0.0
+            if finite:
+                optimizer.step()
+            else:
+                result.bad_steps += 1
+                log.warning("step %d: non-finite loss or gradient, update skipped (%d so far)", step + 1,
+                            result.bad_steps)
+                if result.bad_steps > cfg.max_bad_steps:
+                    raise TrainingError(
+                        f"pretrain.max_bad_steps: {result.bad_steps} steps had a non-finite loss or gradient "
+                        f"(limit {cfg.max_bad_steps}); lower the learning rate or use precision fp32"
+                    )
+            scheduler.step()
+            optimizer.zero_grad(set_to_none=True)
+            step += 1
+            progress.update(1)
+            pending.append(step_loss)
+            boundary = step % cfg.logging_steps == 0 or step == cfg.max_steps
+            do_eval = (cfg.eval_steps and step % cfg.eval_steps == 0) or step == cfg.max_steps
+            do_save = checkpoints is not None and cfg.save_steps and step % cfg.save_steps == 0
+            if boundary or do_eval or do_save:
+                if pending:
+                    losses = torch.stack(pending)
+                    if accelerator.num_processes > 1:
+                        losses = accelerator.reduce(losses, reduction="mean")
+                    row = {"step": step, "train_loss": float(losses.float().mean()),
+                           "learning_rate": float(raw_scheduler.get_last_lr()[0]), "phase": phase_index}
+                    pending = []
+                    result.history.append(row)
+                    if on_log and accelerator.is_main_process:
+                        on_log(step, row)
+            if do_eval:
+                metrics = evaluate(model, phase.validation, collate_fn, cfg.eval_batch_size, accelerator,
+                                   unigram_token_id, cfg.max_eval_batches)
+                row = {"step": step, **{f"eval_{k}": v for k, v in metrics.items()}}
+                result.history.append(row)
+                if not result.first_eval:
+                    result.first_eval = dict(row)
+                result.final_eval = dict(row)
+                if on_log and accelerator.is_main_process:
+                    on_log(step, row)
+                log.info("step %d: eval mlm_loss %.4f mlm_accuracy %.4f", step, metrics["mlm_loss"],
+                         metrics["mlm_accuracy"])
+            if do_save:
+                state = _snapshot(model, raw_optimizer, raw_scheduler, {
+                    "history": result.history, "bad_steps": result.bad_steps,
+                    "first_eval": result.first_eval, "final_eval": result.final_eval,
+                })
+                if accelerator.is_main_process:
+                    checkpoints.save(step, state, {"phase": phase.name, "phase_index": phase_index,
+                                                   "micro_batches_in_phase": (step - phase.start_step) * accum})
+                accelerator.wait_for_everyone()
+        del batches, loader
+    progress.close()
+    result.seconds = time.perf_counter() - t0
+    return result
+
+
+def contextlib_nullcontext():
+    """A no-op context manager (the last micro-batch of a step synchronises gradients)."""
+    import contextlib
+
+    return contextlib.nullcontext()
+
+
+# ---------------------------------------------------------------------------------------------- speed
+def measure_matmul_flops(device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32,
+                         size: int = 1024, seconds: float = 1.0) -> float:
+    """Measured peak matmul throughput (FLOP/s) of ``size x size`` products in ``dtype`` on ``device``.
+
+    The denominator of model FLOPs utilisation (MFU, Chowdhery et al. 2022, Appendix B) on machines whose
+    datasheet peak is unknown or unreachable (CPUs).
+    """
+    device = torch.device(device)
+    a = torch.randn(size, size, device=device).to(dtype)
+    b = torch.randn(size, size, device=device).to(dtype)
+    for _ in range(3):
+        a @ b
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    n, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        a @ b
+        n += 1
+        if device.type == "cuda" and n % 10 == 0:
+            torch.cuda.synchronize()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    return 2.0 * size**3 * n / (time.perf_counter() - t0)
+
+
+def make_accelerator(precision: str, cpu: bool | None = None):
+    """An ``accelerate.Accelerator`` for ``precision`` in ``auto | fp32 | bf16 | fp16``.
+
+    ``auto``: bf16 autocast on CPUs and on GPUs that support it (fp16 with loss scaling on older GPUs). When not
+    launched by ``accelerate launch``/``torchrun``, any previous accelerate state is reset first, so a process
+    can build several (tests, benchmarks).
+    """
+    import os
+
+    from accelerate import Accelerator
+    from accelerate.state import AcceleratorState, GradientState, PartialState
+
+    if cpu is None:
+        cpu = not torch.cuda.is_available()
+    if precision == "auto":
+        if cpu or torch.cuda.is_bf16_supported():
+            precision = "bf16"
+        else:
+            precision = "fp16"
+    mixed = {"fp32": "no", "bf16": "bf16", "fp16": "fp16"}[precision]
+    if int(os.environ.get("WORLD_SIZE", "1")) == 1:
+        AcceleratorState._reset_state(reset_partial_state=True)
+        GradientState._reset_state()
+        PartialState._reset_state()
+    return Accelerator(mixed_precision=mixed, cpu=cpu)

@@ -1,0 +1,65 @@
+"""A training run in its own process, for the kill-and-resume tests (``python -m tests.pretrain_worker OUT``).
+
+Trains a tiny model on synthetic instances with :func:`stages.training.train`, checkpoints under ``OUT/ck``,
+and writes ``OUT/final.safetensors`` and ``OUT/history.json``. ``--pause-after STEP`` writes ``OUT/paused``
+after that step's bookkeeping and then sleeps, so the test can SIGKILL it at a known point.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import torch
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--save-steps", type=int, default=4)
+    parser.add_argument("--phases", default="1.0", help="comma-separated step fractions; seq 24, 48, ...")
+    parser.add_argument("--pause-after", type=int, default=0)
+    parser.add_argument("--accum", type=int, default=2)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+
+    from safetensors.torch import save_file
+
+    from stages.checkpoint import CheckpointManager
+    from stages.modeling import MaskedPositionPretrainer, new_pretraining_model
+    from stages.training import Phase, TrainConfig, make_accelerator, phase_boundaries, train
+    from tests.pretrain_fixtures import make_dataset, pad_collate, tiny_config
+
+    fractions = [float(f) for f in args.phases.split(",")]
+    phases = []
+    for i, (start, end) in enumerate(phase_boundaries(args.steps, fractions)):
+        seq = 24 * (i + 1)
+        phases.append(Phase(f"seq{seq}", start, end, make_dataset(40, seed=10 + i, max_seq_length=seq),
+                            make_dataset(12, seed=100 + i, max_seq_length=seq), batch_size=4, max_seq_length=seq))
+    cfg = TrainConfig(max_steps=args.steps, learning_rate=3e-3, warmup_steps=2, gradient_accumulation_steps=args.accum,
+                      save_steps=args.save_steps, eval_steps=4, logging_steps=1, seed=7, eval_batch_size=6)
+    model = MaskedPositionPretrainer(new_pretraining_model(tiny_config(), with_pair_head=True, seed=7))
+    accelerator = make_accelerator("fp32", cpu=True)
+    manager = CheckpointManager(args.out / "ck", "fingerprint", keep=2)
+
+    def on_log(step: int, row: dict) -> None:
+        seen = args.out / "seen.jsonl"
+        with open(seen, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(row) + "\n")
+        if args.pause_after and step == args.pause_after and "train_loss" in row:
+            (args.out / "paused").write_text(str(step))
+            while True:
+                time.sleep(1)
+
+    result = train(model, phases, pad_collate, cfg, accelerator, manager, unigram_token_id=104, on_log=on_log)
+    state = {k: v.clone().contiguous() for k, v in model.model.state_dict().items()
+             if k != "cls.predictions.decoder.weight"}
+    save_file(state, str(args.out / "final.safetensors"))
+    (args.out / "history.json").write_text(json.dumps({"history": result.history, "resumed_from": result.resumed_from}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,92 @@
+"""stages.tracking against a temporary SQLite store: tags, nesting, params, metrics, end on error, pointers."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from mlflow import MlflowClient
+
+from stages import tracking
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory) -> str:
+    return f"sqlite:///{tmp_path_factory.mktemp('mlflow') / 'mlflow.db'}"
+
+
+def test_run_tags_params_metrics_nesting(store, monkeypatch, tmp_path):
+    monkeypatch.setenv("PREFECT__FLOW_RUN_ID", "flow-123")
+    client = MlflowClient(store)
+    exp = client.get_experiment_by_name("bert-pipeline") or client.get_experiment(
+        client.create_experiment("bert-pipeline"))
+    parent = client.create_run(exp.experiment_id, run_name="flow")
+    monkeypatch.setenv(tracking.PARENT_RUN_ENV, parent.info.run_id)
+    monkeypatch.setenv("MLFLOW_RUN_ID", "must-not-be-used")
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "w.bin").write_bytes(b"123")
+    params = {"model": {"size": "mini"}, "lr": 1e-3, "long": "x" * 400}
+    with tracking.stage_run("pretrain", params, uri=store) as run:
+        run.log_metrics({"train_loss": 3.0}, step=10)
+        run.log_metrics({"train_loss": 2.0, "note": "text"}, step=20)
+        pointer = run.log_model_pointer(tmp_path / "model")
+    got = client.get_run(run.run_id)
+    assert got.info.status == "FINISHED"
+    assert got.data.tags["stage"] == "pretrain"
+    assert got.data.tags["mlflow.parentRunId"] == parent.info.run_id
+    assert got.data.tags["prefect_flow_run_id"] == "flow-123"
+    assert got.data.tags["params_hash"] == tracking.params_hash(params)
+    assert got.data.tags["model_dvc_md5"] == pointer["md5"] and pointer["md5"].endswith(".dir")
+    assert len(got.data.tags["git_revision"]) in (40, 7) or got.data.tags["git_revision"] == "unknown"
+    assert got.data.params["model.size"] == "mini" and got.data.params["lr"] == "0.001"
+    assert len(got.data.params["long"]) == 250 and got.data.params["long"].endswith("...")
+    history = client.get_metric_history(run.run_id, "train_loss")
+    assert [(m.step, m.value) for m in history] == [(10, 3.0), (20, 2.0)]
+    assert client.get_experiment(got.info.experiment_id).name == "bert-pipeline"
+
+
+def test_run_is_ended_failed_after_exception(store, monkeypatch):
+    monkeypatch.delenv(tracking.PARENT_RUN_ENV, raising=False)
+    with pytest.raises(ZeroDivisionError):
+        with tracking.stage_run("distill", {"a": 1}, uri=store) as run:
+            1 / 0  # noqa: B018
+    got = MlflowClient(store).get_run(run.run_id)
+    assert got.info.status == "FAILED" and "mlflow.parentRunId" not in got.data.tags
+
+
+def test_default_uri_is_absolute_repo_root_also_in_dvc_temp_copies(tmp_path, monkeypatch):
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    repo = tmp_path / "repo"
+    inner = repo / ".dvc" / "tmp" / "exps" / "tmpabc" / "stages"
+    inner.mkdir(parents=True)
+    (repo / "dvc.yaml").write_text("stages: {}\n")
+    assert tracking.repo_root(inner) == repo.resolve()
+    assert tracking.tracking_uri(repo / ".dvc") == f"sqlite:///{repo.resolve().as_posix()}/mlflow.db"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://tracking:5000")
+    assert tracking.tracking_uri(inner) == "http://tracking:5000"
+
+
+def test_dvc_dir_md5_matches_dvc_and_lock_pointer(tmp_path):
+    folder = tmp_path / "d"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "a.txt").write_text("hi\n")
+    (folder / "sub" / "b.bin").write_bytes(b"x\ny")
+    dvc = str(Path(sys.executable).parent / "dvc")
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    subprocess.run([dvc, "init", "-q"], cwd=tmp_path, check=True)
+    subprocess.run([dvc, "add", "-q", "d"], cwd=tmp_path, check=True)
+    recorded = [ln.split()[-1] for ln in (tmp_path / "d.dvc").read_text().splitlines() if "md5:" in ln][0]
+    assert tracking.dvc_dir_md5(folder) == recorded
+    lock = tmp_path / "dvc.lock"
+    lock.write_text(f"schema: '2.0'\nstages:\n  pretrain:\n    outs:\n    - path: models/pretrained\n"
+                    f"      md5: {recorded}\n")
+    assert tracking.lock_pointer("models/pretrained", lock) == {"path": "models/pretrained", "md5": recorded,
+                                                                "stage": "pretrain"}
+    assert tracking.lock_pointer("models/other", lock) is None
+
+
+def test_flatten_params_nested_lists():
+    flat = tracking.flatten_params({"a": {"b": [1, 2]}, "c": None})
+    assert flat == {"a.b": "[1, 2]", "c": "null"}

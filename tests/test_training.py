@@ -1,0 +1,199 @@
+"""stages.training: learning, kill -9 and resume bit-identical, phases, non-finite steps, optimizers."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from stages.modeling import MaskedPositionPretrainer, PretrainOutput, new_pretraining_model
+from stages.training import (
+    Lamb,
+    Phase,
+    TrainConfig,
+    TrainingError,
+    batch_indices,
+    make_accelerator,
+    make_optimizer,
+    parameter_groups,
+    phase_boundaries,
+    train,
+)
+from tests.conftest import REPO
+from tests.pretrain_fixtures import FIRST_WORD, make_dataset, pad_collate, tiny_config
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """One intra-op thread: tiny models on a shared 2-core machine run ~10x faster than with 2 contending."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def _worker(out: Path, *extra: str) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    return subprocess.Popen([sys.executable, "-m", "tests.pretrain_worker", str(out), *extra], cwd=REPO, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def _finish(proc: subprocess.Popen) -> None:
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0, out[-3000:]
+
+
+def _kill_after_pause(out: Path, proc: subprocess.Popen) -> None:
+    deadline = time.monotonic() + 300
+    while not (out / "paused").exists():
+        assert proc.poll() is None, proc.communicate()[0][-3000:]
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not (out / "final.safetensors").exists()
+
+
+def _same_weights(a: Path, b: Path) -> None:
+    wa, wb = load_file(a / "final.safetensors"), load_file(b / "final.safetensors")
+    assert wa.keys() == wb.keys()
+    for k in wa:
+        assert torch.equal(wa[k], wb[k]), k
+
+
+def test_sigkill_after_phase1_checkpoint_then_resume_into_phase2_is_bit_identical(tmp_path):
+    """N=8 steps, two phases (seq 24 for steps 1-6, seq 48 for 7-8), checkpoint at N/2 = 4, killed in step 8.
+
+    The rerun resumes from the phase-1 checkpoint, switches phase at the same step and ends with the same
+    weights (bit for bit) and the same loss curve as the uninterrupted run.
+    """
+    straight, killed = tmp_path / "straight", tmp_path / "killed"
+    straight.mkdir()
+    killed.mkdir()
+    args = ("--steps", "8", "--phases", "0.75,0.25", "--save-steps", "4", "--accum", "2")
+    victim = _worker(killed, *args, "--pause-after", "7")
+    _finish(_worker(straight, *args))
+    _kill_after_pause(killed, victim)
+    assert sorted(p.name for p in (killed / "ck").iterdir()) == ["step-00000004"]
+    _finish(_worker(killed, *args))
+    _same_weights(straight, killed)
+    a = json.loads((straight / "history.json").read_text())
+    b = json.loads((killed / "history.json").read_text())
+    assert a["resumed_from"] == 0 and b["resumed_from"] == 4
+    assert a["history"] == b["history"]
+    phases = {r["step"]: r["phase"] for r in b["history"] if "train_loss" in r}
+    assert phases == {s: (0 if s <= 6 else 1) for s in range(1, 9)}
+    evals = [r["step"] for r in b["history"] if "eval_mlm_loss" in r]
+    assert evals == [4, 8]
+
+
+def test_phase_boundaries():
+    assert phase_boundaries(100, [0.9, 0.1]) == [(0, 90), (90, 100)]
+    assert phase_boundaries(7, [1.0]) == [(0, 7)]
+    assert phase_boundaries(10, [1, 1, 1]) == [(0, 3), (3, 7), (7, 10)]
+
+
+def test_batch_indices_cover_epoch_without_repeats():
+    seen = [i for b in range(5) for i in batch_indices(23, 4, seed=1, stream=0, batch_index=b)]
+    assert len(set(seen)) == 20 and max(seen) < 23
+    assert not (batch_indices(23, 4, 1, 0, 5) == batch_indices(23, 4, 1, 0, 0)).all()  # new epoch, new order
+    with pytest.raises(TrainingError, match="fewer than one global batch"):
+        batch_indices(3, 4, 1, 0, 0)
+
+
+def _phases(n_train: int = 64, steps: int = 40, seq: int = 32):
+    train_set = make_dataset(n_train, seed=1, max_seq_length=seq)
+    valid = make_dataset(24, seed=2, max_seq_length=seq)
+    return [Phase("p", 0, steps, train_set, valid, batch_size=8, max_seq_length=seq)]
+
+
+def test_training_learns_the_synthetic_language():
+    # initializer_range 0.1 lets an H=32 model leave the unigram plateau within ~100 steps
+    model = MaskedPositionPretrainer(new_pretraining_model(tiny_config(initializer_range=0.1), True, seed=0))
+    phases = [Phase("p", 0, 120, make_dataset(2000, seed=1), make_dataset(96, seed=2), batch_size=16,
+                    max_seq_length=32)]
+    cfg = TrainConfig(max_steps=120, learning_rate=1e-2, warmup_steps=10, eval_steps=40, logging_steps=20, seed=0,
+                      eval_batch_size=24)
+    result = train(model, phases, pad_collate, cfg, make_accelerator("fp32", cpu=True), unigram_token_id=FIRST_WORD)
+    losses = [r["train_loss"] for r in result.history if "train_loss" in r]
+    assert len(losses) == 6 and losses[-1] < losses[0] - 1.0
+    assert result.first_eval["step"] == 40 and result.final_eval["step"] == 120
+    assert result.final_eval["eval_mlm_loss"] < result.first_eval["eval_mlm_loss"]
+    assert result.final_eval["eval_mlm_accuracy"] > 1.5 * result.final_eval["eval_unigram_accuracy"], result.history
+    assert result.final_eval["eval_perplexity"] == pytest.approx(math.exp(result.final_eval["eval_mlm_loss"]))
+    assert 0.0 <= result.final_eval["eval_pair_accuracy"] <= 1.0
+    assert 0 < result.predicted_tokens < result.tokens <= result.padded_tokens
+
+
+def test_bf16_autocast_step_keeps_fp32_weights():
+    model = MaskedPositionPretrainer(new_pretraining_model(tiny_config(), True, seed=0))
+    cfg = TrainConfig(max_steps=2, learning_rate=1e-3, warmup_steps=0, eval_steps=0, logging_steps=1)
+    result = train(model, _phases(steps=2), pad_collate, cfg, make_accelerator("bf16", cpu=True))
+    assert result.bad_steps == 0 and all(math.isfinite(r["train_loss"]) for r in result.history if "train_loss" in r)
+    assert all(p.dtype == torch.float32 for p in model.parameters())
+
+
+class _NaNEvery(torch.nn.Module):
+    """Returns a NaN loss on the listed calls (1-based), the real loss otherwise."""
+
+    def __init__(self, inner, bad_calls):
+        super().__init__()
+        self.inner, self.bad, self.calls = inner, set(bad_calls), 0
+
+    def forward(self, **batch):
+        out = self.inner(**batch)
+        if self.training:
+            self.calls += 1
+            if self.calls in self.bad:
+                out = PretrainOutput(loss=out.loss * float("nan"), mlm_loss=out.mlm_loss, mlm_correct=out.mlm_correct,
+                                     mlm_count=out.mlm_count)
+        return out
+
+
+def test_non_finite_steps_are_skipped_then_an_error():
+    inner = MaskedPositionPretrainer(new_pretraining_model(tiny_config(), with_pair_head=True, seed=0))
+    model = _NaNEvery(inner, bad_calls={2})
+    before = {k: v.clone() for k, v in inner.state_dict().items()}
+    cfg = TrainConfig(max_steps=3, learning_rate=1e-3, warmup_steps=0, eval_steps=0, logging_steps=1, max_bad_steps=1)
+    result = train(model, _phases(steps=3), pad_collate, cfg, make_accelerator("fp32", cpu=True))
+    assert result.bad_steps == 1
+    assert all(torch.isfinite(v).all() for v in inner.state_dict().values() if v.is_floating_point())
+    assert any(not torch.equal(before[k], v) for k, v in inner.state_dict().items())
+    model = _NaNEvery(inner, bad_calls={1, 2})
+    with pytest.raises(TrainingError, match="max_bad_steps: 2 steps had a non-finite loss"):
+        train(model, _phases(steps=3), pad_collate, cfg, make_accelerator("fp32", cpu=True))
+
+
+def test_no_weight_decay_on_bias_and_layernorm():
+    model = new_pretraining_model(tiny_config(), with_pair_head=True, seed=0)
+    decay, no_decay = parameter_groups(model, 0.01)
+    names = {id(p): n for n, p in model.named_parameters()}
+    assert all("bias" in names[id(p)] or "LayerNorm" in names[id(p)] for p in no_decay["params"])
+    assert any("word_embeddings" in names[id(p)] for p in decay["params"])
+    assert not any("bias" in names[id(p)] or "LayerNorm" in names[id(p)] for p in decay["params"])
+    opt = make_optimizer(model, "adamw", 1e-3)
+    assert [g["weight_decay"] for g in opt.param_groups] == [0.01, 0.0]
+
+
+def test_lamb_step_matches_algorithm():
+    w = torch.nn.Parameter(torch.tensor([[3.0, 4.0]]))  # ||w|| = 5
+    b = torch.nn.Parameter(torch.tensor([1.0]))
+    opt = Lamb([{"params": [w], "weight_decay": 0.1, "adapt": True},
+                {"params": [b], "weight_decay": 0.0, "adapt": False}], lr=0.1, eps=1e-6)
+    w.grad = torch.tensor([[1.0, -2.0]])
+    b.grad = torch.tensor([0.5])
+    opt.step()
+    # step 1: m_hat = g, v_hat = g^2 -> r = sign(g) (+ eps effects) + wd * w
+    r = torch.tensor([[1.0, -1.0]]) + 0.1 * torch.tensor([[3.0, 4.0]])
+    expected_w = torch.tensor([[3.0, 4.0]]) - 0.1 * (5.0 / r.norm()) * r
+    torch.testing.assert_close(w.detach(), expected_w, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(b.detach(), torch.tensor([0.9]), rtol=1e-5, atol=1e-5)  # trust ratio 1
