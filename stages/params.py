@@ -223,6 +223,80 @@ class OrchestrationParams(Section):
     mlflow: bool = True
 
 
+# ----------------------------------------------------------------------------------------------- pretrain
+class PretrainModelParams(Section):
+    """``pretrain.model``: ``size`` by name (``stages.modeling.SIZES``: tiny, mini, small, medium as in Turc et al.
+    2019; base, large as in Devlin et al. 2019) and any ``BertConfig`` field in ``config`` (``vocab_size`` comes from
+    the tokenizer). Ignored except for ``config`` dropout fields when ``pretrain.init`` is a checkpoint.
+    """
+
+    size: Literal["tiny", "mini", "small", "medium", "base", "large"] = "mini"
+    config: dict[str, Any] = Field(default_factory=dict)
+
+
+class PretrainPhase(Section):
+    """One phase of BERT's two-phase schedule (Devlin et al. 2019, Appendix A.2: seq 128 for 90% of the steps,
+    then 512): ``max_seq_length`` of the instances (create_pretraining_data builds one dataset per length, under
+    ``data/pretraining/seq{max_seq_length}/`` when there are several), ``fraction`` of ``max_steps`` and an
+    optional per-process ``batch_size`` (default ``pretrain.batch_size``)."""
+
+    max_seq_length: Annotated[int, annotated_types.Ge(8), annotated_types.Le(65536)]
+    fraction: Annotated[float, annotated_types.Gt(0.0), annotated_types.Le(1.0)]
+    batch_size: Annotated[int, annotated_types.Ge(1)] | None = None
+
+
+class ComputeParams(Section):
+    """``pretrain.compute``: ``num_processes`` > 1 runs the stage under ``accelerate launch`` (DDP, or FSDP with
+    ``accelerate_config``, a YAML file of ``accelerate config``); ``num_workers`` data-loading processes."""
+
+    num_processes: Annotated[int, annotated_types.Ge(1)] = 1
+    accelerate_config: str | None = None
+    num_workers: Annotated[int, annotated_types.Ge(0)] = 0
+
+
+class PretrainParams(Section):
+    """``pretrain``: BERT pre-training (MLM + NSP/SOP, or MLM only: the objective is create_pretraining_data's).
+
+    ``init``: ``scratch`` (a new model of ``model.size``, tokenizer ``models/tokenizer/``) or the folder (or hub name)
+    of a BERT checkpoint to continue pre-training (Gururangan et al. 2020); this one key also decides the tokenizer
+    the instances are built with (DESIGN.md). ``batch_size`` is per process and micro-batch: the optimizer sees
+    ``batch_size * gradient_accumulation_steps * compute.num_processes`` sequences per step. ``phases: []`` means one
+    phase on ``data/pretraining/``. ``precision: auto`` is bf16 autocast on CPUs and bf16-capable GPUs, else fp16.
+    """
+
+    init: str = Field(default="scratch", min_length=1)
+    model: PretrainModelParams = Field(default_factory=PretrainModelParams)
+    optimizer: Literal["adamw", "lamb"] = "adamw"
+    learning_rate: Annotated[float, annotated_types.Gt(0.0)] = 1e-3
+    weight_decay: Annotated[float, annotated_types.Ge(0.0)] = 0.01
+    adam_epsilon: Annotated[float, annotated_types.Gt(0.0)] = 1e-6
+    warmup_steps: Annotated[int, annotated_types.Ge(0)] = 0
+    max_steps: Annotated[int, annotated_types.Ge(1)]
+    batch_size: Annotated[int, annotated_types.Ge(1)]
+    gradient_accumulation_steps: Annotated[int, annotated_types.Ge(1)] = 1
+    max_grad_norm: Annotated[float, annotated_types.Gt(0.0)] = 1.0
+    precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"
+    phases: list[PretrainPhase] = Field(default_factory=list)
+    save_steps: Annotated[int, annotated_types.Ge(1)]
+    save_total_limit: Annotated[int, annotated_types.Ge(1)] = 2
+    eval_steps: Annotated[int, annotated_types.Ge(1)]
+    eval_batch_size: Annotated[int, annotated_types.Ge(1)] = 64
+    max_eval_batches: Annotated[int, annotated_types.Ge(1)] | None = None
+    logging_steps: Annotated[int, annotated_types.Ge(1)] = 10
+    max_bad_steps: Annotated[int, annotated_types.Ge(0)] = 10
+    seed: int = 42
+    compute: ComputeParams = Field(default_factory=ComputeParams)
+
+    @model_validator(mode="after")
+    def _phases_and_steps(self) -> PretrainParams:
+        if self.phases and abs(sum(p.fraction for p in self.phases) - 1.0) > 1e-6:
+            total = sum(p.fraction for p in self.phases)
+            raise ValueError(f"pretrain.phases: expected fractions summing to 1, got {total:g}")
+        if self.warmup_steps > self.max_steps:
+            raise ValueError(f"pretrain.warmup_steps: expected <= max_steps ({self.max_steps}), got {self.warmup_steps}")
+        return self
+
+
 # -------------------------------------------------------------------------------------------------- root
 class Params(Section):
     """The whole ``params.yaml``."""
@@ -234,6 +308,7 @@ class Params(Section):
     evaluate: EvaluateParams
     train_tokenizer: TrainTokenizerParams
     orchestration: OrchestrationParams
+    pretrain: PretrainParams
 
     @model_validator(mode="after")
     def _cross_checks(self) -> Params:
