@@ -20,6 +20,7 @@ The model is called as ``model(**batch)`` and must return an object with ``loss`
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import time
@@ -189,6 +190,28 @@ class Phase:
     validation: Any
     batch_size: int
     max_seq_length: int
+    collate_fn: Callable[[list[dict]], dict[str, torch.Tensor]] | None = None
+
+
+class ReseedPerBatch:
+    """Makes a dynamic-masking collator (one with ``reseed(seed)``) resumable: before global micro-batch ``k`` of a
+    stream it reseeds with a seed derived from ``(seed, stream, rank, k)``, so the masks do not depend on how many
+    batches this process made before (a resumed run draws the same masks), also with DataLoader workers (batch
+    ``k`` goes to worker ``k mod num_workers``).
+    """
+
+    def __init__(self, collate_fn: Any, seed: int, stream: int, start: int, rank: int = 0):
+        self.collate_fn, self.seed, self.stream, self.start, self.rank = collate_fn, seed, stream, start, rank
+        self.calls = 0
+
+    def __call__(self, rows: list[dict]) -> dict[str, torch.Tensor]:
+        info = torch.utils.data.get_worker_info()
+        worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        index = self.start + self.calls * workers + worker
+        self.calls += 1
+        seed = np.random.SeedSequence([self.seed, self.stream, self.rank, index]).generate_state(1)[0]
+        self.collate_fn.reseed(int(seed))
+        return self.collate_fn(rows)
 
 
 def phase_boundaries(max_steps: int, fractions: Sequence[float]) -> list[tuple[int, int]]:
@@ -340,7 +363,9 @@ def train(
     Args:
         model: returns a :class:`stages.modeling.PretrainOutput`-like object from ``model(**batch)``.
         phases: consecutive phases covering ``[0, max_steps)``.
-        collate_fn: list of instances -> batch of ``(batch, seq_len)`` tensors (and ``(batch,)`` pair labels).
+        collate_fn: list of instances -> batch of ``(batch, seq_len)`` tensors (and ``(batch,)`` pair labels); a
+            phase's own ``collate_fn`` takes precedence. A collator with ``reseed`` (dynamic masking) is reseeded
+            per batch (:class:`ReseedPerBatch`).
         accelerator: an ``accelerate.Accelerator`` (device, DDP/FSDP, mixed precision).
         checkpoints: where to save every ``save_steps`` and resume from; None disables both.
         unigram_token_id: most frequent training target, for the baseline accuracy in evaluations.
@@ -395,7 +420,10 @@ def train(
         start_micro = (step - phase.start_step) * accum
         sampler = ResumableBatchSampler(len(phase.train), phase.batch_size, cfg.seed, phase_index, start_micro,
                                         accelerator.process_index, accelerator.num_processes)
-        loader = torch.utils.data.DataLoader(phase.train, batch_sampler=sampler, collate_fn=collate_fn,
+        collate = phase.collate_fn or collate_fn
+        train_collate = (ReseedPerBatch(collate, cfg.seed, phase_index, start_micro, accelerator.process_index)
+                         if hasattr(collate, "reseed") else collate)
+        loader = torch.utils.data.DataLoader(phase.train, batch_sampler=sampler, collate_fn=train_collate,
                                              num_workers=cfg.num_workers, persistent_workers=False,
                                              generator=torch.Generator().manual_seed(cfg.seed))  # not the global RNG
         batches = iter(loader)
@@ -413,7 +441,7 @@ def train(
                 result.predicted_tokens += npred
                 if flops_per_step is not None:
                     result.flops += flops_per_step(batch)
-                sync = contextlib_nullcontext() if micro == accum - 1 else accelerator.no_sync(model)
+                sync = contextlib.nullcontext() if micro == accum - 1 else accelerator.no_sync(model)
                 with sync:
                     with accelerator.autocast():
                         out = model(**batch)
@@ -458,7 +486,7 @@ def train(
                     if on_log and accelerator.is_main_process:
                         on_log(step, row)
             if do_eval:
-                metrics = evaluate(model, phase.validation, collate_fn, cfg.eval_batch_size, accelerator,
+                metrics = evaluate(model, phase.validation, collate, cfg.eval_batch_size, accelerator,
                                    unigram_token_id, cfg.max_eval_batches)
                 row = {"step": step, **{f"eval_{k}": v for k, v in metrics.items()}}
                 result.history.append(row)
@@ -482,13 +510,6 @@ def train(
     progress.close()
     result.seconds = time.perf_counter() - t0
     return result
-
-
-def contextlib_nullcontext():
-    """A no-op context manager (the last micro-batch of a step synchronises gradients)."""
-    import contextlib
-
-    return contextlib.nullcontext()
 
 
 # ---------------------------------------------------------------------------------------------- speed

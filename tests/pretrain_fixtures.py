@@ -100,3 +100,40 @@ def tiny_config(**overrides):
               "intermediate_size": 64, "max_position_embeddings": 64}
     fields.update(overrides)
     return BertConfig(**fields)
+
+
+def save_tokenizer(folder) -> None:
+    """A BERT-layout WordPiece tokenizer over the synthetic vocabulary (``[PAD]``=0 ... ``[MASK]``=103, w0..w39)."""
+    from pathlib import Path
+
+    from transformers import BertTokenizerFast
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    tokens = ["[PAD]", *(f"[unused{i}]" for i in range(99)), "[UNK]", "[CLS]", "[SEP]", "[MASK]",
+              *(f"w{i}" for i in range(N_WORDS))]
+    (folder / "vocab.txt").write_text("\n".join(tokens) + "\n", encoding="utf-8")
+    BertTokenizerFast.from_pretrained(str(folder)).save_pretrained(str(folder))
+
+
+def save_pretraining_data(folder, n_train: int, n_validation: int, max_seq_length: int = 32,
+                          objective: str = "nsp", init: str = "scratch", tokenizer: str = "models/tokenizer") -> None:
+    """``data/pretraining``-layout folder: ``train/``, ``validation/`` (``save_to_disk``) and ``info.json``."""
+    import json
+    from pathlib import Path
+
+    import datasets
+
+    pair_key = {"nsp": "next_sentence_label", "sop": "sentence_order_label", "none": None}[objective]
+    folder = Path(folder)
+    for split, n, seed in (("train", n_train, 1), ("validation", n_validation, 2)):
+        rows = make_instances(n, seed, max_seq_length=max_seq_length, pair_key=pair_key)
+        ds = datasets.Dataset.from_list(rows) if rows else datasets.Dataset.from_dict(
+            {"input_ids": [], "token_type_ids": [], "masked_lm_positions": [], "masked_lm_ids": []})
+        ds.save_to_disk(str(folder / split))
+    info = {"objective": objective, "pair_label": pair_key, "masking": "static", "max_seq_length": max_seq_length,
+            "vocab_size": VOCAB_SIZE, "tokenizer": tokenizer, "pretrain_init": init,
+            "special_ids": {"pad": PAD, "cls": CLS, "sep": SEP, "mask": MASK},
+            "rules": {"masked_lm_prob": 0.15, "max_predictions_per_seq": 20, "mask_token_prob": 0.8,
+                      "random_token_prob": 0.1, "whole_word_masking": False}}
+    (folder / "info.json").write_text(json.dumps(info), encoding="utf-8")

@@ -35,3 +35,110 @@ def test_bad_pretrain_params_are_one_line(raw, key, value, message):
     with pytest.raises(ParamsError) as err:
         validate_params(bad)
     assert str(err.value) == f"params.yaml: {message}"
+
+
+# ------------------------------------------------------------------------------------------------ the stage
+def _workspace(root, raw, n_train=64, **pretrain):
+    """A repository-like folder with params.yaml, models/tokenizer and data/pretraining."""
+    from tests.pretrain_fixtures import save_pretraining_data, save_tokenizer
+
+    params = copy.deepcopy(raw)
+    params["pretrain"].update({"max_steps": 4, "batch_size": 8, "warmup_steps": 1, "save_steps": 2, "eval_steps": 2,
+                               "max_eval_batches": 2, "eval_batch_size": 8, "logging_steps": 1, "precision": "fp32"})
+    params["pretrain"]["model"] = {"size": "tiny", "config": {"max_position_embeddings": 64}}
+    for key, value in pretrain.items():
+        params["pretrain"][key] = value
+    (root / "params.yaml").write_text(yaml.safe_dump(params), encoding="utf-8")
+    save_tokenizer(root / "models" / "tokenizer")
+    save_pretraining_data(root / "data" / "pretraining", n_train, 16)
+    return root
+
+
+def _stage_error(capsys) -> str:
+    from stages import pretrain
+    from stages.cli import run_stage
+
+    with pytest.raises(SystemExit) as exit_info:
+        run_stage(pretrain.main)
+    assert exit_info.value.code == 1
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    return err
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        ({"model": {"size": "tiny", "config": {"vocab_size": 100}}},
+         "error: pretrain.model.config.vocab_size: 100 does not match the tokenizer's vocabulary of 144 tokens"),
+        ({"model": {"size": "tiny", "config": {"max_position_embeddings": 16}}},
+         "error: pretrain.model: max_seq_length 32 exceeds the model's max_position_embeddings 16"),
+        ({"model": {"size": "gigantic"}},
+         'error: params.yaml: pretrain.model.size: expected one of "tiny", "mini", "small", "medium", "base", '
+         '"large", got "gigantic"'),
+        ({"n_train": 0}, "error: data/pretraining/train: empty train set (no instances)"),
+        ({"batch_size": 80}, "error: data/pretraining/train: 64 instances, fewer than one global batch of 80"),
+    ],
+)
+def test_bad_inputs_one_line_and_no_model(in_tmp, raw, capsys, monkeypatch, change, expected):
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{in_tmp / 'mlflow.db'}")
+    n_train = change.pop("n_train", 64)
+    _workspace(in_tmp, raw, n_train=n_train, **change)
+    assert _stage_error(capsys).startswith(expected)
+    assert not (in_tmp / "models" / "pretrained").exists()
+    assert not list((in_tmp / "models").glob(".pretrained*"))
+    assert not (in_tmp / "mlflow.db").exists()  # rejected before any run or checkpoint is started
+    assert not (in_tmp / "checkpoints").exists()
+
+
+def test_stage_outputs_and_byte_identical_rerun(in_tmp, raw, monkeypatch):
+    import json
+    import shutil
+
+    import torch
+    from transformers import AutoModelForMaskedLM, AutoModelForPreTraining, AutoTokenizer
+
+    from stages import pretrain
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{in_tmp / 'mlflow.db'}")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        _workspace(in_tmp, raw)
+        pretrain.main()
+        metrics = (in_tmp / "metrics" / "pretrain.json").read_bytes()
+        weights = (in_tmp / "models" / "pretrained" / "model.safetensors").read_bytes()
+        quality = json.loads(metrics)
+        assert quality["objective"] == "nsp" and quality["steps"] == 4
+        assert set(quality["eval"]) >= {"mlm_loss", "mlm_accuracy", "perplexity", "pair_accuracy", "unigram_accuracy"}
+        timing = json.loads((in_tmp / "metrics" / "pretrain-timing.json").read_text())
+        assert timing["tokens_per_second"] > 0 and 0 < timing["mfu"] < 1.5
+        plot = (in_tmp / "plots" / "pretrain.csv").read_text().splitlines()
+        assert plot[0].startswith("step,train_loss,learning_rate,eval_mlm_loss")
+        assert [line.split(",")[0] for line in plot[1:]] == ["1", "2", "3", "4"]
+        model = AutoModelForPreTraining.from_pretrained(in_tmp / "models" / "pretrained")
+        assert model.config.num_hidden_layers == 2 and model.config.vocab_size == 144
+        AutoModelForMaskedLM.from_pretrained(in_tmp / "models" / "pretrained")
+        assert len(AutoTokenizer.from_pretrained(in_tmp / "models" / "pretrained")) == 144
+        assert sorted(p.name for p in (in_tmp / "checkpoints" / "pretrain").iterdir()) == ["step-00000002",
+                                                                                          "step-00000004"]
+        # a fresh run (no checkpoints) gives byte-identical weights and quality metrics
+        shutil.rmtree(in_tmp / "checkpoints")
+        pretrain.main()
+        assert (in_tmp / "metrics" / "pretrain.json").read_bytes() == metrics
+        assert (in_tmp / "models" / "pretrained" / "model.safetensors").read_bytes() == weights
+        # changed params: the old checkpoints are moved aside, not used
+        params = yaml.safe_load((in_tmp / "params.yaml").read_text())
+        params["pretrain"]["learning_rate"] = 5e-4
+        (in_tmp / "params.yaml").write_text(yaml.safe_dump(params))
+        pretrain.main()
+        assert len(list((in_tmp / "checkpoints" / "pretrain" / "stale").iterdir())) == 2
+        assert (in_tmp / "models" / "pretrained" / "model.safetensors").read_bytes() != weights
+    finally:
+        torch.set_num_threads(threads)
+    from mlflow import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{in_tmp / 'mlflow.db'}")
+    runs = client.search_runs([client.get_experiment_by_name("bert-pipeline").experiment_id])
+    assert len(runs) == 3 and all(r.info.status == "FINISHED" for r in runs)
+    assert all(r.data.tags["stage"] == "pretrain" and r.data.tags["model_dvc_md5"].endswith(".dir") for r in runs)
+    assert "eval_mlm_loss" in runs[0].data.metrics

@@ -1,0 +1,175 @@
+"""Our pre-training step vs plain ``BertForPreTraining`` on the same config and batch: tokens/s and MFU.
+
+    python bench/pretrain.py                         # mini (L=4, H=256), vocab 8192, seq 128, batch 32
+    python bench/pretrain.py --size base --batch 64  # e.g. on a GPU
+
+Reference: ``BertForPreTraining`` (MLM decoder over every position), fp32, batches from the stock
+``DataCollatorForLanguageModeling`` (+ NSP labels). Ours: :class:`stages.modeling.MaskedPositionPretrainer`
+(decoder on the masked positions only), ``precision auto`` autocast (bf16 on CPUs and bf16 GPUs), batches from
+create_pretraining_data's collator. Both: AdamW step, SDPA attention, the same token stream and masking rate,
+timing includes collation, forward, backward and the optimizer step (median of ``--steps`` steps after warmup,
+the two variants interleaved). MFU = model FLOPs of the MLM task (encoder + head on the *masked* positions,
+x3 for backward; :func:`stages.modeling.training_flops_per_step`) / the measured matmul peak of the device (best
+of fp32 and bf16 ``--peak-size`` square products), so the MFU ratio equals the speed ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from stages.modeling import (  # noqa: E402
+    MaskedPositionPretrainer,
+    build_config,
+    new_pretraining_model,
+    training_flops_per_step,
+)
+from stages.training import make_accelerator, make_optimizer, measure_matmul_flops  # noqa: E402
+
+
+def synthetic_tokenizer(vocab_size: int, folder: Path):
+    """A BERT-layout WordPiece tokenizer with ``vocab_size`` entries (ids 104.. are words ``w0``...)."""
+    from transformers import BertTokenizerFast
+
+    tokens = ["[PAD]", *(f"[unused{i}]" for i in range(99)), "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    tokens += [f"w{i}" for i in range(vocab_size - len(tokens))]
+    (folder / "vocab.txt").write_text("\n".join(tokens) + "\n", encoding="utf-8")
+    return BertTokenizerFast.from_pretrained(str(folder))
+
+
+def instances(n: int, seq: int, vocab_size: int, seed: int, masked: bool, rng_mask_prob: float = 0.15):
+    """``n`` full-length ``[CLS] A [SEP] B [SEP]`` rows; static 15% masks (80/10/10) when ``masked``."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for _ in range(n):
+        a = (seq - 3) // 2
+        ids = np.concatenate([[101], rng.integers(104, vocab_size, a), [102],
+                              rng.integers(104, vocab_size, seq - 3 - a), [102]]).astype(np.int64)
+        types = np.r_[np.zeros(a + 2, np.int64), np.ones(seq - a - 2, np.int64)]
+        row = {"input_ids": ids.tolist(), "token_type_ids": types.tolist(), "next_sentence_label": int(rng.integers(2))}
+        if masked:
+            cand = np.flatnonzero(ids >= 104)
+            k = min(20, max(1, round(len(cand) * rng_mask_prob)))
+            pos = np.sort(rng.choice(cand, k, replace=False))
+            row["masked_lm_positions"] = pos.tolist()
+            row["masked_lm_ids"] = ids[pos].tolist()
+            for p in pos:
+                r = rng.random()
+                if r < 0.8:
+                    ids[p] = 103
+                elif r < 0.9:
+                    ids[p] = rng.integers(104, vocab_size)
+            row["input_ids"] = ids.tolist()
+        rows.append(row)
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--size", default="mini")
+    parser.add_argument("--vocab", type=int, default=8192)
+    parser.add_argument("--seq", type=int, default=128)
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--precision", default="auto")
+    parser.add_argument("--peak-size", type=int, default=1024)
+    args = parser.parse_args()
+
+    from transformers import DataCollatorForLanguageModeling
+
+    from stages.masking import PretrainingCollator, VocabInfo
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    tmp = Path(tempfile.mkdtemp())
+    tokenizer = synthetic_tokenizer(args.vocab, tmp)
+    config = build_config(args.size, len(tokenizer), max_seq_length=args.seq)
+    n_rows = args.batch * (args.steps + args.warmup)
+    ours_rows = instances(n_rows, args.seq, len(tokenizer), seed=0, masked=True)
+    ref_rows = [{k: r[k] for k in ("input_ids", "token_type_ids")} for r in
+                instances(n_rows, args.seq, len(tokenizer), seed=0, masked=False)]
+    labels_nsp = [r["next_sentence_label"] for r in ours_rows]
+    ours_collate = PretrainingCollator(VocabInfo.from_tokenizer(tokenizer))
+    stock = DataCollatorForLanguageModeling(tokenizer, mlm_probability=0.15, seed=0)
+
+    def ref_collate(rows, start):
+        batch = stock(rows)
+        batch["next_sentence_label"] = torch.tensor(labels_nsp[start : start + len(rows)])
+        return batch
+
+    accelerator = make_accelerator(args.precision, cpu=device == "cpu")
+    ours = MaskedPositionPretrainer(new_pretraining_model(config, True, seed=0)).to(device)
+    ref = new_pretraining_model(config, True, seed=0).to(device)
+    opt_ours = make_optimizer(ours, "adamw", 1e-4)
+    opt_ref = make_optimizer(ref, "adamw", 1e-4)
+
+    def step_ours(i):
+        batch = ours_collate(ours_rows[i * args.batch : (i + 1) * args.batch])
+        batch = {k: v.to(device) for k, v in batch.items()}
+        with accelerator.autocast():
+            out = ours(**batch)
+        out.loss.backward()
+        opt_ours.step()
+        opt_ours.zero_grad(set_to_none=True)
+        return int((batch["labels"] != -100).sum())
+
+    def step_ref(i):
+        batch = ref_collate(ref_rows[i * args.batch : (i + 1) * args.batch], i * args.batch)
+        batch = {k: v.to(device) for k, v in batch.items()}
+        out = ref(**batch)
+        out.loss.backward()
+        opt_ref.step()
+        opt_ref.zero_grad(set_to_none=True)
+        return int((batch["labels"] != -100).sum())
+
+    def timed(fn, i):
+        if device == "cuda":
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        predicted = fn(i)
+        if device == "cuda":
+            torch.cuda.synchronize()
+        return time.perf_counter() - t0, predicted
+
+    times = {"ours": [], "ref": []}
+    predicted = {"ours": [], "ref": []}
+    for i in range(args.warmup + args.steps):
+        for name, fn in (("ref", step_ref), ("ours", step_ours)):
+            dt, npred = timed(fn, i)
+            if i >= args.warmup:
+                times[name].append(dt)
+                predicted[name].append(npred)
+
+    peak32 = measure_matmul_flops(device, torch.float32, args.peak_size)
+    peak16 = measure_matmul_flops(device, torch.bfloat16, args.peak_size)
+    peak = max(peak32, peak16)
+    tokens = args.batch * args.seq
+    print(f"device {device} ({torch.get_num_threads()} threads), torch {torch.__version__}; size {args.size} "
+          f"(L={config.num_hidden_layers}, H={config.hidden_size}), vocab {config.vocab_size}, seq {args.seq}, "
+          f"batch {args.batch}, {args.steps} timed steps after {args.warmup}")
+    print(f"measured matmul peak: fp32 {peak32 / 1e12:.3f} TFLOP/s, bf16 {peak16 / 1e12:.3f} TFLOP/s "
+          f"({args.peak_size}^2); MFU denominator {peak / 1e12:.3f} TFLOP/s")
+    rows = {}
+    for name, label in (("ref", "BertForPreTraining, full decoder, fp32, DataCollatorForLanguageModeling"),
+                        ("ours", f"masked-position decoder, {accelerator.mixed_precision} autocast, our collator")):
+        step = statistics.median(times[name])
+        npred = statistics.mean(predicted[name])
+        flops = training_flops_per_step(config, args.batch, args.seq, int(npred), full_decoder=False)
+        executed = training_flops_per_step(config, args.batch, args.seq, int(npred), full_decoder=name == "ref")
+        rows[name] = tokens / step
+        print(f"{name:4s}: {step * 1e3:8.1f} ms/step  {tokens / step:10.0f} tokens/s  {args.batch / step:8.1f} seq/s  "
+              f"MFU {flops / step / peak:6.3f}  (executed {executed / step / 1e12:.3f} TFLOP/s)  [{label}]")
+    print(f"speed-up ours / reference: {rows['ours'] / rows['ref']:.2f}x (target >= 2.0x)")
+
+
+if __name__ == "__main__":
+    main()
