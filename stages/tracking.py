@@ -4,8 +4,8 @@
         run.log_metrics({"train_loss": 2.3}, step=10)
         run.log_model_pointer("models/pretrained")
 
-- Experiment ``bert-pipeline`` (DESIGN.md); tags ``stage``, ``git_revision``, ``git_dirty``, ``params_hash`` and,
-  under Prefect, ``prefect_flow_run_id``.
+- Experiment ``bert-pipeline`` (DESIGN.md; ``MLFLOW_EXPERIMENT_NAME`` overrides); tags ``stage``, ``git_revision``, ``git_dirty``, ``params_hash`` and,
+  under Prefect, ``prefect_flow_run_id`` (from ``BERT_PIPELINE_FLOW_RUN_ID``, else ``PREFECT__FLOW_RUN_ID``).
 - Nested under a parent run only when the orchestrator passes its id explicitly in
   ``BERT_PIPELINE_PARENT_RUN_ID`` (never ``MLFLOW_RUN_ID``, which would resume the parent run instead).
 - Params flattened to dotted keys; values longer than 250 characters shortened (MLflow rejects longer ones).
@@ -36,7 +36,9 @@ log = logging.getLogger(__name__)
 
 EXPERIMENT = "bert-pipeline"
 PARENT_RUN_ENV = "BERT_PIPELINE_PARENT_RUN_ID"
-FLOW_RUN_ENVS = ("BERT_PIPELINE_FLOW_RUN_ID", "PREFECT__FLOW_RUN_ID")
+FLOW_RUN_ENV = "BERT_PIPELINE_FLOW_RUN_ID"
+FLOW_RUN_ENVS = (FLOW_RUN_ENV, "PREFECT__FLOW_RUN_ID")
+EXPERIMENT_ENV = "MLFLOW_EXPERIMENT_NAME"
 MAX_PARAM_CHARS = 250
 
 
@@ -181,7 +183,7 @@ def stage_run(
     uri: str | None = None,
     parent_run_id: str | None = None,
     tags: dict[str, Any] | None = None,
-    experiment: str = EXPERIMENT,
+    experiment: str | None = None,
 ) -> Iterator[StageRun]:
     """Open one MLflow run for a stage execution; end it FINISHED, or FAILED on any exception (re-raised).
 
@@ -191,10 +193,12 @@ def stage_run(
         uri: tracking URI; default :func:`tracking_uri`.
         parent_run_id: the parent run; default ``$BERT_PIPELINE_PARENT_RUN_ID`` (never ``MLFLOW_RUN_ID``).
         tags: extra tags.
+        experiment: experiment name; default ``$MLFLOW_EXPERIMENT_NAME``, else ``bert-pipeline``.
     """
     from mlflow import MlflowClient
 
     client = MlflowClient(tracking_uri=uri or tracking_uri())
+    experiment = experiment or os.environ.get(EXPERIMENT_ENV) or EXPERIMENT
     found = client.get_experiment_by_name(experiment)
     experiment_id = found.experiment_id if found else client.create_experiment(experiment)
     revision, dirty = git_revision()

@@ -19,6 +19,8 @@ def store(tmp_path_factory) -> str:
 
 def test_run_tags_params_metrics_nesting(store, monkeypatch, tmp_path):
     monkeypatch.setenv("PREFECT__FLOW_RUN_ID", "flow-123")
+    monkeypatch.delenv("BERT_PIPELINE_FLOW_RUN_ID", raising=False)
+    monkeypatch.delenv("MLFLOW_EXPERIMENT_NAME", raising=False)
     client = MlflowClient(store)
     exp = client.get_experiment_by_name("bert-pipeline") or client.get_experiment(
         client.create_experiment("bert-pipeline"))
