@@ -129,3 +129,34 @@ def test_train_tokenizer_outputs(smoke_run):
         rows = list(csv.DictReader(fh))
     assert sum(int(r["count"]) for r in rows) == metrics["words"]
     assert sum(int(r["tokens_per_word"]) * int(r["count"]) for r in rows) == metrics["tokens"]
+
+
+def test_create_pretraining_data_outputs(smoke_run):
+    import datasets
+
+    from stages.artifacts import sha256_file
+
+    out = smoke_run / "data/pretraining"
+    info = json.loads((out / "info.json").read_text())
+    metrics = json.loads((smoke_run / "metrics/pretraining_data.json").read_text())
+    assert info["objective"] == "nsp" and info["masking"] == "static" and info["pair_label"] == "next_sentence_label"
+    tok = smoke_run / info["tokenizer"]
+    assert info["tokenizer_sha256"] == sha256_file(tok / "tokenizer.json")
+    max_len, vocab_size = info["max_seq_length"], info["vocab_size"]
+    special = set(info["special_ids"].values())
+    for split in ("train", "validation"):
+        ds = datasets.load_from_disk(str(out / split))
+        m = metrics[split]
+        assert len(ds) == m["instances"] == info["splits"][split]["instances"] > 0
+        rows = ds[:]
+        assert sum(len(r) for r in rows["input_ids"]) == m["tokens"]
+        for ids, types, pos, lab in zip(rows["input_ids"], rows["token_type_ids"], rows["masked_lm_positions"],
+                                        rows["masked_lm_ids"], strict=True):
+            assert len(ids) <= max_len and ids[0] == info["special_ids"]["cls"] and ids[-1] == info["special_ids"]["sep"]
+            assert len(types) == len(ids) and max(ids) < vocab_size
+            assert 1 <= len(pos) <= info["rules"]["max_predictions_per_seq"] and not special & set(lab)
+        assert abs(m["masked_lm_rate"] - 0.15) < 0.01
+        assert abs(m["pair_label_1_share"] - 0.5) < 0.02
+    tr = metrics["train"]
+    assert abs(tr["mask_token_share"] - 0.8) < 0.02 and abs(tr["random_token_share"] - 0.1) < 0.02
+    assert 0 <= tr["padding_share"] < 0.5
