@@ -24,10 +24,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from stages import tracking
 from stages.artifacts import atomic_dir, atomic_write_text, write_json
 from stages.cli import StageError, run_stage
 from stages.inference import encoder_parameters, measure_speed, size_on_disk_mb
-from stages.params import load_params
+from stages.params import EvaluateParams, load_params
 from stages.predictor import class_probabilities, load_predictor
 from stages.report import (
     FinetuneResult,
@@ -170,6 +171,16 @@ def flat_metrics(index: dict[tuple[str, str], FinetuneResult], facts: dict[str, 
 def main() -> None:
     start = time.perf_counter()
     p = load_params().evaluate
+    with tracking.stage_run("evaluate", p.model_dump()) as run:
+        flat, timing = evaluate(p, start)
+        run.log_metrics(flat)
+        run.log_metrics(timing)
+        for path in (REPORT, OUT_METRICS, OUT_TIMING, PLOTS / "score_vs_speed.csv", PLOTS / "ner_f1_per_type.csv"):
+            run.log_artifact(path)
+
+
+def evaluate(p: EvaluateParams, start: float) -> tuple[dict[str, float], dict[str, Any]]:
+    """The stage's work (see the module docstring); returns the flat quality metrics and the timing figures."""
     results = load_finetune_results(FINETUNE_METRICS)
     index = by_model_task(results)
     models = family_order({m for m, _ in index}, p.teacher, p.student, p.scratch)
@@ -196,7 +207,7 @@ def main() -> None:
                  p.throughput_batch_size)
 
     confusion = sentiment_confusion(models, p.confusion_max_examples, p.seq_length)
-    tokens_seen = tokens_seen_of(read_json(METRICS / "pretrain.json"))
+    tokens_seen = tokens_seen_of(read_json(METRICS / "pretrain.json"), read_json(METRICS / "pretrain-timing.json"))
     header, rows = table(results, facts, p.teacher, p.student, p.scratch)
     lines = findings(results, facts, p.teacher, p.student, p.scratch, tokens_seen)
     card = report_card(Path.cwd(), METRICS, SOURCES, tokens_seen)
@@ -231,6 +242,7 @@ def main() -> None:
     timing["wall_seconds"] = round(time.perf_counter() - start, 2)
     write_json(OUT_TIMING, timing)
     log.info("wrote %s, %s, %s, %s/", REPORT, OUT_METRICS, OUT_TIMING, PLOTS)
+    return flat, timing
 
 
 if __name__ == "__main__":

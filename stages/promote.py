@@ -8,7 +8,8 @@ its ``metrics/finetune/{model}-{task}.json`` becomes a version (tags: family mem
 test split hash), alias ``candidate`` goes to the best of them, and alias ``champion`` moves to the candidate only
 when it is strictly better than the current champion on the same test split (``data/tasks/{task}/test`` content
 hash). Each decision is logged and printed as one line. Run it after ``dvc repro`` on results you mean to keep;
-never from a throwaway ``dvc exp run``. Tracking store: ``MLFLOW_TRACKING_URI`` or ``./mlflow.db``.
+never from a throwaway ``dvc exp run``. Tracking store: ``MLFLOW_TRACKING_URI`` or ``<repo>/mlflow.db``
+(``stages.tracking``).
 """
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ from pathlib import Path
 
 from stages.cli import StageError, run_stage
 from stages.params import load_params
-from stages.registry import Entry, promote_task, split_sha256, tracking_uri
+from stages.registry import Entry, promote_task, split_sha256
 from stages.report import by_model_task, family_order, load_finetune_results, task_order
+from stages.tracking import tracking_uri
 
 FINETUNE_METRICS = Path("metrics/finetune")
 FINETUNED = Path("models/finetuned")

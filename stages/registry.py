@@ -30,13 +30,13 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from stages import tracking
 from stages.cli import StageError
 
 log = logging.getLogger(__name__)
 
 CANDIDATE = "candidate"
 CHAMPION = "champion"
-EXPERIMENT = "bert-pipeline"
 WEIGHT_FILES = ("model.safetensors", "config.json", "tokenizer.json", "vocab.txt")
 PYFUNC_CODE = Path(__file__).with_name("pyfunc_model.py")
 
@@ -75,11 +75,6 @@ class Decision:
         champ = "none" if self.champion_version is None else f"v{self.champion_version} ({self.champion_score:.4f})"
         return (f"{self.task}: candidate v{self.candidate_version} {self.candidate_member} "
                 f"({self.candidate_score:.4f}) vs champion {champ}: {verb} — {self.reason}")
-
-
-def tracking_uri() -> str:
-    """``MLFLOW_TRACKING_URI`` if set, else ``sqlite:///<absolute cwd>/mlflow.db`` (stages run at the repo root)."""
-    return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{(Path.cwd() / 'mlflow.db').as_posix()}"
 
 
 def split_sha256(split_dir: Path) -> str:
@@ -146,8 +141,9 @@ def decide(candidate_score: float, candidate_split: str, champion_score: float |
 
 
 def _experiment_id(client: Any) -> str:
-    found = client.get_experiment_by_name(EXPERIMENT)
-    return found.experiment_id if found else client.create_experiment(EXPERIMENT)
+    name = os.environ.get(tracking.EXPERIMENT_ENV) or tracking.EXPERIMENT
+    found = client.get_experiment_by_name(name)
+    return found.experiment_id if found else client.create_experiment(name)
 
 
 def find_version(client: Any, task: str, sha: str) -> Any | None:
@@ -174,8 +170,12 @@ def log_version(client: Any, entry: Entry, uri: str) -> str:
     mlflow.set_tracking_uri(uri)
     mlflow.set_registry_uri(uri)
     mlflow.set_experiment(experiment_id=_experiment_id(client))
-    with mlflow.start_run(run_name=f"register-{entry.member}-{entry.task}",
-                          tags={"stage": "promote", "family_member": entry.member, "task": entry.task}) as run:
+    revision, dirty = tracking.git_revision()
+    tags = {"stage": "promote", "family_member": entry.member, "task": entry.task, "git_revision": revision,
+            "git_dirty": str(dirty).lower()}
+    if os.environ.get(tracking.PARENT_RUN_ENV):  # nested under the flow's run when the flow passes one
+        tags["mlflow.parentRunId"] = os.environ[tracking.PARENT_RUN_ENV]
+    with mlflow.start_run(run_name=f"register-{entry.member}-{entry.task}", tags=tags) as run:
         mlflow.log_metric(f"test_{entry.main_metric}", entry.score)
         mlflow.set_tag("flavour", flavour)
         if flavour == "pyfunc":

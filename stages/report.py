@@ -275,14 +275,17 @@ def find_key(obj: Any, key: str) -> Any:
     return None
 
 
-def tokens_seen_of(pretrain: Mapping[str, Any] | None) -> int | None:
-    """Tokens seen in pre-training from ``metrics/pretrain.json``: ``tokens_seen`` at any depth, else a top-level
-    ``tokens`` or ``train_tokens`` (None when absent)."""
-    if not pretrain:
-        return None
-    for value in (find_key(pretrain, "tokens_seen"), pretrain.get("train_tokens"), pretrain.get("tokens")):
+def tokens_seen_of(pretrain: Mapping[str, Any] | None, timing: Mapping[str, Any] | None = None) -> int | None:
+    """Tokens seen in pre-training: ``tokens_seen`` at any depth of ``metrics/pretrain.json``, else its top-level
+    ``tokens`` or ``train_tokens``, else ``tokens_per_second * seconds`` of ``metrics/pretrain-timing.json``
+    (rounded to the nearest thousand, as that product is only as exact as the rounded rate); None when absent."""
+    for value in (find_key(pretrain or {}, "tokens_seen"), (pretrain or {}).get("train_tokens"),
+                  (pretrain or {}).get("tokens")):
         if isinstance(value, int | float) and not isinstance(value, bool):
             return int(value)
+    rate, seconds = (timing or {}).get("tokens_per_second"), (timing or {}).get("seconds")
+    if isinstance(rate, int | float) and isinstance(seconds, int | float) and rate > 0:
+        return int(round(rate * seconds, -3))
     return None
 
 

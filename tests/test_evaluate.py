@@ -39,9 +39,17 @@ def _setup(root):
     write_json(root / "metrics/corpus.json", {"documents": 10})
 
 
-def test_evaluate_stage_outputs(in_tmp):
+def test_evaluate_stage_outputs(in_tmp, monkeypatch):
+    from mlflow import MlflowClient
+
+    uri = f"sqlite:///{in_tmp / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     _setup(in_tmp)
     main()
+    (run,) = MlflowClient(tracking_uri=uri).search_runs(
+        [MlflowClient(tracking_uri=uri).get_experiment_by_name("bert-pipeline").experiment_id])
+    assert run.data.tags["stage"] == "evaluate" and run.info.status == "FINISHED"
+    assert run.data.metrics["pretrained.sentiment.accuracy"] == 0.7 and run.data.params["teacher"] == "pretrained"
     flat = json.loads((in_tmp / "metrics/evaluate.json").read_text())
     assert flat["pretrained.sentiment.accuracy"] == 0.7
     assert flat["distilled.ner.f1_PER"] == 0.5

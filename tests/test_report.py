@@ -19,6 +19,7 @@ from stages.report import (
     report_card,
     stage_wall_times,
     table,
+    tokens_seen_of,
 )
 
 # model -> task -> (main metric mean, per-seed values); other metrics derived.
@@ -122,6 +123,12 @@ def test_stage_wall_times_reads_known_keys(tmp_path):
     write_json(tmp_path / "finetune-timing" / "minilm-qa.json", {"total_seconds": 7.5, "train_seconds": [7.5]})
     write_json(tmp_path / "b-timing.json", {"tokens_per_second": 5})
     assert stage_wall_times(tmp_path) == {"a": 2.0, "finetune-timing/minilm-qa": 7.5}
+
+
+def test_tokens_seen_from_quality_metrics_or_timing():
+    assert tokens_seen_of({"eval": {"tokens_seen": 5}}, {"tokens_per_second": 1.0, "seconds": 9.0}) == 5
+    assert tokens_seen_of({"steps": 10}, {"tokens_per_second": 1234.5, "seconds": 600.0}) == 741_000
+    assert tokens_seen_of(None, None) is None
 
 
 def test_bad_metrics_file_is_one_line_error(tmp_path):
