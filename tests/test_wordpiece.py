@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+from collections import Counter
 
 import pytest
 from transformers import AutoTokenizer
@@ -164,6 +165,12 @@ def test_training_is_deterministic(limit_alphabet):
     runs = [_train(texts, limit_alphabet=limit_alphabet) for _ in range(4)]
     assert len({t.to_str() for t in runs}) == 1
     assert len({vocab_txt(t) for t in runs}) == 1
+    alphabet = {t for t in runs[0].get_vocab() if len(t) == 1}
+    counts = Counter(runs[0].normalizer.normalize_str("".join(texts)).replace(" ", ""))
+    if limit_alphabet == 20:  # the 20 most frequent characters, ties broken by code point
+        assert alphabet == set(sorted(counts, key=lambda c: (-counts[c], c))[:20])
+    else:
+        assert alphabet == set(counts)
 
 
 def test_trained_vocab_layout_and_pieces():
