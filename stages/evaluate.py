@@ -185,8 +185,9 @@ def evaluate(p: EvaluateParams, start: float) -> tuple[dict[str, float], dict[st
     index = by_model_task(results)
     models = family_order({m for m, _ in index}, p.teacher, p.student, p.scratch)
     tasks = task_order({t for _, t in index})
-    if p.teacher not in models:
-        raise StageError(f"params.yaml: evaluate.teacher: {p.teacher!r} has no metrics/finetune/{p.teacher}-*.json")
+    reference = p.teacher if p.teacher in models else models[0]
+    if reference != p.teacher:
+        log.warning("no metrics/finetune/%s-*.json (evaluate.teacher): speeds relative to %s", p.teacher, reference)
 
     texts = None
     facts: dict[str, ModelFacts] = {}
@@ -208,12 +209,13 @@ def evaluate(p: EvaluateParams, start: float) -> tuple[dict[str, float], dict[st
 
     confusion = sentiment_confusion(models, p.confusion_max_examples, p.seq_length)
     tokens_seen = tokens_seen_of(read_json(METRICS / "pretrain.json"), read_json(METRICS / "pretrain-timing.json"))
-    header, rows = table(results, facts, p.teacher, p.student, p.scratch)
+    header, rows = table(results, facts, p.teacher, p.student, p.scratch, reference)
     lines = findings(results, facts, p.teacher, p.student, p.scratch, tokens_seen)
     card = report_card(Path.cwd(), METRICS, SOURCES, tokens_seen)
     lengths = "/".join(str(n) for n in sorted({s.seq_length for s in speeds.values()}))
     note = (f"Speed: CPU, {p.num_threads} thread(s), inputs padded to {lengths} tokens, median of "
-            f"{p.timed_runs} runs after {p.warmup_runs} warm-up; throughput at batch {p.throughput_batch_size}.")
+            f"{p.timed_runs} runs after {p.warmup_runs} warm-up; throughput at batch {p.throughput_batch_size}; "
+            f"relative speed: {reference} = 1.0x.")
     summary = render_summary(header, rows, lines, read_json(METRICS / "corpus.json"),
                              read_json(METRICS / "tokenizer.json"), card, note)
 
@@ -226,7 +228,7 @@ def evaluate(p: EvaluateParams, start: float) -> tuple[dict[str, float], dict[st
         (tmp / "score_vs_speed.csv").write_text(csv_text(
             ["model", "average", "relative_speed", "latency_ms", "throughput"],
             [[m, round(100 * avg, 2) if (avg := average_score(index, m, tasks)) is not None else "",
-              round(relative_speed(facts, m, p.teacher) or 0.0, 3), round(facts[m].latency_ms or 0, 3),
+              round(relative_speed(facts, m, reference) or 0.0, 3), round(facts[m].latency_ms or 0, 3),
               round(facts[m].throughput or 0, 2)] for m in models]))
     flat = flat_metrics(index, facts, models, tasks, p.teacher, p.student, p.scratch)
     for m, pairs in confusion.items():  # the saved (first-seed) model on the confusion matrix's examples
@@ -238,7 +240,7 @@ def evaluate(p: EvaluateParams, start: float) -> tuple[dict[str, float], dict[st
     for m, s in speeds.items():
         timing[f"{m}.latency_ms_b1"] = round(s.latency_ms, 3)
         timing[f"{m}.throughput_b{s.batch_size}"] = round(s.throughput, 2)
-        timing[f"{m}.relative_speed"] = round(relative_speed(facts, m, p.teacher) or 0.0, 3)
+        timing[f"{m}.relative_speed"] = round(relative_speed(facts, m, reference) or 0.0, 3)
     timing["wall_seconds"] = round(time.perf_counter() - start, 2)
     write_json(OUT_TIMING, timing)
     log.info("wrote %s, %s, %s, %s/", REPORT, OUT_METRICS, OUT_TIMING, PLOTS)

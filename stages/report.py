@@ -208,11 +208,13 @@ def table(
     teacher: str,
     student: str,
     scratch: str,
+    reference: str | None = None,
 ) -> tuple[list[str], list[list[str]]]:
     """The comparison table: header and one row of cells per family member.
 
     Columns: model, role, parameters, one per task (main metric, test mean over seeds, in points), average of
-    the tasks' main metrics, latency (ms/example, batch 1), throughput (examples/s), relative speed (teacher 1.0x).
+    the tasks' main metrics, latency (ms/example, batch 1), throughput (examples/s), relative speed (``reference``
+    = 1.0x; default the teacher).
 
     Raises:
         StageError: two results disagree on a task's main metric.
@@ -230,7 +232,7 @@ def table(
     rows = []
     for m in models:
         f = facts.get(m)
-        rel = relative_speed(facts, m, teacher)
+        rel = relative_speed(facts, m, reference or teacher)
         rows.append([
             m,
             roles.get(m, "external" if m == "minilm" else "–"),
