@@ -16,6 +16,9 @@ exists). Writes:
   and sha256, counts: what ``pretrain`` checks for compatibility (:func:`stages.masking.collator_from_info`).
 - ``metrics/pretraining_data.json`` (instances, tokens, padding share at ``max_seq_length``, realised masking
   rate and 80/10/10 split, pair-label balance, skipped documents) and ``metrics/pretraining_data-timing.json``.
+- With ``pretrain.phases`` (BERT's seq 128 then 512), one more dataset per other phase length ``L`` under
+  ``data/pretraining/seq{L}/`` (same layout, its own ``info.json``; ``max_predictions_per_seq`` scaled with the
+  length, 20 at 128 -> 80 at 512 as BERT's phase 2), metrics under the key ``seq{L}``.
 
 Memory stays bounded by one shard per worker. Every random draw of shard ``k``, copy ``d`` comes from a generator
 seeded by ``(seed, split, k, d)``, so the bytes do not depend on ``num_proc``.
@@ -343,72 +346,102 @@ def summarize(results: list[dict[str, Any]], max_seq_length: int, objective: str
     return {k: (round(v, 6) if isinstance(v, float) else v) for k, v in out.items()}
 
 
+def phase_lengths(max_seq_length: int, phases: list[Any]) -> list[int]:
+    """Sequence lengths to build: ``max_seq_length`` first, then every other ``pretrain.phases[*].max_seq_length``
+    (BERT's two phases, Devlin et al. 2019, Appendix A.2), each into ``data/pretraining/seq{L}/``."""
+    extra = sorted({int(ph.max_seq_length) for ph in phases} - {int(max_seq_length)})
+    return [int(max_seq_length)] + extra
+
+
+def scaled_max_predictions(max_predictions_per_seq: int, max_seq_length: int, length: int) -> int:
+    """``max_predictions_per_seq`` for a phase of ``length`` tokens, in proportion (BERT: 20 at 128, 80 at 512)."""
+    return max(1, round(max_predictions_per_seq * length / max_seq_length))
+
+
+def build_dataset(out: Path, p: Any, *, max_seq_length: int, rules: MaskingRules, corpus: dict[str, int],
+                  tok_path: Path, vocab: VocabInfo, init: str, timings: dict[str, float],
+                  prefix: str = "") -> dict[str, Any]:
+    """Build ``out/{train,validation}`` and ``out/info.json`` at one ``max_seq_length``; return per-split metrics."""
+    splits: dict[str, Any] = {}
+    for split in ("train", "validation"):
+        t0 = time.perf_counter()
+        n_docs = corpus[split]
+        dynamic_train = split == "train" and p.masking == "dynamic"
+        job = ShardJob(
+            corpus_dir=str(CORPUS_DIR), split=split, tokenizer_path=str(tok_path), out_dir=str(out / split),
+            n_shards=max(1, math.ceil(n_docs / p.shard_size)), n_documents=n_docs, objective=p.objective,
+            max_seq_length=max_seq_length, short_seq_prob=p.short_seq_prob, rules=rules,
+            store_masks=not dynamic_train, dupe_factor=p.dupe_factor if split == "train" else 1, seed=p.seed,
+        )
+        summary = summarize(build_split(job, p.num_proc), max_seq_length, p.objective)
+        if summary["instances"] == 0:
+            raise StageError(f"{CORPUS_DIR}: the {split} split yields no instances for objective {p.objective} "
+                             f"({summary['skipped_one_sentence_documents']} one-sentence documents skipped)")
+        summary.update(shards=job.n_shards, dupe_factor=job.dupe_factor,
+                       masking="dynamic" if dynamic_train else "static")
+        splits[split] = summary
+        timings[prefix + split] = time.perf_counter() - t0
+        log.info("%s%s: %d instances, %d tokens, masking rate %.4f", prefix, split, summary["instances"],
+                 summary["tokens"], summary["masked_lm_rate"])
+    info = {
+        "objective": p.objective,
+        "pair_label": PAIR_LABELS[p.objective],
+        "masking": p.masking,
+        "rules": rules.to_dict(),
+        "max_seq_length": max_seq_length,
+        "short_seq_prob": p.short_seq_prob,
+        "dupe_factor": p.dupe_factor,
+        "seed": p.seed,
+        "vocab_size": vocab.vocab_size,
+        "id_dtype": vocab.id_dtype.name,
+        "special_ids": {"pad": vocab.pad_token_id, "cls": vocab.cls_token_id, "sep": vocab.sep_token_id,
+                        "mask": vocab.mask_token_id},
+        "tokenizer": str(tok_path),
+        "tokenizer_sha256": _tokenizer_digest(tok_path),
+        "pretrain_init": str(init),
+        "splits": {s: {k: splits[s][k] for k in ("instances", "tokens", "shards", "dupe_factor", "masking")}
+                   for s in splits},
+    }
+    write_json(out / "info.json", info)
+    return splits
+
+
 def main() -> None:
     started = time.perf_counter()
     params = load_params()
     p = params.create_pretraining_data
     pretrain = getattr(params, "pretrain", None)
-    init = getattr(pretrain, "init", "scratch") if pretrain is not None else "scratch"
-    tok_path = tokenizer_path_for(str(init))
+    init = str(getattr(pretrain, "init", "scratch")) if pretrain is not None else "scratch"
+    phases = list(getattr(pretrain, "phases", None) or [])
+    tok_path = tokenizer_path_for(init)
     tokenizer, _ = load_tokenizer(tok_path)
+    lengths = phase_lengths(p.max_seq_length, phases)
     try:
         vocab = VocabInfo.from_tokenizer(tokenizer)
-        rules = MaskingRules(p.masked_lm_prob, p.max_predictions_per_seq, p.mask_token_prob, p.random_token_prob,
-                             p.whole_word_masking)
+        rules = {L: MaskingRules(p.masked_lm_prob, scaled_max_predictions(p.max_predictions_per_seq, p.max_seq_length, L),
+                                 p.mask_token_prob, p.random_token_prob, p.whole_word_masking) for L in lengths}
     except ValueError as exc:
         raise StageError(f"{tok_path}: {exc}") from None
-    check_layout(p.max_seq_length, p.objective, getattr(tokenizer, "model_max_length", None), str(tok_path))
+    for L in lengths:
+        check_layout(L, p.objective, getattr(tokenizer, "model_max_length", None), str(tok_path))
     corpus = _open_corpus(CORPUS_DIR)
 
-    splits: dict[str, Any] = {}
     timings: dict[str, float] = {}
     with atomic_dir(OUT_DIR) as out:
-        for split in ("train", "validation"):
-            t0 = time.perf_counter()
-            n_docs = corpus[split]
-            dynamic_train = split == "train" and p.masking == "dynamic"
-            job = ShardJob(
-                corpus_dir=str(CORPUS_DIR), split=split, tokenizer_path=str(tok_path), out_dir=str(out / split),
-                n_shards=max(1, math.ceil(n_docs / p.shard_size)), n_documents=n_docs, objective=p.objective,
-                max_seq_length=p.max_seq_length, short_seq_prob=p.short_seq_prob, rules=rules,
-                store_masks=not dynamic_train, dupe_factor=p.dupe_factor if split == "train" else 1, seed=p.seed,
-            )
-            summary = summarize(build_split(job, p.num_proc), p.max_seq_length, p.objective)
-            if summary["instances"] == 0:
-                raise StageError(f"{CORPUS_DIR}: the {split} split yields no instances for objective {p.objective} "
-                                 f"({summary['skipped_one_sentence_documents']} one-sentence documents skipped)")
-            summary.update(shards=job.n_shards, dupe_factor=job.dupe_factor,
-                           masking="dynamic" if dynamic_train else "static")
-            splits[split] = summary
-            timings[split] = time.perf_counter() - t0
-            log.info("%s: %d instances, %d tokens, masking rate %.4f", split, summary["instances"],
-                     summary["tokens"], summary["masked_lm_rate"])
-        info = {
-            "objective": p.objective,
-            "pair_label": PAIR_LABELS[p.objective],
-            "masking": p.masking,
-            "rules": rules.to_dict(),
-            "max_seq_length": p.max_seq_length,
-            "short_seq_prob": p.short_seq_prob,
-            "dupe_factor": p.dupe_factor,
-            "seed": p.seed,
-            "vocab_size": vocab.vocab_size,
-            "id_dtype": vocab.id_dtype.name,
-            "special_ids": {"pad": vocab.pad_token_id, "cls": vocab.cls_token_id, "sep": vocab.sep_token_id,
-                            "mask": vocab.mask_token_id},
-            "tokenizer": str(tok_path),
-            "tokenizer_sha256": _tokenizer_digest(tok_path),
-            "pretrain_init": str(init),
-            "splits": {s: {k: splits[s][k] for k in ("instances", "tokens", "shards", "dupe_factor", "masking")}
-                       for s in splits},
-        }
-        write_json(out / "info.json", info)
-    write_json(METRICS, splits)
+        metrics = build_dataset(out, p, max_seq_length=lengths[0], rules=rules[lengths[0]], corpus=corpus,
+                                tok_path=tok_path, vocab=vocab, init=init, timings=timings)
+        for L in lengths[1:]:  # pretrain.phases at other lengths: data/pretraining/seq{L}/
+            metrics[f"seq{L}"] = build_dataset(out / f"seq{L}", p, max_seq_length=L, rules=rules[L], corpus=corpus,
+                                               tok_path=tok_path, vocab=vocab, init=init, timings=timings,
+                                               prefix=f"seq{L}/")
+    write_json(METRICS, metrics)
     total = time.perf_counter() - started
+    tokens = sum(s["tokens"] for s in metrics.values() if "tokens" in s)
+    tokens += sum(s["tokens"] for k, v in metrics.items() if k.startswith("seq") for s in v.values())
     write_json(TIMING, {
         "seconds": round(total, 3),
         "split_seconds": {k: round(v, 3) for k, v in timings.items()},
-        "tokens_per_second": round(sum(s["tokens"] for s in splits.values()) / max(total, 1e-9), 1),
+        "tokens_per_second": round(tokens / max(total, 1e-9), 1),
         "num_proc": p.num_proc,
     })
 

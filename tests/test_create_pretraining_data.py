@@ -67,19 +67,20 @@ def workspace(tmp_path_factory) -> Path:
     return root
 
 
-def write_params(root: Path, **overrides) -> None:
+def write_params(root: Path, pretrain: dict | None = None, **overrides) -> None:
     raw = yaml.safe_load((REPO / "params.yaml").read_text())
     raw["create_pretraining_data"].update(
         dict(max_seq_length=32, dupe_factor=2, shard_size=8, num_proc=1, seed=7), **overrides)
+    raw["pretrain"].update(pretrain or {})
     (root / "params.yaml").write_text(yaml.safe_dump(raw))
 
 
-def run(root: Path, monkeypatch, **overrides) -> dict[str, str]:
+def run(root: Path, monkeypatch, pretrain: dict | None = None, **overrides) -> dict[str, str]:
     """Run the stage in ``root``; return sha256 of every output file under data/pretraining."""
     from stages.create_pretraining_data import main
 
     monkeypatch.chdir(root)
-    write_params(root, **overrides)
+    write_params(root, pretrain, **overrides)
     main()
     out = root / "data/pretraining"
     return {str(p.relative_to(out)): hashlib.sha256(p.read_bytes()).hexdigest()
@@ -238,3 +239,25 @@ def test_whole_word_masking_in_the_stage_never_masks_part_of_a_word(workspace, m
         assert np.array_equal(chosen[1:][cont[1:]], chosen[:-1][cont[1:]])
         words_split += int(cont.sum())
     assert words_split > 100  # the corpus has many multi-piece words
+
+
+def test_pretrain_init_and_phases_decide_tokenizer_and_lengths(workspace, monkeypatch):
+    """pretrain.init names the tokenizer (a checkpoint folder's own); each other phase length gets seq{L}/."""
+    import datasets
+
+    if not (workspace / "ckpt").exists():
+        make_tokenizer(workspace / "ckpt")
+    phases = [{"max_seq_length": 32, "fraction": 0.9}, {"max_seq_length": 64, "fraction": 0.1}]
+    run(workspace, monkeypatch, pretrain={"init": "ckpt", "phases": phases})
+    out = workspace / "data/pretraining"
+    top = json.loads((out / "info.json").read_text())
+    seq64 = json.loads((out / "seq64/info.json").read_text())
+    assert top["tokenizer"] == seq64["tokenizer"] == "ckpt" and top["pretrain_init"] == "ckpt"
+    assert top["max_seq_length"] == 32 and seq64["max_seq_length"] == 64
+    assert top["rules"]["max_predictions_per_seq"] == 20 and seq64["rules"]["max_predictions_per_seq"] == 40
+    assert not (out / "seq32").exists()
+    long = datasets.load_from_disk(str(out / "seq64/train"))
+    lengths = [len(r) for r in long["input_ids"]]
+    assert max(lengths) == 64 and np.mean(lengths) > 40
+    metrics = json.loads((workspace / "metrics/pretraining_data.json").read_text())
+    assert metrics["seq64"]["train"]["instances"] == len(long) and metrics["train"]["instances"] > len(long)
