@@ -346,6 +346,7 @@ def pipeline(
         PipelineFailed: a stage failed; the message names it and ends with its last output lines.
     """
     logger = get_run_logger()
+    started = time.monotonic()
     root = Path(repo).resolve()
     overrides = collect_overrides(root, profile, set_params)
     throwaway = bool(overrides) or bool(profile)
@@ -370,7 +371,7 @@ def pipeline(
             parent_env, flow_env = tracking.env_names()
             experiment_name = os.environ.get("MLFLOW_EXPERIMENT_NAME", tracking.DEFAULT_EXPERIMENT)
             parent, exp_id = tracking.open_parent_run(uri, experiment_name, f"pipeline {_flow_run_name()}", {
-                "prefect.flow_run_id": flow_run_id, "git_rev": git_rev(workspace), "profile": profile or "",
+                "prefect_flow_run_id": flow_run_id, "git_rev": git_rev(workspace), "profile": profile or "",
                 "overrides": " ".join(overrides)})
             summary["mlflow_parent_run_id"] = parent
             env = {parent_env: parent, flow_env: flow_run_id, "MLFLOW_TRACKING_URI": uri,
@@ -420,6 +421,7 @@ def pipeline(
         summary["ok"] = not failed
     finally:
         summary["stages"] = {s: {k: v for k, v in o.items() if k != "lock"} for s, o in outcome.items()}
+        summary["seconds"] = round(time.monotonic() - started, 3)
         if parent:
             ran = sum(o["status"] == "ran" for o in outcome.values())
             tracking.close_parent_run(uri, parent, summary["ok"], {"stages_ran": ran})

@@ -13,8 +13,8 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
-PARENT_RUN_ENV = "BERT_MLFLOW_PARENT_RUN_ID"
-FLOW_RUN_ENV = "BERT_PREFECT_FLOW_RUN_ID"
+PARENT_RUN_ENV = "BERT_PIPELINE_PARENT_RUN_ID"
+FLOW_RUN_ENV = "BERT_PIPELINE_FLOW_RUN_ID"
 DEFAULT_EXPERIMENT = "bert-pipeline"
 
 
@@ -24,7 +24,8 @@ def env_names() -> tuple[str, str]:
         from stages import tracking  # type: ignore[attr-defined]
     except ImportError:
         return PARENT_RUN_ENV, FLOW_RUN_ENV
-    return (getattr(tracking, "PARENT_RUN_ENV", PARENT_RUN_ENV), getattr(tracking, "FLOW_RUN_ENV", FLOW_RUN_ENV))
+    flow_envs = getattr(tracking, "FLOW_RUN_ENVS", (FLOW_RUN_ENV,))
+    return getattr(tracking, "PARENT_RUN_ENV", PARENT_RUN_ENV), flow_envs[0]
 
 
 def tracking_uri(root: str | Path) -> str:

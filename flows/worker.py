@@ -45,10 +45,11 @@ def checkout(workdir: Path, git_url: str, rev: str, logger: logging.Logger | log
     if not (workdir / ".git").exists():
         workdir.parent.mkdir(parents=True, exist_ok=True)
         run_logged(["git", "clone", "-q", "--no-checkout", git_url, str(workdir)], workdir.parent, logger, env)
-    else:
+    known = subprocess.run(["git", "cat-file", "-e", f"{rev}^{{commit}}"], cwd=workdir, capture_output=True)
+    if known.returncode != 0:
         run_logged(["git", "fetch", "-q", git_url, "+refs/heads/*:refs/remotes/origin/*"], workdir, logger, env,
                    what="git fetch")
-    known = subprocess.run(["git", "cat-file", "-e", f"{rev}^{{commit}}"], cwd=workdir, capture_output=True)
+        known = subprocess.run(["git", "cat-file", "-e", f"{rev}^{{commit}}"], cwd=workdir, capture_output=True)
     if known.returncode != 0:  # a commit on no branch (detached HEAD): ask for it by id
         run_logged(["git", "fetch", "-q", git_url, rev], workdir, logger, env, what="git fetch")
     run_logged(["git", "checkout", "-q", "--force", "--detach", rev], workdir, logger, env)
