@@ -237,12 +237,7 @@ def _schedule(graph: StageGraph, needs: set[str], slots: list[str | None], devic
             pending.remove(stage)
             fut = submit(stage, slot, device, runs, [futures[u] for u in ups])
             futures[stage] = fut
-            if runs:
-                holding[stage] = (slot, device)
-            else:  # returns at once, no subprocess: wait here so the order stays topological
-                fut.wait()
-                _record(stage, fut, outcome, logger)
-                continue
+            holding[stage] = (slot, device)  # a skipped stage holds no slot (None): it runs no subprocess
             fut.add_done_callback(lambda _f, s=stage: done.put(s))
         if not holding:
             if pending:  # cannot happen for a DAG; guard against a silent hang
@@ -250,7 +245,8 @@ def _schedule(graph: StageGraph, needs: set[str], slots: list[str | None], devic
             break
         stage = done.get()
         slot, device = holding.pop(stage)
-        free_slots.append(slot)
+        if slot is not None:
+            free_slots.append(slot)
         if device is not None:
             free_devices.append(device)
         _record(stage, futures[stage], outcome, logger)

@@ -151,3 +151,37 @@ def test_two_worker_clones_share_data_through_a_dvc_remote(tmp_path):
     sh([*DVC, "pull"], repo)  # every output is on the remote, at the versions dvc.lock names
     assert (repo / "left.txt").read_text() == "base\nL\n" and (repo / "right.txt").read_text() == "base\nR\n"
     assert "up to date" in sh([*DVC, "status"], repo)
+
+
+def test_mlflow_stage_runs_nest_under_the_flow_parent_run(tmp_path, monkeypatch):
+    # The stage stands in for stages.tracking: it opens its own run under the parent id the flow passes in.
+    stage = py("import os; from mlflow import MlflowClient; c=MlflowClient(); "
+               "e=c.get_experiment_by_name(os.environ['MLFLOW_EXPERIMENT_NAME']).experiment_id; "
+               "r=c.create_run(e, run_name='train', tags={'stage': 'train', "
+               "'mlflow.parentRunId': os.environ['BERT_PIPELINE_PARENT_RUN_ID'], "
+               "'prefect_flow_run_id': os.environ['BERT_PIPELINE_FLOW_RUN_ID']}); "
+               "c.set_terminated(r.info.run_id); open('model.txt', 'w').write('w')")
+    repo = make_repo(tmp_path / "repo", {"train": {"cmd": stage, "outs": ["model.txt"]}}, FAST)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    state = pipeline(repo=str(repo), return_state=True)
+    result = state.result()
+    flow_run_id = str(state.state_details.flow_run_id)
+
+    from mlflow import MlflowClient
+
+    from flows.tracking import child_runs
+
+    parent = MlflowClient(uri).get_run(result["mlflow_parent_run_id"])
+    assert parent.info.status == "FINISHED" and parent.data.tags["prefect_flow_run_id"] == flow_run_id
+    children = child_runs(uri, parent.info.run_id)
+    assert [(c["stage"], c["status"]) for c in children] == [("train", "FINISHED")]
+    tagged = MlflowClient(uri).get_run(children[0]["run_id"]).data.tags
+    assert tagged["prefect_flow_run_id"] == flow_run_id
+
+    from prefect.client.orchestration import get_client
+
+    with get_client(sync_client=True) as client:
+        artifact = client.read_latest_artifacts()  # the summary artifact of this run links both runs
+    text = next(a.data for a in artifact if a.key == "bert-pipeline-summary")
+    assert parent.info.run_id in text and children[0]["run_id"] in text
