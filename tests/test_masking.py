@@ -233,3 +233,21 @@ def test_collator_rejects_mixed_batches_and_unmasked_rows_without_rules():
         PretrainingCollator(VOCAB, MaskingRules())(static[:2] + dynamic[:2])
     with pytest.raises(ValueError, match="need rules"):
         PretrainingCollator(VOCAB)(dynamic)
+
+
+def test_collator_batch_feeds_bert_for_pretraining():
+    """The batch's keys, shapes and dtypes are what Hugging Face's BertForPreTraining takes (MLM + NSP loss)."""
+    import torch
+    from transformers import BertConfig, BertForPreTraining
+
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=VOCAB.vocab_size, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                        intermediate_size=64, max_position_embeddings=64)
+    model = BertForPreTraining(config).eval()
+    for rows, rules in ((_rows(8, seed=12, static=True), None), (_rows(8, seed=13, static=False), MaskingRules())):
+        batch = PretrainingCollator(VOCAB, rules, seed=0)(rows)
+        with torch.no_grad():
+            out = model(**batch)
+        assert out.prediction_logits.shape == (*batch["input_ids"].shape, VOCAB.vocab_size)
+        # an untrained model's loss is about ln(vocab_size) for MLM plus ln(2) for NSP
+        assert abs(float(out.loss) - (np.log(VOCAB.vocab_size) + np.log(2))) < 1.5
