@@ -145,7 +145,8 @@ def bench_stage(args) -> None:
         os.symlink(Path(args.tokenizer).resolve(), root / "models/tokenizer")
         raw = yaml.safe_load((REPO / "params.yaml").read_text())
         raw["create_pretraining_data"].update(dupe_factor=args.dupe_factor, num_proc=args.num_proc)
-        raw.pop("pretrain", None)  # the stage then reads models/tokenizer (linked above)
+        if "pretrain" in raw:  # the stage then reads models/tokenizer (linked above), one length only
+            raw["pretrain"].update(init="scratch", phases=[])
         (root / "params.yaml").write_text(yaml.safe_dump(raw))
         env = dict(os.environ, PYTHONPATH=str(REPO))
         load = os.getloadavg()[0]
