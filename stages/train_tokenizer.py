@@ -9,7 +9,8 @@ in batches from Arrow) and writes:
 - ``metrics/tokenizer.json``: vocabulary size and, on the validation split, fertility (tokens per word), ``[UNK]``
   rate, share of ``##`` pieces, share of words kept whole;
 - ``plots/tokenizer_fertility.csv``: how many validation words take 1, 2, ... tokens;
-- ``metrics/tokenizer-timing.json`` (wall clock, not cached): training seconds and MB/s.
+- ``metrics/tokenizer-timing.json`` (wall clock, not cached): training seconds and MB/s;
+- one MLflow run (``stages.tracking``): params, these metrics, a pointer to ``models/tokenizer`` (path + DVC hash).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from stages import tracking
 from stages.artifacts import atomic_dir, atomic_write_text, write_json
 from stages.cli import StageError, run_stage
 from stages.params import TrainTokenizerParams, load_params
@@ -130,11 +132,17 @@ def run(params: TrainTokenizerParams, corpus_dir: Path, tokenizer_dir: Path) -> 
 
 def main() -> None:
     params = load_params().train_tokenizer
-    metrics, histogram, timing = run(params, CORPUS_DIR, TOKENIZER_DIR)
-    write_json(METRICS, metrics)
-    atomic_write_text(PLOT, histogram_csv(histogram))
-    write_json(TIMING, timing)
-    log.info("validation: fertility %.3f, [UNK] rate %.4f", metrics["fertility"], metrics["unk_rate"])
+    with tracking.stage_run("train_tokenizer", params.model_dump()) as mlflow_run:
+        metrics, histogram, timing = run(params, CORPUS_DIR, TOKENIZER_DIR)
+        write_json(METRICS, metrics)
+        atomic_write_text(PLOT, histogram_csv(histogram))
+        write_json(TIMING, timing)
+        log.info("validation: fertility %.3f, [UNK] rate %.4f", metrics["fertility"], metrics["unk_rate"])
+        mlflow_run.log_metrics(metrics)
+        mlflow_run.log_metrics(timing)
+        mlflow_run.log_model_pointer(TOKENIZER_DIR, name="tokenizer")
+        for path in (METRICS, PLOT):
+            mlflow_run.log_artifact(path)
 
 
 if __name__ == "__main__":

@@ -38,14 +38,20 @@ def _params(tmp, **section):
     (tmp / "params.yaml").write_text(yaml.safe_dump(raw), encoding="utf-8")
 
 
+@pytest.fixture(scope="module")
+def mlflow_uri(tmp_path_factory):
+    return f"sqlite:///{tmp_path_factory.mktemp('mlflow') / 'mlflow.db'}"
+
+
 @pytest.fixture
-def stage_dir(in_tmp):
+def stage_dir(in_tmp, monkeypatch, mlflow_uri):
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_uri)
     _corpus(in_tmp / "data/corpus", synthetic_texts(60), synthetic_texts(8, seed=7))
     _params(in_tmp)
     return in_tmp
 
 
-def test_stage_outputs(stage_dir):
+def test_stage_outputs(stage_dir, mlflow_uri):
     train_tokenizer.main()
     folder = stage_dir / "models/tokenizer"
     assert sorted(p.name for p in folder.iterdir()) == [
@@ -66,6 +72,14 @@ def test_stage_outputs(stage_dir):
     assert sum(int(r["tokens_per_word"]) * int(r["count"]) for r in rows) == metrics["tokens"]
     timing = json.loads((stage_dir / "metrics/tokenizer-timing.json").read_text())
     assert timing["train_seconds"] > 0
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri=mlflow_uri)
+    runs = client.search_runs([client.get_experiment_by_name("bert-pipeline").experiment_id],
+                              filter_string="tags.stage = 'train_tokenizer' and attributes.status = 'FINISHED'")
+    assert runs and runs[0].data.metrics["fertility"] == metrics["fertility"]
+    assert runs[0].data.params["vocab_size"] == "300"
+    assert runs[0].data.tags["tokenizer_path"] == "models/tokenizer"
 
 
 def test_stage_rerun_is_byte_identical(stage_dir):
