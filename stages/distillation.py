@@ -169,7 +169,7 @@ def distillation_loss(
     """DistilBERT's triple loss (Sanh et al. 2019, §2-3).
 
     ``total = alpha_ce * kl_loss + alpha_mlm * mlm_loss + alpha_cos * cosine_loss``; a term with weight 0 is still
-    reported (computed without gradient) but adds nothing.
+    computed and reported but adds nothing.
 
     Args:
         student_logits, teacher_logits: ``(n_masked, vocab_size)`` logits at the MLM positions.
@@ -192,6 +192,108 @@ def distillation_loss(
     cos = cosine_loss(student_hidden, teacher_hidden)
     total = alpha_ce * kl + alpha_mlm * mlm + alpha_cos * cos
     return DistillationLoss(total=total, kl=kl.detach(), mlm=mlm.detach(), cos=cos.detach())
+
+
+# ------------------------------------------------------------------------------------------------- model
+IGNORE_INDEX = -100
+"""Label of positions without an MLM prediction (Hugging Face convention)."""
+
+
+@dataclass
+class DistillOutput:
+    """One distillation forward pass (0-d tensors). ``loss`` is the weighted triple loss that is optimised;
+    ``mlm_loss`` is the student's MLM cross-entropy and ``mlm_correct`` / ``mlm_count`` its top-1 hits and the
+    number of predicted positions, so a training loop's evaluation reads the student's MLM accuracy."""
+
+    loss: torch.Tensor
+    kl_loss: torch.Tensor
+    mlm_loss: torch.Tensor
+    cos_loss: torch.Tensor
+    mlm_correct: torch.Tensor
+    mlm_count: torch.Tensor
+
+
+def masked_position_forward(model: nn.Module, input_ids: torch.Tensor, labels: torch.Tensor,
+                            attention_mask: torch.Tensor | None = None,
+                            token_type_ids: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Encoder on every token, MLM head only on the predicted positions (as ``masked_lm_positions`` in Google's
+    BERT code).
+
+    Args:
+        model: a ``BertForPreTraining`` / ``BertForMaskedLM`` (``.bert`` encoder and ``.cls.predictions`` head).
+        input_ids, labels, attention_mask, token_type_ids: ``(batch, seq_len)`` int64; labels -100 where nothing is
+            predicted.
+
+    Returns:
+        ``(logits, last_hidden)``: ``(n_predicted, vocab_size)`` float32 logits in row-major order of the predicted
+        positions, and the ``(batch, seq_len, hidden_size)`` last hidden states.
+    """
+    hidden = model.bert(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
+                        return_dict=True).last_hidden_state
+    logits = model.cls.predictions(hidden[labels != IGNORE_INDEX]).float()
+    return logits, hidden
+
+
+class DistillationModel(nn.Module):
+    """Student + frozen teacher -> DistilBERT's triple loss on a Hugging Face MLM batch (Sanh et al. 2019, §3).
+
+    Only the student is a submodule: ``parameters()``, ``state_dict()`` and checkpoints hold the student alone. The
+    teacher is kept in eval mode, with ``requires_grad`` off, runs under ``torch.no_grad()`` and follows the
+    inputs' device on the first forward.
+
+    Args:
+        student, teacher: ``BertForPreTraining`` / ``BertForMaskedLM`` models with the same vocabulary and hidden
+            size (e.g. from :func:`build_student`).
+        temperature, alpha_ce, alpha_mlm, alpha_cos: see :func:`distillation_loss`.
+        cos_positions: ``"tokens"`` aligns the hidden states of every non-padding token (DistilBERT's reference
+            code), ``"masked"`` only those of the MLM positions.
+    """
+
+    def __init__(self, student: nn.Module, teacher: nn.Module, *, temperature: float, alpha_ce: float,
+                 alpha_mlm: float, alpha_cos: float, cos_positions: str = "tokens"):
+        super().__init__()
+        if cos_positions not in ("tokens", "masked"):
+            raise ValueError(f"cos_positions: expected 'tokens' or 'masked', got {cos_positions!r}")
+        if student.config.hidden_size != teacher.config.hidden_size or \
+                student.config.vocab_size != teacher.config.vocab_size:
+            raise ValueError("student and teacher must share hidden_size and vocab_size")
+        self.student = student
+        teacher.requires_grad_(False)
+        teacher.eval()
+        self.__dict__["teacher"] = teacher  # not a submodule: not optimised, not in state_dict
+        self.loss_kwargs = {"temperature": temperature, "alpha_ce": alpha_ce, "alpha_mlm": alpha_mlm,
+                            "alpha_cos": alpha_cos}
+        self.cos_positions = cos_positions
+
+    def train(self, mode: bool = True) -> DistillationModel:
+        """Set the student's mode; the teacher stays in eval mode."""
+        super().train(mode)
+        self.teacher.eval()
+        return self
+
+    def forward(self, input_ids: torch.Tensor, labels: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                token_type_ids: torch.Tensor | None = None, **_pair_labels: torch.Tensor) -> DistillOutput:
+        """Triple loss on one batch ``(batch, seq_len)`` int64; NSP/SOP labels are accepted and ignored
+        (DistilBERT drops the NSP objective; the student keeps the teacher's NSP head unchanged)."""
+        teacher = self.teacher
+        if next(teacher.parameters()).device != input_ids.device:
+            teacher.to(input_ids.device)
+        with torch.no_grad():
+            t_logits, t_hidden = masked_position_forward(teacher, input_ids, labels, attention_mask, token_type_ids)
+        s_logits, s_hidden = masked_position_forward(self.student, input_ids, labels, attention_mask,
+                                                     token_type_ids)
+        if self.cos_positions == "masked":
+            keep = labels != IGNORE_INDEX
+        elif attention_mask is not None:
+            keep = attention_mask.bool()
+        else:
+            keep = torch.ones_like(input_ids, dtype=torch.bool)
+        targets = labels[labels != IGNORE_INDEX]
+        out = distillation_loss(s_logits, t_logits, targets, s_hidden[keep], t_hidden[keep], **self.loss_kwargs)
+        correct = (s_logits.detach().argmax(-1) == targets).sum()
+        count = torch.tensor(targets.numel(), device=targets.device)
+        return DistillOutput(loss=out.total, kl_loss=out.kl, mlm_loss=out.mlm, cos_loss=out.cos,
+                             mlm_correct=correct, mlm_count=count)
 
 
 # --------------------------------------------------------------------------------------------- throughput

@@ -15,6 +15,7 @@ from transformers import (
 )
 
 from stages.distillation import (
+    DistillationModel,
     build_student,
     cosine_loss,
     count_parameters,
@@ -222,3 +223,63 @@ def test_bad_distill_params_are_one_line_errors(change, message):
     with pytest.raises(ParamsError) as info:
         validate_params(raw)
     assert str(info.value) == message
+
+
+# -------------------------------------------------------------------------------------------------- model
+def _batch(seed: int = 0, batch: int = 4, seq: int = 12, vocab: int = 64) -> dict[str, torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    input_ids = torch.randint(5, vocab, (batch, seq), generator=gen)
+    attention_mask = torch.ones_like(input_ids)
+    attention_mask[0, -3:] = 0  # some padding
+    labels = torch.full_like(input_ids, -100)
+    pick = torch.rand(batch, seq, generator=gen) < 0.3
+    pick[:, 1] = True
+    pick &= attention_mask.bool()
+    labels[pick] = input_ids[pick]
+    input_ids = input_ids.masked_fill(pick, 4)  # [MASK]
+    return {"input_ids": input_ids, "labels": labels, "attention_mask": attention_mask,
+            "token_type_ids": torch.zeros_like(input_ids), "next_sentence_label": torch.zeros(batch, dtype=torch.long)}
+
+
+LOSS = {"temperature": 2.0, "alpha_ce": 5.0, "alpha_mlm": 2.0, "alpha_cos": 1.0}
+
+
+def test_distillation_model_holds_only_the_student_and_matches_a_full_forward():
+    teacher = tiny_teacher(layers=4)
+    student, _ = build_student(teacher, 4)  # same depth: the student is an exact copy
+    model = DistillationModel(student, teacher, **LOSS).eval()
+    assert {n.split(".")[0] for n in model.state_dict()} == {"student"}
+    assert sum(p.numel() for p in model.parameters()) == count_parameters(student)
+    batch = _batch()
+    with torch.no_grad():
+        out = model(**batch)
+        full = teacher(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                       token_type_ids=batch["token_type_ids"]).prediction_logits
+    picked = batch["labels"] != -100
+    expected_mlm = torch.nn.functional.cross_entropy(full[picked], batch["labels"][picked])
+    assert out.kl_loss.item() == pytest.approx(0.0, abs=1e-5)
+    assert out.cos_loss.item() == pytest.approx(0.0, abs=1e-5)
+    assert out.mlm_loss.item() == pytest.approx(expected_mlm.item(), rel=1e-5)
+    assert out.mlm_count.item() == int(picked.sum())
+    assert out.mlm_correct.item() == int((full[picked].argmax(-1) == batch["labels"][picked]).sum())
+    model.train()
+    assert student.training and not teacher.training
+
+
+def test_distillation_steps_lower_the_loss_and_leave_the_teacher_alone():
+    teacher = tiny_teacher(layers=4, seed=3)
+    before = {k: v.clone() for k, v in teacher.state_dict().items()}
+    student, _ = build_student(teacher, 2)
+    model = DistillationModel(student, teacher, **LOSS, cos_positions="masked").train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    batch = _batch(seed=5)
+    losses = []
+    for _ in range(12):
+        out = model(**batch)
+        optimizer.zero_grad()
+        out.loss.backward()
+        optimizer.step()
+        losses.append(out.loss.item())
+    assert losses[-1] < 0.85 * losses[0]
+    assert all(torch.equal(v, before[k]) for k, v in teacher.state_dict().items())
+    assert all(p.grad is None for p in teacher.parameters())
