@@ -211,6 +211,9 @@ class DistillOutput:
     cos_loss: torch.Tensor
     mlm_correct: torch.Tensor
     mlm_count: torch.Tensor
+    pair_loss: torch.Tensor | None = None  # no NSP/SOP objective in distillation (Sanh et al. 2019, §3)
+    pair_correct: torch.Tensor | None = None
+    pair_count: torch.Tensor | None = None
 
 
 def masked_position_forward(model: nn.Module, input_ids: torch.Tensor, labels: torch.Tensor,

@@ -102,9 +102,13 @@ class DistillParams(Section):
     batch_size: Annotated[int, annotated_types.Ge(1)]
     gradient_accumulation_steps: Annotated[int, annotated_types.Ge(1)] = 1
     max_grad_norm: Annotated[float, annotated_types.Gt(0.0)] = 1.0
+    logging_steps: Annotated[int, annotated_types.Ge(1)] = 10
     eval_steps: Annotated[int, annotated_types.Ge(1)]
+    eval_batch_size: Annotated[int, annotated_types.Ge(1)] = 64
     eval_batches: Annotated[int, annotated_types.Ge(1)] | None = None
+    final_eval_batches: Annotated[int, annotated_types.Ge(1)] | None = None
     save_steps: Annotated[int, annotated_types.Ge(1)]
+    save_total_limit: Annotated[int, annotated_types.Ge(1)] = 2
     precision: Literal["auto", "fp32", "bf16"] = "auto"
     seed: int = 42
     throughput_runs: Annotated[int, annotated_types.Ge(1)] = 5
