@@ -50,6 +50,8 @@ METRICS = Path("metrics/distill.json")
 TIMING = Path("metrics/distill-timing.json")
 PLOTS = Path("plots/distill.csv")
 PLOT_COLUMNS = ["step", "train_loss", "learning_rate", "eval_mlm_loss", "eval_mlm_accuracy"]
+# Keys that change how often we save or what we measure afterwards, not what is trained: not fingerprinted.
+NOT_FINGERPRINTED = ("save_steps", "save_total_limit", "final_eval_batches", "throughput_runs", "throughput_warmup")
 
 
 def load_teacher(folder: Path):
@@ -108,7 +110,7 @@ def main() -> None:
     from stages.masking import collator_from_info, load_info
     from stages.modeling import MaskedPositionPretrainer, count_parameters, save_model
     from stages.tracking import lock_pointer, stage_run
-    from stages.training import Phase, TrainConfig, evaluate, make_accelerator, train
+    from stages.training import Phase, TrainConfig, TrainingError, evaluate, make_accelerator, train
 
     p = load_params().distill
     teacher = load_teacher(TEACHER_DIR)
@@ -118,12 +120,15 @@ def main() -> None:
     for split in ("train", "validation"):
         if not (DATA_DIR / split).is_dir():
             raise StageError(f"{DATA_DIR / split}: missing: expected create_pretraining_data's instances")
-    info = load_info(DATA_DIR)
-    train_set, validation_set = load_split(DATA_DIR / "train"), load_split(DATA_DIR / "validation")
     try:
+        info = load_info(DATA_DIR)
+        train_set, validation_set = load_split(DATA_DIR / "train"), load_split(DATA_DIR / "validation")
         collate = collator_from_info(DATA_DIR, seed=p.seed, tokenizer=tokenizer)
-    except ValueError as exc:
-        raise StageError(str(exc)) from None
+    except (FileNotFoundError, ValueError, IndexError) as exc:
+        raise StageError(f"{DATA_DIR}: cannot use the pre-training instances with the teacher's tokenizer ({exc})") from None
+    if len(train_set) < p.batch_size or len(validation_set) == 0:
+        raise StageError(f"{DATA_DIR}: {len(train_set)} train / {len(validation_set)} validation instances, expected at "
+                         f"least distill.batch_size={p.batch_size} / 1")
 
     torch.manual_seed(p.seed)
     student, mapping = build_student(teacher, layers)
@@ -133,23 +138,27 @@ def main() -> None:
     config = TrainConfig(
         max_steps=p.max_steps, learning_rate=p.learning_rate, warmup_steps=p.warmup_steps, optimizer="adamw",
         weight_decay=p.weight_decay, gradient_accumulation_steps=p.gradient_accumulation_steps,
-        max_grad_norm=p.max_grad_norm, save_steps=p.save_steps, eval_steps=p.eval_steps,
-        logging_steps=p.logging_steps, eval_batch_size=p.eval_batch_size, max_eval_batches=p.eval_batches,
-        seed=p.seed,
+        max_grad_norm=p.max_grad_norm, max_bad_steps=p.max_bad_steps, save_steps=p.save_steps,
+        eval_steps=p.eval_steps, logging_steps=p.logging_steps, eval_batch_size=p.eval_batch_size,
+        max_eval_batches=p.eval_batches, seed=p.seed, stage="distill",
     )
     phases = [Phase("distill", 0, p.max_steps, train_set, validation_set, p.batch_size,
                     int(info.get("max_seq_length", 0)))]
-    section = p.model_dump()
-    checkpoints = CheckpointManager(CHECKPOINT_DIR, fingerprint(section, [TEACHER_DIR, DATA_DIR]),
-                                    keep=p.save_total_limit)
+    section = p.model_dump(mode="json")
+    fp = fingerprint({k: v for k, v in section.items() if k not in NOT_FINGERPRINTED}, [TEACHER_DIR, DATA_DIR])
+    checkpoints = CheckpointManager(CHECKPOINT_DIR, fp, keep=p.save_total_limit)
     teacher_pointer = lock_pointer(TEACHER_DIR.as_posix())
     tags = {"teacher_path": TEACHER_DIR.as_posix(), "student_layers": layers, "layer_map": mapping}
     if teacher_pointer:
         tags["teacher_dvc_md5"] = teacher_pointer["md5"]
 
     with stage_run("distill", params=section, tags=tags) as run:
-        result = train(model, phases, collate, config, accelerator, checkpoints,
-                       on_log=lambda step, row: run.log_metrics(row, step=step))
+        try:
+            result = train(model, phases, collate, config, accelerator, checkpoints,
+                           on_log=lambda step, row: run.log_metrics({k: v for k, v in row.items() if k != "step"},
+                                                                    step=step))
+        except TrainingError as exc:
+            raise StageError(str(exc)) from None
         student = accelerator.unwrap_model(model).student
         held_out = {}
         for name, net in (("teacher", teacher), ("student", student)):
@@ -169,9 +178,9 @@ def main() -> None:
             "teacher": {"layers": teacher_layers, "parameters": params_t, **_eval_fields(held_out["teacher"])},
             "student": {"layers": layers, "parameters": params_s, **_eval_fields(held_out["student"])},
             "layer_map": mapping,
-            "parameter_ratio": params_s / params_t,
-            "parameter_reduction": 1.0 - params_s / params_t,
-            "mlm_accuracy_share": acc_s / acc_t if acc_t else 0.0,
+            "parameter_ratio": round(params_s / params_t, 6),
+            "parameter_reduction": round(1.0 - params_s / params_t, 6),
+            "mlm_accuracy_share": round(acc_s / acc_t, 6) if acc_t else 0.0,
             "eval_predicted_tokens": held_out["student"]["predicted_tokens"],
             "steps": p.max_steps,
             "bad_steps": result.bad_steps,
@@ -209,7 +218,7 @@ def main() -> None:
 
 def _eval_fields(metrics: dict[str, float]) -> dict[str, float]:
     keep = ("mlm_accuracy", "mlm_loss", "perplexity", "pair_accuracy")
-    return {k: metrics[k] for k in keep if k in metrics}
+    return {k: round(metrics[k], 6) for k in keep if k in metrics}
 
 
 if __name__ == "__main__":

@@ -102,6 +102,7 @@ class DistillParams(Section):
     batch_size: Annotated[int, annotated_types.Ge(1)]
     gradient_accumulation_steps: Annotated[int, annotated_types.Ge(1)] = 1
     max_grad_norm: Annotated[float, annotated_types.Gt(0.0)] = 1.0
+    max_bad_steps: Annotated[int, annotated_types.Ge(0)] = 10
     logging_steps: Annotated[int, annotated_types.Ge(1)] = 10
     eval_steps: Annotated[int, annotated_types.Ge(1)]
     eval_batch_size: Annotated[int, annotated_types.Ge(1)] = 64

@@ -252,6 +252,7 @@ class TrainConfig:
     max_eval_batches: int | None = None
     seed: int = 0
     num_workers: int = 0
+    stage: str = "pretrain"  # the params section named in errors and on the progress bar (pretrain, distill)
 
 
 @dataclass
@@ -412,7 +413,7 @@ def train(
     model.train()
     pending: list[torch.Tensor] = []  # per-step train losses since the last history row
     t0 = time.perf_counter()
-    progress = tqdm(total=cfg.max_steps, initial=step, desc="pretrain", disable=not accelerator.is_main_process,
+    progress = tqdm(total=cfg.max_steps, initial=step, desc=cfg.stage, disable=not accelerator.is_main_process,
                     mininterval=5.0)
     for phase_index, phase in enumerate(phases):
         if step >= phase.end_step:
@@ -463,7 +464,7 @@ def train(
                             result.bad_steps)
                 if result.bad_steps > cfg.max_bad_steps:
                     raise TrainingError(
-                        f"pretrain.max_bad_steps: {result.bad_steps} steps had a non-finite loss or gradient "
+                        f"{cfg.stage}.max_bad_steps: {result.bad_steps} steps had a non-finite loss or gradient "
                         f"(limit {cfg.max_bad_steps}); lower the learning rate or use precision fp32"
                     )
             scheduler.step()
@@ -538,10 +539,20 @@ def measure_matmul_flops(device: str | torch.device = "cpu", dtype: torch.dtype 
     return 2.0 * size**3 * n / (time.perf_counter() - t0)
 
 
+def cpu_has_fast_bf16() -> bool:
+    """Whether this CPU runs bf16 matmuls natively (AVX512-BF16 / AMX, as oneDNN reports it). Without them bf16
+    autocast is emulated and several times slower than fp32 (measured 7x on an AVX2 EPYC for a BERT-mini layer)."""
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):
+        return False
+
+
 def make_accelerator(precision: str, cpu: bool | None = None):
     """An ``accelerate.Accelerator`` for ``precision`` in ``auto | fp32 | bf16 | fp16``.
 
-    ``auto``: bf16 autocast on CPUs and on GPUs that support it (fp16 with loss scaling on older GPUs). When not
+    ``auto``: bf16 autocast on CPUs with native bf16 (:func:`cpu_has_fast_bf16`, else fp32) and on GPUs that support it
+    (fp16 with loss scaling on older GPUs). When not
     launched by ``accelerate launch``/``torchrun``, any previous accelerate state is reset first, so a process
     can build several (tests, benchmarks).
     """
@@ -553,7 +564,9 @@ def make_accelerator(precision: str, cpu: bool | None = None):
     if cpu is None:
         cpu = not torch.cuda.is_available()
     if precision == "auto":
-        if cpu or torch.cuda.is_bf16_supported():
+        if cpu:
+            precision = "bf16" if cpu_has_fast_bf16() else "fp32"
+        elif torch.cuda.is_bf16_supported():
             precision = "bf16"
         else:
             precision = "fp16"

@@ -37,8 +37,7 @@ def _write_teacher(folder, layers: int = 4) -> None:
     BertTokenizerFast(vocab={tok: i for i, tok in enumerate(vocab)}).save_pretrained(folder)
     torch.manual_seed(0)
     config = BertConfig(vocab_size=VOCAB_SIZE, hidden_size=32, num_hidden_layers=layers, num_attention_heads=2,
-                        intermediate_size=64, max_position_embeddings=128, hidden_dropout_prob=0.0,
-                        attention_probs_dropout_prob=0.0)
+                        intermediate_size=64, max_position_embeddings=128)  # dropout 0.1: resume must restore RNG
     model = BertForPreTraining(config)
     model.config.architectures = ["BertForPreTraining"]
     model.save_pretrained(folder)
@@ -86,7 +85,7 @@ def test_stage_writes_student_metrics_timing_plots_and_resumes_identically(works
     for who in ("teacher", "student"):
         assert 0.0 <= metrics[who]["mlm_accuracy"] <= 1.0
     acc_t = metrics["teacher"]["mlm_accuracy"]
-    assert metrics["mlm_accuracy_share"] == pytest.approx(metrics["student"]["mlm_accuracy"] / acc_t if acc_t else 0.0)
+    assert metrics["mlm_accuracy_share"] == pytest.approx(metrics["student"]["mlm_accuracy"] / acc_t if acc_t else 0.0, rel=1e-4)
 
     timing = json.loads((workspace / "metrics/distill-timing.json").read_text())
     for who in ("teacher", "student"):

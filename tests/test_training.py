@@ -197,3 +197,14 @@ def test_lamb_step_matches_algorithm():
     expected_w = torch.tensor([[3.0, 4.0]]) - 0.1 * (5.0 / r.norm()) * r
     torch.testing.assert_close(w.detach(), expected_w, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(b.detach(), torch.tensor([0.9]), rtol=1e-5, atol=1e-5)  # trust ratio 1
+
+
+def test_auto_precision_is_bf16_only_on_cpus_with_native_bf16(monkeypatch):
+    """bf16 autocast on a CPU without AVX512-BF16/AMX is emulated and several times slower than fp32."""
+    from stages import training
+
+    monkeypatch.setattr(training, "cpu_has_fast_bf16", lambda: False)
+    assert make_accelerator("auto", cpu=True).mixed_precision == "no"
+    monkeypatch.setattr(training, "cpu_has_fast_bf16", lambda: True)
+    assert make_accelerator("auto", cpu=True).mixed_precision == "bf16"
+    assert make_accelerator("fp32", cpu=True).mixed_precision == "no"
