@@ -33,6 +33,7 @@ from stages.wordpiece import (
     fertility,
     histogram_csv,
     iter_text_batches,
+    rust_parallelism,
     save_tokenizer,
     train_wordpiece,
 )
@@ -93,28 +94,30 @@ def run(params: TrainTokenizerParams, corpus_dir: Path, tokenizer_dir: Path) -> 
         "handle_chinese_chars": params.handle_chinese_chars,
     }
     start = time.perf_counter()
-    try:
-        tokenizer = train_wordpiece(
-            lambda: iter_text_batches(train, TEXT_COLUMN, params.batch_size),
-            vocab_size=params.vocab_size,
-            min_frequency=params.min_frequency,
-            limit_alphabet=params.limit_alphabet,
-            max_input_chars_per_word=params.max_input_chars_per_word,
-            bert_id_layout=params.bert_id_layout,
-            length=len(train),
-            show_progress=sys.stderr.isatty(),
-            **options,
-        )
-    except VocabTooSmallError as exc:
-        raise StageError(f"params.yaml: train_tokenizer.vocab_size: {exc}") from None
-    except EmptyTrainingDataError as exc:
-        raise StageError(f"{corpus_dir}: train split: {exc}") from None
+    with rust_parallelism(True):  # this stage forks no process; results do not depend on it
+        try:
+            tokenizer = train_wordpiece(
+                lambda: iter_text_batches(train, TEXT_COLUMN, params.batch_size),
+                vocab_size=params.vocab_size,
+                min_frequency=params.min_frequency,
+                limit_alphabet=params.limit_alphabet,
+                max_input_chars_per_word=params.max_input_chars_per_word,
+                bert_id_layout=params.bert_id_layout,
+                length=len(train),
+                show_progress=sys.stderr.isatty(),
+                **options,
+            )
+        except VocabTooSmallError as exc:
+            raise StageError(f"params.yaml: train_tokenizer.vocab_size: {exc}") from None
+        except EmptyTrainingDataError as exc:
+            raise StageError(f"{corpus_dir}: train split: {exc}") from None
     train_seconds = time.perf_counter() - start
     train_bytes = sum(len(t.encode("utf-8")) for b in iter_text_batches(train, TEXT_COLUMN, params.batch_size) for t in b)
     log.info("trained %d entries on %.1f MB in %.1f s", tokenizer.get_vocab_size(), train_bytes / 1e6, train_seconds)
 
     validation = corpus["validation"]
-    metrics, histogram = fertility(tokenizer, iter_text_batches(validation, TEXT_COLUMN, params.batch_size))
+    with rust_parallelism(True):
+        metrics, histogram = fertility(tokenizer, iter_text_batches(validation, TEXT_COLUMN, params.batch_size))
     probe = validation.select(range(min(ROUNDTRIP_TEXTS, len(validation))))[TEXT_COLUMN]
     with atomic_dir(tokenizer_dir) as tmp:
         save_tokenizer(tokenizer, tmp, model_max_length=params.model_max_length, **options)

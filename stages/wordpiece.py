@@ -19,10 +19,12 @@ BERT ``vocab.txt``, so one code path is checked against ``transformers``' refere
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
 import logging
+import os
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -39,6 +41,7 @@ CONTINUATION_PREFIX = "##"
 NUM_UNUSED = 99  # [unused0]..[unused98] in BERT's released vocabularies
 BERT_MAX_INPUT_CHARS_PER_WORD = 100  # what transformers' BertTokenizer always rebuilds with
 MODEL_INPUT_NAMES = ("input_ids", "token_type_ids", "attention_mask")  # what BERT models take
+PARALLELISM_ENV = "TOKENIZERS_PARALLELISM"
 SPECIAL_TOKENS_MAP = {"pad_token": PAD, "unk_token": UNK, "cls_token": CLS, "sep_token": SEP, "mask_token": MASK}
 
 
@@ -189,6 +192,25 @@ def iter_text_batches(dataset: Any, column: str = "text", batch_size: int = 1000
     """
     for batch in dataset.select_columns([column]).iter(batch_size=batch_size):
         yield batch[column]
+
+
+@contextlib.contextmanager
+def rust_parallelism(enabled: bool = True) -> Iterator[None]:
+    """Turn ``tokenizers``' own (Rayon) thread parallelism on or off inside the block, then restore the setting.
+
+    The package default (``stages/__init__``) is off, so that processes forked later (``datasets.map(num_proc=..)``)
+    do not inherit a thread pool; a stage that forks nothing may turn it on around its heavy calls. Training
+    results do not depend on it (the pair counts are sums; see :func:`train_wordpiece`).
+    """
+    old = os.environ.get(PARALLELISM_ENV)
+    os.environ[PARALLELISM_ENV] = "true" if enabled else "false"
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(PARALLELISM_ENV, None)
+        else:
+            os.environ[PARALLELISM_ENV] = old
 
 
 def train_wordpiece(
