@@ -472,6 +472,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-mlflow", action="store_true", help="do not open an MLflow parent run")
     args = parser.parse_args(argv)
     try:
+        collect_overrides(Path(args.repo).resolve(), args.profile, args.set_param)  # fail before Prefect starts
         result = pipeline(stages=args.stages, profile=args.profile, set_params=args.set_param, push=args.push,
                           promote_models=args.promote, repo=args.repo, remote=args.remote, workers=args.workers,
                           experiment=args.name, track=False if args.no_mlflow else None)
