@@ -226,6 +226,111 @@ class OrchestrationParams(Section):
     log_tail_lines: Annotated[int, annotated_types.Ge(1)] = 20
     gpu_stages: list[str] = Field(default_factory=list)
     mlflow: bool = True
+# ------------------------------------------------------------------------------------------ prepare_tasks
+class SentimentTaskParams(Section):
+    """``prepare_tasks.sentiment``: Rotten Tomatoes snippets split by film (fractions of examples)."""
+
+    validation_fraction: Annotated[float, annotated_types.Gt(0.0), annotated_types.Lt(0.5)]
+    test_fraction: Annotated[float, annotated_types.Gt(0.0), annotated_types.Lt(0.5)]
+
+
+class SplitSizes(Section):
+    """Most examples per split (fewer when the source has fewer)."""
+
+    train: Annotated[int, annotated_types.Ge(1)]
+    validation: Annotated[int, annotated_types.Ge(1)]
+    test: Annotated[int, annotated_types.Ge(1)]
+
+
+class NerTaskParams(Section):
+    """``prepare_tasks.ner``: silver BIO labels from the spaCy model over corpus sentences."""
+
+    entity_types: list[str] = Field(min_length=1)
+    other_types: Literal["drop", "misc"]
+    sentences: SplitSizes
+    min_words: Annotated[int, annotated_types.Ge(1)]
+    max_words: Annotated[int, annotated_types.Ge(1)]
+
+
+class QaTaskParams(Section):
+    """``prepare_tasks.qa``: cloze questions (Hermann et al. 2015) from news headlines, SQuAD layout."""
+
+    answer_types: list[str] = Field(min_length=1)
+    passage_words: Annotated[int, annotated_types.Ge(10)]
+    max_questions_per_article: Annotated[int, annotated_types.Ge(1)]
+    questions: SplitSizes
+    placeholder: str = Field(min_length=1)
+
+
+class UserTask(Section):
+    """A user task. ``kind``: classification (CSV/JSONL with ``text_column``/``label_column``), ner (CoNLL-2003
+    files), qa (SQuAD v1.1 JSON); files per split, or ``hf_dataset`` (+ ``hf_config``) instead of files."""
+
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
+    kind: Literal["classification", "ner", "qa"]
+    train: str | None = None
+    validation: str | None = None
+    test: str | None = None
+    hf_dataset: str | None = None
+    hf_config: str | None = None
+    text_column: str = "text"
+    label_column: str = "label"
+
+
+class PrepareTasksParams(Section):
+    """``prepare_tasks``: the three default task sets and any user tasks."""
+
+    seed: int
+    heldout_validation_fraction: Annotated[float, annotated_types.Gt(0.0), annotated_types.Lt(1.0)]
+    spacy_batch_size: Annotated[int, annotated_types.Ge(1)] = 64
+    sentiment: SentimentTaskParams
+    ner: NerTaskParams
+    qa: QaTaskParams
+    user_tasks: list[UserTask] = Field(default_factory=list)
+
+
+# ------------------------------------------------------------------------------------------------ finetune
+class FinetuneModel(Section):
+    """One model of the fine-tuning family. ``path``: a ``save_pretrained`` folder (tokenizer beside) or a hub
+    name. ``init: pretrained`` loads its weights; ``init: random`` keeps only its architecture and tokenizer
+    (the no-pre-training baseline), or, with ``size``, a named shape (tiny..large) with its tokenizer."""
+
+    path: str = Field(min_length=1)
+    init: Literal["pretrained", "random"] = "pretrained"
+    size: Literal["tiny", "mini", "small", "medium", "base", "large"] | None = None
+    learning_rate: Annotated[float, annotated_types.Gt(0.0), annotated_types.Lt(1.0)]
+    pooling: Literal["cls", "mean"] = "cls"
+
+
+class FinetuneTask(Section):
+    """Per-task fine-tuning knobs (``doc_stride``, ``n_best``, ``max_answer_length`` are used by QA only)."""
+
+    max_train_examples: Annotated[int, annotated_types.Ge(1)] | None = None
+    max_length: Annotated[int, annotated_types.Ge(16)]
+    epochs: Annotated[int, annotated_types.Ge(1)]
+    batch_size: Annotated[int, annotated_types.Ge(1)]
+    doc_stride: Annotated[int, annotated_types.Ge(0)] = 64
+    n_best: Annotated[int, annotated_types.Ge(1)] = 20
+    max_answer_length: Annotated[int, annotated_types.Ge(1)] = 30
+
+
+class FinetuneParams(Section):
+    """``finetune``: AdamW with linear warmup/decay, early stopping on the validation metric, seeds."""
+
+    seeds: list[int] = Field(min_length=1)
+    data_seed: int
+    precision: Literal["auto", "fp32", "bf16"] = "auto"
+    warmup_ratio: Annotated[float, annotated_types.Ge(0.0), annotated_types.Lt(1.0)] = 0.1
+    weight_decay: Annotated[float, annotated_types.Ge(0.0)] = 0.01
+    max_grad_norm: Annotated[float, annotated_types.Gt(0.0)] = 1.0
+    early_stopping_patience: Annotated[int, annotated_types.Ge(1)] = 1
+    evals_per_epoch: Annotated[int, annotated_types.Ge(1)] = 1
+    eval_batch_size: Annotated[int, annotated_types.Ge(1)] = 64
+    low_resource_train_examples: Annotated[int, annotated_types.Ge(1)] = 500
+    low_resource_tasks: list[str] = Field(default_factory=list)
+    user_model: FinetuneModel
+    models: dict[str, FinetuneModel] = Field(min_length=1)
+    tasks: dict[str, FinetuneTask] = Field(min_length=1)
 
 
 # ----------------------------------------------------------------------------------------------- pretrain
@@ -314,6 +419,8 @@ class Params(Section):
     train_tokenizer: TrainTokenizerParams
     orchestration: OrchestrationParams
     pretrain: PretrainParams
+    prepare_tasks: PrepareTasksParams
+    finetune: FinetuneParams
 
     @model_validator(mode="after")
     def _cross_checks(self) -> Params:
@@ -321,6 +428,9 @@ class Params(Section):
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
             raise ValueError(f"prepare_corpus.sources: source names must be unique, got {dupes[0]!r} twice")
+        unknown = [t for t in self.finetune.low_resource_tasks if t not in self.finetune.tasks]
+        if unknown:
+            raise ValueError(f"finetune.low_resource_tasks: {unknown[0]!r} is not a key of finetune.tasks")
         return self
 
 

@@ -1,0 +1,207 @@
+"""Task heads' pre- and post-processing: NER label alignment, QA windows and n-best decoding, pooling.
+
+Fine-tuning as in Devlin et al. 2019, §4: ``[CLS]`` (or mean) pooling -> Linear for a sentence label, a
+per-token Linear for NER (label on each word's first sub-token), start/end logits for extractive QA (SQuAD,
+§4.2), with long contexts split into overlapping windows (``doc_stride``) as in Hugging Face ``run_qa.py``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from transformers import AutoModelForSequenceClassification, BertForSequenceClassification
+from transformers.modeling_outputs import SequenceClassifierOutput
+
+log = logging.getLogger(__name__)
+
+IGNORE_INDEX = -100
+
+
+# ------------------------------------------------------------------------------------------------- NER
+def align_word_labels(word_ids: Sequence[int | None], word_labels: Sequence[int]) -> list[int]:
+    """Labels per token from labels per word: the first sub-token of each word gets the word's label, the
+    other sub-tokens and special tokens (``word_id None``) get ``-100`` (ignored by the loss).
+
+    Args:
+        word_ids: from a fast tokenizer's ``BatchEncoding.word_ids(i)``, length ``seq_len``.
+        word_labels: one label id per word.
+    Returns:
+        ``seq_len`` ints.
+    """
+    out, prev = [], None
+    for w in word_ids:
+        if w is None or w == prev:
+            out.append(IGNORE_INDEX)
+        else:
+            out.append(int(word_labels[w]))
+        prev = w
+    return out
+
+
+def tokenize_ner(tokenizer, tokens: list[list[str]], tags: list[list[int]], max_length: int) -> dict[str, list]:
+    """Tokenize pre-split words and align labels (:func:`align_word_labels`); truncates to ``max_length``.
+
+    Returns:
+        ``{"input_ids", "attention_mask", "token_type_ids"?, "labels"}``, lists of ``(seq_len,)`` lists.
+    """
+    enc = tokenizer(tokens, is_split_into_words=True, truncation=True, max_length=max_length)
+    enc["labels"] = [align_word_labels(enc.word_ids(i), tags[i]) for i in range(len(tokens))]
+    return dict(enc)
+
+
+def word_predictions(word_ids: Sequence[int | None], token_preds: Sequence[int], n_words: int, fill: int = 0) -> list[int]:
+    """Per-word predictions from per-token ones (first sub-token of each word); words cut off by truncation
+    get ``fill`` (the ``O`` label)."""
+    out = [fill] * n_words
+    prev = None
+    for w, p in zip(word_ids, token_preds, strict=False):
+        if w is not None and w != prev:
+            out[w] = int(p)
+        prev = w
+    return out
+
+
+# -------------------------------------------------------------------------------------------------- QA
+def prepare_qa_features(
+    tokenizer, questions: list[str], contexts: list[str], answers: list[dict[str, list]] | None,
+    max_length: int, doc_stride: int,
+) -> dict[str, list]:
+    """Tokenize (question, context) pairs into windows over the context.
+
+    A context longer than ``max_length`` is split into windows that overlap by ``doc_stride`` tokens
+    (``return_overflowing_tokens``). With ``answers``, each window gets ``start_positions``/``end_positions``:
+    the token span of the first answer when it lies wholly inside the window, else ``0`` (``[CLS]``).
+
+    Returns:
+        lists per window: ``input_ids``, ``attention_mask``, (``token_type_ids``), ``example_index`` (the
+        pair it came from), ``offset_mapping`` (``(start, end)`` character offsets into the *context*, or
+        ``None`` for question and special tokens), and the positions when ``answers`` is given.
+    Raises:
+        ValueError: the tokenizer is not a fast tokenizer (offsets are needed), or the question leaves no
+            room for the context.
+    """
+    if not getattr(tokenizer, "is_fast", False):
+        raise ValueError("QA needs a fast tokenizer (offset_mapping)")
+    pad_right = tokenizer.padding_side == "right"
+    enc = tokenizer(
+        questions if pad_right else contexts, contexts if pad_right else questions,
+        truncation="only_second" if pad_right else "only_first", max_length=max_length, stride=doc_stride,
+        return_overflowing_tokens=True, return_offsets_mapping=True,
+    )
+    context_seq = 1 if pad_right else 0
+    sample_map = enc.pop("overflow_to_sample_mapping")
+    offsets_all = enc.pop("offset_mapping")
+    out: dict[str, list] = {k: list(v) for k, v in enc.items()}
+    out["example_index"], out["offset_mapping"] = [], []
+    if answers is not None:
+        out["start_positions"], out["end_positions"] = [], []
+    for i, offsets in enumerate(offsets_all):
+        ex = sample_map[i]
+        seq_ids = enc.sequence_ids(i)
+        out["example_index"].append(ex)
+        out["offset_mapping"].append([o if seq_ids[k] == context_seq else None for k, o in enumerate(offsets)])
+        if answers is None:
+            continue
+        a = answers[ex]
+        start_char = a["answer_start"][0]
+        end_char = start_char + len(a["text"][0])
+        ctx = [k for k, s in enumerate(seq_ids) if s == context_seq]
+        s_tok = e_tok = 0
+        if ctx and offsets[ctx[0]][0] <= start_char and offsets[ctx[-1]][1] >= end_char:
+            s_tok = next(k for k in ctx if offsets[k][1] > start_char)
+            e_tok = next(k for k in reversed(ctx) if offsets[k][0] < end_char)
+        out["start_positions"].append(s_tok)
+        out["end_positions"].append(e_tok)
+    return out
+
+
+def decode_qa(
+    contexts: list[str], example_index: Sequence[int], offset_mapping: Sequence[Sequence[Any]],
+    start_logits: Sequence[np.ndarray], end_logits: Sequence[np.ndarray], n_best: int, max_answer_length: int,
+) -> list[tuple[str, int, int]]:
+    """N-best span decoding over all windows of each example.
+
+    For each window, the ``n_best`` highest start and end logits are paired; a pair is valid when both tokens
+    lie in the context, ``start <= end`` and it spans at most ``max_answer_length`` tokens. The pair with the
+    highest ``start_logit + end_logit`` over all windows wins (SQuAD v1.1: an answer always exists, so the
+    ``[CLS]`` null answer is never returned).
+
+    Args:
+        start_logits, end_logits: per window, float arrays ``(seq_len,)``.
+    Returns:
+        per example ``(answer_text, start_char, end_char)`` into its context; ``("", 0, 0)`` when no window had
+        a valid span.
+    """
+    best: dict[int, tuple[float, int, int]] = {}
+    for w, ex in enumerate(example_index):
+        offsets = offset_mapping[w]
+        s_log, e_log = np.asarray(start_logits[w]), np.asarray(end_logits[w])
+        n = min(len(offsets), len(s_log))
+        s_idx = np.argsort(s_log[:n])[::-1][:n_best]
+        e_idx = np.argsort(e_log[:n])[::-1][:n_best]
+        for s in s_idx:
+            if offsets[s] is None:
+                continue
+            for e in e_idx:
+                if offsets[e] is None or e < s or e - s + 1 > max_answer_length:
+                    continue
+                score = float(s_log[s] + e_log[e])
+                if ex not in best or score > best[ex][0]:
+                    best[ex] = (score, offsets[s][0], offsets[e][1])
+    out = []
+    for ex, ctx in enumerate(contexts):
+        if ex in best:
+            _, a, b = best[ex]
+            out.append((ctx[a:b], a, b))
+        else:
+            out.append(("", 0, 0))
+    return out
+
+
+# -------------------------------------------------------------------------------------------- pooling
+class MeanPoolingBertForSequenceClassification(BertForSequenceClassification):
+    """``BertForSequenceClassification`` whose sentence vector is the mean of the last hidden states over
+    real tokens (``attention_mask`` 1) instead of the ``[CLS]`` pooler (as Sentence-BERT, Reimers & Gurevych
+    2019, §3). Same weights as the standard class; ``config.classifier_pooling = "mean"`` records the choice
+    so :func:`load_sequence_classifier` restores it."""
+
+    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, labels=None, **kwargs):
+        out = self.bert(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
+        hidden = out[0]  # (batch, seq_len, hidden)
+        if attention_mask is None:
+            attention_mask = torch.ones(hidden.shape[:2], dtype=hidden.dtype, device=hidden.device)
+        mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
+        pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1.0)
+        logits = self.classifier(self.dropout(pooled))
+        loss = None
+        if labels is not None:
+            loss = torch.nn.functional.cross_entropy(logits.view(-1, self.num_labels), labels.view(-1))
+        return SequenceClassifierOutput(loss=loss, logits=logits)
+
+
+def sequence_classifier_class(pooling: str, model_type: str):
+    """The model class for ``pooling`` (``cls`` or ``mean``).
+
+    Raises:
+        ValueError: ``mean`` for a model that is not BERT-family (``model_type`` other than ``bert``).
+    """
+    if pooling == "cls":
+        return AutoModelForSequenceClassification
+    if pooling == "mean":
+        if model_type != "bert":
+            raise ValueError(f"pooling 'mean' is implemented for BERT models, got model_type {model_type!r}")
+        return MeanPoolingBertForSequenceClassification
+    raise ValueError(f"pooling: expected cls or mean, got {pooling!r}")
+
+
+def load_sequence_classifier(path: str):
+    """Load a fine-tuned sentence classifier, honouring ``config.classifier_pooling`` (default ``cls``)."""
+    from transformers import AutoConfig
+
+    cfg = AutoConfig.from_pretrained(path)
+    cls = sequence_classifier_class(getattr(cfg, "classifier_pooling", "cls"), cfg.model_type)
+    return cls.from_pretrained(path)

@@ -1,0 +1,345 @@
+"""Fine-tuning one model on one task: encoding, the training loop with early stopping, evaluation.
+
+The loop is the standard BERT fine-tuning recipe (Devlin et al. 2019, §4 and A.3): AdamW with weight decay
+(Loshchilov & Hutter 2019; no decay on biases and LayerNorm), linear warmup then linear decay, gradient
+clipping, a few epochs; the validation metric is checked ``evals_per_epoch`` times an epoch and training stops
+after ``patience`` checks without gain, restoring the best weights. Batches are grouped by length (shuffled
+mega-batches sorted by length), which on CPU saves most of the padding. Everything random takes a seed.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable, Sequence
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from datasets import Dataset, DatasetDict, load_from_disk
+from tqdm.auto import tqdm
+from transformers import (
+    AutoConfig,
+    AutoModelForQuestionAnswering,
+    AutoModelForTokenClassification,
+    BertConfig,
+    DataCollatorForTokenClassification,
+    DataCollatorWithPadding,
+    get_linear_schedule_with_warmup,
+)
+
+from stages import heads as H
+from stages import task_metrics as M
+
+log = logging.getLogger(__name__)
+
+MODEL_KEYS = ("input_ids", "attention_mask", "token_type_ids", "labels", "start_positions", "end_positions")
+
+# Turc et al. 2019 (BERT miniatures, heads = H/64, FFN = 4H); base/large from Devlin et al. 2019, §3.
+SIZES: dict[str, tuple[int, int]] = {"tiny": (2, 128), "mini": (4, 256), "small": (4, 512), "medium": (8, 512),
+                                     "base": (12, 768), "large": (24, 1024)}
+
+
+class FinetuneError(RuntimeError):
+    """An expected fine-tuning failure; ``str(err)`` is one line naming the file or key."""
+
+
+@dataclass(frozen=True)
+class TrainSettings:
+    """Knobs of one fine-tuning run (units: learning rate per step, counts in examples/steps)."""
+
+    learning_rate: float
+    epochs: int
+    batch_size: int
+    warmup_ratio: float = 0.1
+    weight_decay: float = 0.01
+    max_grad_norm: float = 1.0
+    patience: int = 1
+    evals_per_epoch: int = 1
+    eval_batch_size: int = 64
+    precision: str = "fp32"
+    seed: int = 0
+
+
+@dataclass
+class FitResult:
+    """What :func:`fit` did: the best validation metrics, when, and the loss/metric history."""
+
+    best_validation: dict[str, float]
+    best_step: int
+    steps: int
+    history: list[dict[str, float]] = field(default_factory=list)
+
+
+# --------------------------------------------------------------------------------------------- task data
+def load_task(path: str | Path) -> tuple[DatasetDict, dict[str, Any]]:
+    """Load ``data/tasks/{task}/`` (a DatasetDict and ``task.json``).
+
+    Raises:
+        FinetuneError: the folder, a split or ``task.json`` is missing.
+    """
+    import json
+
+    path = Path(path)
+    if not (path / "task.json").exists():
+        raise FinetuneError(f"{path}: task not found (expected a prepare_tasks folder with task.json)")
+    info = json.loads((path / "task.json").read_text(encoding="utf-8"))
+    dd = load_from_disk(str(path))
+    for split in ("train", "validation", "test"):
+        if split not in dd:
+            raise FinetuneError(f"{path}: split {split!r} missing")
+    return dd, info
+
+
+def subsample(ds: Dataset, n: int | None, seed: int) -> Dataset:
+    """At most ``n`` examples drawn without replacement with ``seed``, kept in their original order."""
+    if n is None or n >= len(ds):
+        return ds
+    idx = np.sort(np.random.default_rng(seed).choice(len(ds), size=n, replace=False))
+    return ds.select(idx.tolist())
+
+
+# ------------------------------------------------------------------------------------------------ models
+def device_and_autocast(precision: str) -> tuple[torch.device, Callable[[], Any]]:
+    """The device (CUDA when present) and an autocast context factory for ``precision``.
+
+    ``auto`` = bf16 on a GPU that supports it, else fp32 (CPUs here have no bf16 units: autocast is slower).
+    """
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if precision == "auto":
+        precision = "bf16" if device.type == "cuda" and torch.cuda.is_bf16_supported() else "fp32"
+    if precision == "bf16":
+        return device, lambda: torch.autocast(device.type, dtype=torch.bfloat16)
+    return device, nullcontext
+
+
+def build_model(
+    kind: str, path: str, init: str, size: str | None, pooling: str, label_names: Sequence[str] | None,
+    vocab_size: int, seed: int,
+):
+    """The model for ``kind`` (classification | ner | qa) from ``path``.
+
+    ``init == "pretrained"``: its weights, new head. ``"random"``: its config (or the named ``size``, with
+    ``vocab_size``) with every weight drawn afresh under ``seed`` (the no-pre-training baseline).
+    """
+    torch.manual_seed(seed)
+    label_kw: dict[str, Any] = {}
+    if label_names is not None:
+        label_kw = {"num_labels": len(label_names), "id2label": dict(enumerate(label_names)),
+                    "label2id": {n: i for i, n in enumerate(label_names)}}
+    if init == "random" and size is not None:
+        layers, hidden = SIZES[size]
+        config = BertConfig(vocab_size=vocab_size, hidden_size=hidden, num_hidden_layers=layers,
+                            num_attention_heads=hidden // 64, intermediate_size=4 * hidden, **label_kw)
+    else:
+        config = AutoConfig.from_pretrained(path, **label_kw)
+    if kind == "classification":
+        config.classifier_pooling = pooling
+        cls = H.sequence_classifier_class(pooling, config.model_type)
+    elif kind == "ner":
+        cls = AutoModelForTokenClassification
+    else:
+        cls = AutoModelForQuestionAnswering
+    if init == "random":
+        return cls.from_config(config) if hasattr(cls, "from_config") else cls(config)
+    return cls.from_pretrained(path, config=config)
+
+
+# ---------------------------------------------------------------------------------------------- encoding
+def encode_train(kind: str, tokenizer, ds: Dataset, task: dict[str, Any]) -> list[dict[str, list[int]]]:
+    """Model-ready training features, one dict per example (QA: per window)."""
+    if kind == "classification":
+        enc = tokenizer(list(ds["text"]), truncation=True, max_length=task["max_length"])
+        enc["labels"] = list(ds["label"])
+    elif kind == "ner":
+        enc = H.tokenize_ner(tokenizer, list(ds["tokens"]), list(ds["ner_tags"]), task["max_length"])
+    else:
+        enc = H.prepare_qa_features(tokenizer, list(ds["question"]), list(ds["context"]), list(ds["answers"]), task["max_length"],
+                                    task["doc_stride"])
+    keys = [k for k in MODEL_KEYS if k in enc]
+    return [{k: enc[k][i] for k in keys} for i in range(len(enc["input_ids"]))]
+
+
+def collator(kind: str, tokenizer):
+    """Pads a list of features into a batch of tensors ``(batch, seq_len)``; NER labels padded with -100."""
+    if kind == "ner":
+        return DataCollatorForTokenClassification(tokenizer, return_tensors="pt")
+    return DataCollatorWithPadding(tokenizer, return_tensors="pt")
+
+
+def length_grouped_batches(lengths: Sequence[int], batch_size: int, rng: np.random.Generator,
+                           mega: int = 50) -> list[list[int]]:
+    """Shuffled batches of similar length: permute, cut into mega-batches of ``mega * batch_size``, sort each
+    by length (longest first), cut into batches, shuffle the batch order."""
+    perm = rng.permutation(len(lengths))
+    batches = []
+    for i in range(0, len(perm), mega * batch_size):
+        chunk = sorted(perm[i:i + mega * batch_size].tolist(), key=lambda j: -lengths[j])
+        batches += [chunk[k:k + batch_size] for k in range(0, len(chunk), batch_size)]
+    order = rng.permutation(len(batches))
+    return [batches[i] for i in order]
+
+
+@torch.no_grad()
+def forward_all(model, features: list[dict[str, list[int]]], collate, batch_size: int, device, autocast) -> list[Any]:
+    """Logits for every feature (batched by length, returned in input order).
+
+    Returns:
+        per feature: ``logits`` ``(num_labels,)`` / ``(seq_len, num_labels)``, or ``(start, end)`` ``(seq_len,)``
+        each, as float32 numpy arrays cut to the feature's own length.
+    """
+    model.eval()
+    order = sorted(range(len(features)), key=lambda i: len(features[i]["input_ids"]))
+    out: list[Any] = [None] * len(features)
+    for k in range(0, len(order), batch_size):
+        idx = order[k:k + batch_size]
+        batch = collate([{kk: v for kk, v in features[i].items() if kk in ("input_ids", "attention_mask",
+                                                                           "token_type_ids")} for i in idx])
+        batch = {kk: v.to(device) for kk, v in batch.items()}
+        with autocast():
+            res = model(**batch)
+        if hasattr(res, "start_logits") and res.start_logits is not None:
+            s, e = res.start_logits.float().cpu().numpy(), res.end_logits.float().cpu().numpy()
+            for j, i in enumerate(idx):
+                n = len(features[i]["input_ids"])
+                out[i] = (s[j, :n], e[j, :n])
+        else:
+            logits = res.logits.float().cpu().numpy()
+            for j, i in enumerate(idx):
+                out[i] = logits[j] if logits.ndim == 2 else logits[j, :len(features[i]["input_ids"])]
+    return out
+
+
+def make_evaluator(kind: str, tokenizer, ds: Dataset, task: dict[str, Any], label_names: Sequence[str] | None,
+                   batch_size: int, device, autocast) -> Callable[[Any], dict[str, float]]:
+    """A function ``model -> metrics`` on ``ds`` (features are encoded once)."""
+    collate = DataCollatorWithPadding(tokenizer, return_tensors="pt")
+    if kind == "classification":
+        enc = tokenizer(list(ds["text"]), truncation=True, max_length=task["max_length"])
+        feats = [{k: enc[k][i] for k in enc} for i in range(len(ds))]
+        labels = list(ds["label"])
+
+        def run(model):
+            logits = forward_all(model, feats, collate, batch_size, device, autocast)
+            return M.classification_metrics(labels, [int(np.argmax(x)) for x in logits], len(label_names))
+        return run
+    if kind == "ner":
+        enc = tokenizer(list(ds["tokens"]), is_split_into_words=True, truncation=True, max_length=task["max_length"])
+        feats = [{k: enc[k][i] for k in enc} for i in range(len(ds))]
+        word_ids = [enc.word_ids(i) for i in range(len(ds))]
+        gold = [[label_names[t] for t in tags] for tags in list(ds["ner_tags"])]
+
+        def run(model):
+            logits = forward_all(model, feats, collate, batch_size, device, autocast)
+            pred = [[label_names[p] for p in H.word_predictions(word_ids[i], np.argmax(x, -1), len(gold[i]))]
+                    for i, x in enumerate(logits)]
+            return M.ner_metrics(gold, pred)
+        return run
+    enc = H.prepare_qa_features(tokenizer, list(ds["question"]), list(ds["context"]), None, task["max_length"], task["doc_stride"])
+    feats = [{k: enc[k][i] for k in ("input_ids", "attention_mask", "token_type_ids") if k in enc}
+             for i in range(len(enc["input_ids"]))]
+    contexts, refs = list(ds["context"]), [a["text"] for a in list(ds["answers"])]
+
+    def run(model):
+        out = forward_all(model, feats, collate, batch_size, device, autocast)
+        preds = H.decode_qa(contexts, enc["example_index"], enc["offset_mapping"], [o[0] for o in out],
+                            [o[1] for o in out], task["n_best"], task["max_answer_length"])
+        return M.squad_metrics([p[0] for p in preds], refs)
+    return run
+
+
+# ------------------------------------------------------------------------------------------------ the loop
+def parameter_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[str, Any]]:
+    """AdamW groups: decay on weight matrices, none on biases and LayerNorm weights."""
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
+        (no_decay if name.endswith("bias") or "LayerNorm" in name or "layer_norm" in name else decay).append(p)
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+def fit(
+    model, features: list[dict[str, list[int]]], collate, s: TrainSettings, evaluate: Callable[[Any], dict[str, float]],
+    main_metric: str, on_eval: Callable[[int, dict[str, float]], None] | None = None,
+) -> FitResult:
+    """Train ``model`` in place on ``features``; keep and restore the weights with the best validation metric.
+
+    Args:
+        features: per example ``input_ids`` etc. (lists of ints), plus the labels the model's loss needs.
+        evaluate: ``model -> metrics`` on the validation set (``main_metric`` is maximised).
+        on_eval: called with ``(step, {"train_loss", "validation_<metric>"...})`` after each evaluation.
+    Returns:
+        :class:`FitResult`.
+    Raises:
+        FinetuneError: a non-finite loss.
+    """
+    device, autocast = device_and_autocast(s.precision)
+    torch.manual_seed(s.seed)
+    rng = np.random.default_rng(s.seed)
+    model.to(device)
+    steps_per_epoch = math.ceil(len(features) / s.batch_size)
+    total = steps_per_epoch * s.epochs
+    opt = torch.optim.AdamW(parameter_groups(model, s.weight_decay), lr=s.learning_rate)
+    sched = get_linear_schedule_with_warmup(opt, int(s.warmup_ratio * total), total)
+    checks = {max(1, round(steps_per_epoch * (k + 1) / s.evals_per_epoch)) for k in range(s.evals_per_epoch)}
+    lengths = [len(f["input_ids"]) for f in features]
+    best, best_state, best_step, bad, step = -math.inf, None, 0, 0, 0
+    best_metrics: dict[str, float] = {}
+    history: list[dict[str, float]] = []
+    losses: list[float] = []
+    bar = tqdm(total=total, desc="fine-tune", leave=False, mininterval=5)
+    stop = False
+    for epoch in range(s.epochs):
+        model.train()
+        for i, b in enumerate(length_grouped_batches(lengths, s.batch_size, rng)):
+            batch = {k: v.to(device) for k, v in collate([features[j] for j in b]).items()}
+            with autocast():
+                loss = model(**batch).loss
+            if not torch.isfinite(loss):
+                raise FinetuneError(f"non-finite training loss at step {step} (lower the learning rate)")
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), s.max_grad_norm)
+            opt.step()
+            sched.step()
+            opt.zero_grad(set_to_none=True)
+            losses.append(loss.item())
+            step += 1
+            bar.update(1)
+            if i + 1 in checks:
+                metrics = evaluate(model)
+                model.train()
+                entry = {"step": step, "epoch": epoch + 1, "train_loss": float(np.mean(losses))}
+                entry.update({f"validation_{k}": v for k, v in metrics.items()})
+                history.append(entry)
+                losses = []
+                if on_eval:
+                    on_eval(step, entry)
+                log.info("step %d epoch %d: loss %.4f, validation %s %.4f", step, epoch + 1, entry["train_loss"],
+                         main_metric, metrics[main_metric])
+                if metrics[main_metric] > best:
+                    best, best_step, bad = metrics[main_metric], step, 0
+                    best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+                    best_metrics = metrics
+                else:
+                    bad += 1
+                    if bad >= s.patience:
+                        stop = True
+                        break
+        if stop:
+            break
+    bar.close()
+    if best_state is not None:
+        model.load_state_dict(best_state)
+    return FitResult(best_validation=best_metrics, best_step=best_step, steps=step, history=history)
+
+
+def timed(fn: Callable[[], Any]) -> tuple[Any, float]:
+    """``(fn(), seconds)`` (wall clock, for timing files only)."""
+    t0 = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - t0

