@@ -20,6 +20,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from stages import task_training as TT
 from stages.artifacts import atomic_dir, write_json
 from stages.cli import StageError, run_stage
@@ -96,11 +98,13 @@ def run(model_name: str, task_name: str, p: FinetuneParams) -> dict[str, Any]:
     device, autocast = TT.device_and_autocast(p.precision)
     train = TT.subsample(dd["train"], task["max_train_examples"], p.data_seed)
     features = TT.encode_train(kind, tokenizer, train, task)
-    evaluators = {s: TT.make_evaluator(kind, tokenizer, dd[s], task, label_names, p.eval_batch_size, device, autocast)
-                  for s in ("validation", "test")}
+    heldout = {"validation": TT.subsample(dd["validation"], task["max_validation_examples"], p.data_seed),
+               "test": dd["test"]}
+    evaluators = {s: TT.make_evaluator(kind, tokenizer, d, task, label_names, p.eval_batch_size, device, autocast)
+                  for s, d in heldout.items()}
     collate = TT.collator(kind, tokenizer)
     log.info("%s on %s (%s): %d train examples (%d features), %d validation, %d test, seeds %s", model_name,
-             task_name, kind, len(train), len(features), len(dd["validation"]), len(dd["test"]), p.seeds)
+             task_name, kind, len(train), len(features), len(heldout["validation"]), len(dd["test"]), p.seeds)
 
     def settings(seed: int, epochs: int) -> TT.TrainSettings:
         return TT.TrainSettings(
@@ -114,10 +118,13 @@ def run(model_name: str, task_name: str, p: FinetuneParams) -> dict[str, Any]:
         fit = TT.fit(model, feats, collate, settings(seed, epochs), evaluators["validation"], main)
         return model, fit, evaluators["test"](model)
 
-    val, test, timing, saved = [], [], {"train_seconds": [], "low_resource_train_seconds": []}, None
+    timing: dict[str, list[float]] = {"train_seconds": [], "train_cpu_seconds": [], "low_resource_train_seconds": [],
+                                      "low_resource_train_cpu_seconds": []}
+    val, test, saved = [], [], None
     history: list[dict[str, Any]] = []
     for seed in p.seeds:
-        (model, fit, test_m), secs = TT.timed(lambda seed=seed: one_run(seed, features, task["epochs"]))
+        (model, fit, test_m), secs, cpu = TT.timed(lambda seed=seed: one_run(seed, features, task["epochs"]))
+        timing["train_cpu_seconds"].append(round(cpu, 2))
         val.append(fit.best_validation)
         test.append(test_m)
         timing["train_seconds"].append(round(secs, 2))
@@ -131,7 +138,8 @@ def run(model_name: str, task_name: str, p: FinetuneParams) -> dict[str, Any]:
         small = TT.encode_train(kind, tokenizer, TT.subsample(dd["train"], n, p.data_seed), task)
         low_test = []
         for seed in p.seeds:
-            (_, _, test_m), secs = TT.timed(lambda seed=seed: one_run(seed, small, task["epochs"]))
+            (_, _, test_m), secs, cpu = TT.timed(lambda seed=seed: one_run(seed, small, task["epochs"]))
+            timing["low_resource_train_cpu_seconds"].append(round(cpu, 2))
             low_test.append(test_m)
             timing["low_resource_train_seconds"].append(round(secs, 2))
             log.info("seed %d, %d examples: test %s %.4f", seed, n, main, test_m[main])
@@ -139,6 +147,7 @@ def run(model_name: str, task_name: str, p: FinetuneParams) -> dict[str, Any]:
     metrics = {
         "model": model_name, "task": task_name, "kind": kind, "main_metric": main, "silver": bool(info.get("silver")),
         "model_path": spec.path, "init": spec.init, "seeds": list(p.seeds), "train_examples": len(train),
+        "validation_examples": len(heldout["validation"]), "test_examples": len(dd["test"]),
         "test": _summary(test), "validation": _summary(val), "low_resource": low, "runs": history,
     }
     name = f"{model_name.replace('/', '--')}-{task_name}"
@@ -147,6 +156,7 @@ def run(model_name: str, task_name: str, p: FinetuneParams) -> dict[str, Any]:
         tokenizer.save_pretrained(tmp)
     write_json(METRICS / f"{name}.json", metrics)
     write_json(TIMING / f"{name}.json", {"model": model_name, "task": task_name, "device": str(device),
+                                         "threads": torch.get_num_threads(),
                                          "total_seconds": round(sum(timing["train_seconds"]) +
                                                                 sum(timing["low_resource_train_seconds"]), 2),
                                          **timing})

@@ -303,9 +303,11 @@ class FinetuneModel(Section):
 
 
 class FinetuneTask(Section):
-    """Per-task fine-tuning knobs (``doc_stride``, ``n_best``, ``max_answer_length`` are used by QA only)."""
+    """Per-task fine-tuning knobs (``doc_stride``, ``n_best``, ``max_answer_length`` are used by QA only).
+    ``max_*_examples`` draw a seeded subset (``finetune.data_seed``); the test split is always used whole."""
 
     max_train_examples: Annotated[int, annotated_types.Ge(1)] | None = None
+    max_validation_examples: Annotated[int, annotated_types.Ge(1)] | None = None
     max_length: Annotated[int, annotated_types.Ge(16)]
     epochs: Annotated[int, annotated_types.Ge(1)]
     batch_size: Annotated[int, annotated_types.Ge(1)]
