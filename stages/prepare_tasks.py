@@ -21,6 +21,7 @@ from datasets import DatasetDict, load_from_disk
 from stages import tasks as T
 from stages.artifacts import atomic_dir, write_json
 from stages.cli import StageError, run_stage
+from stages.corpus import fix_news_mojibake
 from stages.params import PrepareTasksParams, UserTask, load_params
 from stages.sources import NEWS_ARTICLES, ROTTEN_TOMATOES, SPACY_MODEL
 
@@ -79,7 +80,8 @@ def news_headlines(csv_path: Path, doc_ids: list[str]) -> dict[str, list[str]]:
         if not m or int(m.group(1)) >= len(df):
             raise StageError(f"{csv_path}: corpus doc_id {doc_id!r} names no row of this file")
         row = df.iloc[int(m.group(1))]
-        out[doc_id] = [str(row["title"]), str(row["subtitle"])]
+        # the corpus repaired the body's mojibake; repair the headlines the same way so entities match
+        out[doc_id] = [fix_news_mojibake(str(row[col]))[0] for col in ("title", "subtitle")]
     return out
 
 

@@ -160,3 +160,31 @@ def test_create_pretraining_data_outputs(smoke_run):
     tr = metrics["train"]
     assert abs(tr["mask_token_share"] - 0.8) < 0.02 and abs(tr["random_token_share"] - 0.1) < 0.02
     assert 0 <= tr["padding_share"] < 0.5
+def test_prepare_tasks_outputs(smoke_run):
+    import datasets
+
+    corpus = datasets.load_from_disk(str(smoke_run / "data/corpus"))
+    heldout = set(corpus["validation"]["doc_id"])
+    metrics = json.loads((smoke_run / "metrics/tasks.json").read_text())
+    assert set(metrics) == {"sentiment", "ner", "qa"} and metrics["ner"]["silver"] is True
+    for name in ("sentiment", "ner", "qa"):
+        dd = datasets.load_from_disk(str(smoke_run / "data/tasks" / name))
+        info = json.loads((smoke_run / "data/tasks" / name / "task.json").read_text())
+        assert info["main_metric"] in ("accuracy", "f1")
+        for split in ("train", "validation", "test"):
+            assert dd[split].num_rows == metrics[name]["splits"][split]["examples"] > 0
+        if name == "sentiment":
+            films = [set(dd[s]["film"]) for s in ("train", "validation", "test")]
+            assert not films[0] & films[1] and not films[0] & films[2] and not films[1] & films[2]
+            assert dd["train"].features["label"].names == ["negative", "positive"]
+            continue
+        arts = {s: set(dd[s]["doc_id"]) for s in ("train", "validation", "test")}
+        assert arts["validation"] <= heldout and arts["test"] <= heldout and not arts["train"] & heldout
+        assert not arts["validation"] & arts["test"]
+        if name == "ner":
+            names = dd["train"].features["ner_tags"].feature.names
+            assert names[0] == "O" and all(n[:2] in ("B-", "I-") for n in names[1:])
+        else:
+            for ex in dd["test"]:
+                a, start = ex["answers"]["text"][0], ex["answers"]["answer_start"][0]
+                assert ex["context"][start:start + len(a)] == a and "@placeholder" in ex["question"]
