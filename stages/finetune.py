@@ -99,12 +99,12 @@ def run(model_name: str, task_name: str, p: FinetuneParams) -> dict[str, Any]:
     train = TT.subsample(dd["train"], task["max_train_examples"], p.data_seed)
     features = TT.encode_train(kind, tokenizer, train, task)
     heldout = {"validation": TT.subsample(dd["validation"], task["max_validation_examples"], p.data_seed),
-               "test": dd["test"]}
+               "test": TT.subsample(dd["test"], task["max_test_examples"], p.data_seed)}
     evaluators = {s: TT.make_evaluator(kind, tokenizer, d, task, label_names, p.eval_batch_size, device, autocast)
                   for s, d in heldout.items()}
     collate = TT.collator(kind, tokenizer)
     log.info("%s on %s (%s): %d train examples (%d features), %d validation, %d test, seeds %s", model_name,
-             task_name, kind, len(train), len(features), len(heldout["validation"]), len(dd["test"]), p.seeds)
+             task_name, kind, len(train), len(features), len(heldout["validation"]), len(heldout["test"]), p.seeds)
 
     def settings(seed: int, epochs: int) -> TT.TrainSettings:
         return TT.TrainSettings(
@@ -136,18 +136,18 @@ def run(model_name: str, task_name: str, p: FinetuneParams) -> dict[str, Any]:
     if task_name in p.low_resource_tasks:
         n = min(p.low_resource_train_examples, len(dd["train"]))
         small = TT.encode_train(kind, tokenizer, TT.subsample(dd["train"], n, p.data_seed), task)
-        low_test = []
+        low_test, low_epochs = [], p.low_resource_epochs or task["epochs"]
         for seed in p.seeds:
-            (_, _, test_m), secs, cpu = TT.timed(lambda seed=seed: one_run(seed, small, task["epochs"]))
+            (_, _, test_m), secs, cpu = TT.timed(lambda seed=seed: one_run(seed, small, low_epochs))
             timing["low_resource_train_cpu_seconds"].append(round(cpu, 2))
             low_test.append(test_m)
             timing["low_resource_train_seconds"].append(round(secs, 2))
             log.info("seed %d, %d examples: test %s %.4f", seed, n, main, test_m[main])
-        low = {"train_examples": n, "test": _summary(low_test)}
+        low = {"train_examples": n, "epochs": low_epochs, "test": _summary(low_test)}
     metrics = {
         "model": model_name, "task": task_name, "kind": kind, "main_metric": main, "silver": bool(info.get("silver")),
         "model_path": spec.path, "init": spec.init, "seeds": list(p.seeds), "train_examples": len(train),
-        "validation_examples": len(heldout["validation"]), "test_examples": len(dd["test"]),
+        "validation_examples": len(heldout["validation"]), "test_examples": len(heldout["test"]),
         "test": _summary(test), "validation": _summary(val), "low_resource": low, "runs": history,
     }
     name = f"{model_name.replace('/', '--')}-{task_name}"

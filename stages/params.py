@@ -304,10 +304,12 @@ class FinetuneModel(Section):
 
 class FinetuneTask(Section):
     """Per-task fine-tuning knobs (``doc_stride``, ``n_best``, ``max_answer_length`` are used by QA only).
-    ``max_*_examples`` draw a seeded subset (``finetune.data_seed``); the test split is always used whole."""
+    ``max_*_examples`` draw a seeded subset (``finetune.data_seed``); null = the whole split (``max_test_examples``
+    is for the smoke profile: the default scores the whole test split)."""
 
     max_train_examples: Annotated[int, annotated_types.Ge(1)] | None = None
     max_validation_examples: Annotated[int, annotated_types.Ge(1)] | None = None
+    max_test_examples: Annotated[int, annotated_types.Ge(1)] | None = None
     max_length: Annotated[int, annotated_types.Ge(16)]
     epochs: Annotated[int, annotated_types.Ge(1)]
     batch_size: Annotated[int, annotated_types.Ge(1)]
@@ -329,6 +331,7 @@ class FinetuneParams(Section):
     evals_per_epoch: Annotated[int, annotated_types.Ge(1)] = 1
     eval_batch_size: Annotated[int, annotated_types.Ge(1)] = 64
     low_resource_train_examples: Annotated[int, annotated_types.Ge(1)] = 500
+    low_resource_epochs: Annotated[int, annotated_types.Ge(1)] | None = None
     low_resource_tasks: list[str] = Field(default_factory=list)
     user_model: FinetuneModel
     models: dict[str, FinetuneModel] = Field(min_length=1)

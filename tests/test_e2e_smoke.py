@@ -188,3 +188,28 @@ def test_prepare_tasks_outputs(smoke_run):
             for ex in dd["test"]:
                 a, start = ex["answers"]["text"][0], ex["answers"]["answer_start"][0]
                 assert ex["context"][start:start + len(a)] == a and "@placeholder" in ex["question"]
+
+
+def test_finetune_outputs(smoke_run):
+    from transformers import AutoConfig
+
+    files = sorted((smoke_run / "metrics/finetune").glob("*.json"))
+    combos = {p.stem for p in files}
+    assert {"minilm-sentiment", "minilm-ner", "minilm-qa", "scratch-sentiment", "scratch-ner", "scratch-qa"} <= combos
+    expected = {"sentiment": {"accuracy", "macro_f1"}, "qa": {"exact_match", "f1"}}
+    for path in files:
+        m = json.loads(path.read_text())
+        assert f"{m['model']}-{m['task']}" == path.stem and m["main_metric"] in m["test"]
+        assert expected.get(m["task"], {"precision", "recall", "f1"}) <= set(m["test"])
+        for block in (m["test"], m["validation"]):
+            for v in block.values():
+                assert len(v["seeds"]) == len(m["seeds"]) and 0.0 <= v["mean"] <= 1.0
+        assert (m["low_resource"] is not None) == (m["task"] == "sentiment")
+        assert "train_seconds" not in m
+        timing = json.loads((smoke_run / "metrics/finetune-timing" / path.name).read_text())
+        assert len(timing["train_seconds"]) == len(m["seeds"])
+        folder = smoke_run / "models/finetuned" / path.stem
+        cfg = AutoConfig.from_pretrained(folder)
+        assert (folder / "model.safetensors").exists() and (folder / "tokenizer.json").exists()
+        if m["task"] != "qa":
+            assert cfg.num_labels == (2 if m["task"] == "sentiment" else len(cfg.id2label)) > 1
