@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from stages import task_training as TT
+from stages import tracking
 from stages.artifacts import atomic_dir, write_json
 from stages.cli import StageError, run_stage
 from stages.params import FinetuneModel, FinetuneParams, load_params
@@ -80,8 +81,12 @@ def load_tokenizer(path: str):
     return tok
 
 
-def run(model_name: str, task_name: str, p: FinetuneParams) -> dict[str, Any]:
-    """Fine-tune, evaluate and write every output of one combination. Returns the metrics dict."""
+def run(model_name: str, task_name: str, p: FinetuneParams, tracker: Any = None) -> dict[str, Any]:
+    """Fine-tune, evaluate and write every output of one combination. Returns the metrics dict.
+
+    ``tracker`` (a :class:`stages.tracking.StageRun` or None) receives the training loss and validation metrics
+    at each check (as ``seed{S}/...``), the test metrics and a pointer to the saved model.
+    """
     spec = resolve_model(model_name, p)
     if task_name not in p.tasks:
         raise StageError(f"params.yaml: finetune.tasks: no settings for task {task_name!r} "
@@ -113,9 +118,14 @@ def run(model_name: str, task_name: str, p: FinetuneParams) -> dict[str, Any]:
             patience=p.early_stopping_patience, evals_per_epoch=p.evals_per_epoch,
             eval_batch_size=p.eval_batch_size, precision=p.precision, seed=seed)
 
-    def one_run(seed: int, feats: list[dict[str, Any]], epochs: int):
+    def one_run(seed: int, feats: list[dict[str, Any]], epochs: int, prefix: str = ""):
         model = TT.build_model(kind, spec.path, spec.init, spec.size, spec.pooling, label_names, len(tokenizer), seed)
-        fit = TT.fit(model, feats, collate, settings(seed, epochs), evaluators["validation"], main)
+
+        def on_eval(step: int, entry: dict[str, float]) -> None:
+            if tracker is not None:
+                tracker.log_metrics({f"{prefix}seed{seed}/{k}": v for k, v in entry.items() if k != "step"}, step=step)
+
+        fit = TT.fit(model, feats, collate, settings(seed, epochs), evaluators["validation"], main, on_eval)
         return model, fit, evaluators["test"](model)
 
     timing: dict[str, list[float]] = {"train_seconds": [], "train_cpu_seconds": [], "low_resource_train_seconds": [],
@@ -138,7 +148,7 @@ def run(model_name: str, task_name: str, p: FinetuneParams) -> dict[str, Any]:
         small = TT.encode_train(kind, tokenizer, TT.subsample(dd["train"], n, p.data_seed), task)
         low_test, low_epochs = [], p.low_resource_epochs or task["epochs"]
         for seed in p.seeds:
-            (_, _, test_m), secs, cpu = TT.timed(lambda seed=seed: one_run(seed, small, low_epochs))
+            (_, _, test_m), secs, cpu = TT.timed(lambda seed=seed: one_run(seed, small, low_epochs, "low_resource/"))
             timing["low_resource_train_cpu_seconds"].append(round(cpu, 2))
             low_test.append(test_m)
             timing["low_resource_train_seconds"].append(round(secs, 2))
@@ -155,6 +165,15 @@ def run(model_name: str, task_name: str, p: FinetuneParams) -> dict[str, Any]:
         saved.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
     write_json(METRICS / f"{name}.json", metrics)
+    if tracker is not None:
+        flat = {f"test_{k}": v["mean"] for k, v in metrics["test"].items()}
+        flat.update({f"validation_{k}": v["mean"] for k, v in metrics["validation"].items()})
+        if low:
+            flat.update({f"low_resource_test_{k}": v["mean"] for k, v in low["test"].items()})
+        tracker.log_metrics(flat)
+        tracker.log_metrics({"train_seconds": sum(timing["train_seconds"])})
+        tracker.log_model_pointer(MODELS_OUT / name)
+        tracker.log_artifact(METRICS / f"{name}.json")
     write_json(TIMING / f"{name}.json", {"model": model_name, "task": task_name, "device": str(device),
                                          "threads": torch.get_num_threads(),
                                          "total_seconds": round(sum(timing["train_seconds"]) +
@@ -168,7 +187,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--model", required=True, help="a key of finetune.models, a folder or a hub name")
     parser.add_argument("--task", required=True, help="a task folder under data/tasks/")
     args = parser.parse_args(argv)
-    run(args.model, args.task, load_params().finetune)
+    p = load_params().finetune
+    if p.num_threads:
+        torch.set_num_threads(p.num_threads)
+    section = p.model_dump(exclude={"models", "tasks"})
+    section["model"] = resolve_model(args.model, p).model_dump()
+    section["task"] = p.tasks[args.task].model_dump() if args.task in p.tasks else None
+    with tracking.stage_run(f"finetune@{args.model}-{args.task}", section,
+                            tags={"model": args.model, "task": args.task, "seeds": p.seeds}) as tracker:
+        run(args.model, args.task, p, tracker)
 
 
 if __name__ == "__main__":

@@ -330,6 +330,7 @@ class FinetuneParams(Section):
     early_stopping_patience: Annotated[int, annotated_types.Ge(1)] = 1
     evals_per_epoch: Annotated[int, annotated_types.Ge(1)] = 1
     eval_batch_size: Annotated[int, annotated_types.Ge(1)] = 64
+    num_threads: Annotated[int, annotated_types.Ge(1)] | None = None
     low_resource_train_examples: Annotated[int, annotated_types.Ge(1)] = 500
     low_resource_epochs: Annotated[int, annotated_types.Ge(1)] | None = None
     low_resource_tasks: list[str] = Field(default_factory=list)

@@ -78,6 +78,15 @@ def _params(repo_root: Path, **over):
     return validate_params(raw).finetune
 
 
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny models gain nothing from intra-op threads; on a shared machine the threads' spinning costs seconds."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture
 def workdir(in_tmp):
     _make_model(in_tmp / "tinymodel")
@@ -167,3 +176,23 @@ def test_length_grouped_batches_cover_every_example_once():
     assert flat == list(range(10)) and max(len(b) for b in batches) == 3
     for b in batches:  # within a mega-batch, sorted longest first
         assert [lengths[i] for i in b] == sorted((lengths[i] for i in b), reverse=True)
+
+
+def test_main_tracks_one_mlflow_run(workdir, repo_root, monkeypatch):
+    import yaml
+    from mlflow import MlflowClient
+
+    raw = read_yaml(repo_root / "params.yaml")
+    raw["finetune"] = _params(repo_root, seeds=[4]).model_dump()
+    (workdir / "params.yaml").write_text(yaml.safe_dump(raw), encoding="utf-8")
+    uri = f"sqlite:///{workdir / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    finetune.main(["--model", "tiny", "--task", "ner"])
+    client = MlflowClient(tracking_uri=uri)
+    runs = client.search_runs([client.get_experiment_by_name("bert-pipeline").experiment_id])
+    assert [r.info.run_name for r in runs] == ["finetune@tiny-ner"] and runs[0].info.status == "FINISHED"
+    data = runs[0].data
+    assert data.tags["model"] == "tiny" and data.tags["task"] == "ner"
+    saved = json.loads((workdir / "metrics/finetune/tiny-ner.json").read_text())
+    assert data.metrics["test_f1"] == pytest.approx(saved["test"]["f1"]["mean"])
+    assert "seed4/train_loss" in data.metrics and data.params["model.path"] == "tinymodel"
