@@ -434,6 +434,10 @@ class Params(Section):
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
             raise ValueError(f"prepare_corpus.sources: source names must be unique, got {dupes[0]!r} twice")
+        scratch = self.finetune.models.get("scratch")
+        if scratch is not None and scratch.size is not None and scratch.size != self.pretrain.model.size:
+            raise ValueError(f"finetune.models.scratch.size: expected the teacher's size {self.pretrain.model.size!r} "
+                             f"(pretrain.model.size), got {scratch.size!r}")
         unknown = [t for t in self.finetune.low_resource_tasks if t not in self.finetune.tasks]
         if unknown:
             raise ValueError(f"finetune.low_resource_tasks: {unknown[0]!r} is not a key of finetune.tasks")
