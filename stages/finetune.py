@@ -81,13 +81,19 @@ def load_tokenizer(path: str):
     return tok
 
 
-def run(model_name: str, task_name: str, p: FinetuneParams, tracker: Any = None) -> dict[str, Any]:
+def run(model_name: str, task_name: str, p: FinetuneParams, tracker: Any = None,
+        teacher_size: str | None = None) -> dict[str, Any]:
     """Fine-tune, evaluate and write every output of one combination. Returns the metrics dict.
 
     ``tracker`` (a :class:`stages.tracking.StageRun` or None) receives the training loss and validation metrics
-    at each check (as ``seed{S}/...``), the test metrics and a pointer to the saved model.
+    at each check (as ``seed{S}/...``), the test metrics and a pointer to the saved model. ``teacher_size``
+    (``pretrain.model.size``) is the shape of a ``init: random`` model whose folder has no ``config.json``.
     """
     spec = resolve_model(model_name, p)
+    if spec.init == "random" and spec.size is None and not (Path(spec.path) / "config.json").exists():
+        if teacher_size is None:
+            raise StageError(f"{spec.path}: no config.json for a random-init model; set finetune.models.{model_name}.size")
+        spec = spec.model_copy(update={"size": teacher_size})
     if task_name not in p.tasks:
         raise StageError(f"params.yaml: finetune.tasks: no settings for task {task_name!r} "
                          f"(known: {', '.join(sorted(p.tasks))})")
@@ -187,7 +193,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--model", required=True, help="a key of finetune.models, a folder or a hub name")
     parser.add_argument("--task", required=True, help="a task folder under data/tasks/")
     args = parser.parse_args(argv)
-    p = load_params().finetune
+    params = load_params()
+    p = params.finetune
     if p.num_threads:
         torch.set_num_threads(p.num_threads)
     section = p.model_dump(exclude={"models", "tasks"})
@@ -195,7 +202,7 @@ def main(argv: list[str] | None = None) -> None:
     section["task"] = p.tasks[args.task].model_dump() if args.task in p.tasks else None
     with tracking.stage_run(f"finetune@{args.model}-{args.task}", section,
                             tags={"model": args.model, "task": args.task, "seeds": p.seeds}) as tracker:
-        run(args.model, args.task, p, tracker)
+        run(args.model, args.task, p, tracker, teacher_size=params.pretrain.model.size)
 
 
 if __name__ == "__main__":

@@ -293,7 +293,8 @@ class PrepareTasksParams(Section):
 class FinetuneModel(Section):
     """One model of the fine-tuning family. ``path``: a ``save_pretrained`` folder (tokenizer beside) or a hub
     name. ``init: pretrained`` loads its weights; ``init: random`` keeps only its architecture and tokenizer
-    (the no-pre-training baseline), or, with ``size``, a named shape (tiny..large) with its tokenizer."""
+    (the no-pre-training baseline), or, with ``size``, a named shape (tiny..large) with its tokenizer; a
+    tokenizer-only folder without ``size`` takes the teacher's shape, ``pretrain.model.size``."""
 
     path: str = Field(min_length=1)
     init: Literal["pretrained", "random"] = "pretrained"
@@ -434,10 +435,6 @@ class Params(Section):
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
             raise ValueError(f"prepare_corpus.sources: source names must be unique, got {dupes[0]!r} twice")
-        scratch = self.finetune.models.get("scratch")
-        if scratch is not None and scratch.size is not None and scratch.size != self.pretrain.model.size:
-            raise ValueError(f"finetune.models.scratch.size: expected the teacher's size {self.pretrain.model.size!r} "
-                             f"(pretrain.model.size), got {scratch.size!r}")
         unknown = [t for t in self.finetune.low_resource_tasks if t not in self.finetune.tasks]
         if unknown:
             raise ValueError(f"finetune.low_resource_tasks: {unknown[0]!r} is not a key of finetune.tasks")

@@ -146,6 +146,18 @@ def test_ner_and_qa_run_with_scratch_model(workdir, repo_root, task):
     assert (workdir / f"models/finetuned/tinyscratch-{task}/config.json").exists()
 
 
+def test_scratch_from_tokenizer_folder_takes_the_teacher_size(workdir, repo_root):
+    _tokenizer().save_pretrained(workdir / "tok")
+    p = _params(repo_root, seeds=[1])
+    models = dict(p.models) | {"tokscratch": p.models["tinyscratch"].model_copy(update={"path": "tok"})}
+    p = p.model_copy(update={"models": models})
+    with pytest.raises(StageError, match=r"^tok: no config.json for a random-init model"):
+        finetune.run("tokscratch", "ner", p)
+    finetune.run("tokscratch", "ner", p, teacher_size="tiny")
+    cfg = json.loads((workdir / "models/finetuned/tokscratch-ner/config.json").read_text())
+    assert (cfg["num_hidden_layers"], cfg["hidden_size"], cfg["vocab_size"]) == (2, 128, len(_tokenizer()))
+
+
 def test_scratch_weights_are_random_not_loaded(workdir):
     a = TT.build_model("ner", "tinymodel", "random", None, "cls", ["O", "B-X", "I-X"], 41, seed=5)
     b = TT.build_model("ner", "tinymodel", "pretrained", None, "cls", ["O", "B-X", "I-X"], 41, seed=5)
