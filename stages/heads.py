@@ -66,15 +66,28 @@ def word_predictions(word_ids: Sequence[int | None], token_preds: Sequence[int],
 
 
 # -------------------------------------------------------------------------------------------------- QA
+def truncate_questions(tokenizer, questions: list[str], max_tokens: int) -> list[str]:
+    """Cut each question after its first ``max_tokens`` tokens (at a token's character end), so a long question
+    (a cloze headline with its subtitle) cannot crowd the context out of the window."""
+    enc = tokenizer(questions, add_special_tokens=False, return_offsets_mapping=True)
+    out = []
+    for q, offsets in zip(questions, enc["offset_mapping"], strict=True):
+        out.append(q[:offsets[max_tokens - 1][1]] if len(offsets) > max_tokens else q)
+    return out
+
+
 def prepare_qa_features(
     tokenizer, questions: list[str], contexts: list[str], answers: list[dict[str, list]] | None,
-    max_length: int, doc_stride: int,
+    max_length: int, doc_stride: int, max_question_length: int | None = None,
 ) -> dict[str, list]:
     """Tokenize (question, context) pairs into windows over the context.
 
     A context longer than ``max_length`` is split into windows that overlap by ``doc_stride`` tokens
     (``return_overflowing_tokens``). With ``answers``, each window gets ``start_positions``/``end_positions``:
     the token span of the first answer when it lies wholly inside the window, else ``0`` (``[CLS]``).
+
+    Questions are first cut to ``max_question_length`` tokens (default ``max_length // 2``) and the stride is
+    capped below the room left for the context (the fast tokenizer requires it).
 
     Returns:
         lists per window: ``input_ids``, ``attention_mask``, (``token_type_ids``), ``example_index`` (the
@@ -87,6 +100,13 @@ def prepare_qa_features(
     if not getattr(tokenizer, "is_fast", False):
         raise ValueError("QA needs a fast tokenizer (offset_mapping)")
     pad_right = tokenizer.padding_side == "right"
+    max_q = max_question_length or max_length // 2
+    questions = truncate_questions(tokenizer, questions, max_q)
+    longest_q = max((len(ids) for ids in tokenizer(questions, add_special_tokens=False)["input_ids"]), default=0)
+    room = max_length - longest_q - tokenizer.num_special_tokens_to_add(pair=True)
+    if room < 2:
+        raise ValueError(f"max_length {max_length} leaves no room for the context after a {longest_q}-token question")
+    doc_stride = min(doc_stride, room - 1)
     enc = tokenizer(
         questions if pad_right else contexts, contexts if pad_right else questions,
         truncation="only_second" if pad_right else "only_first", max_length=max_length, stride=doc_stride,

@@ -127,3 +127,16 @@ def test_classification_and_ner_metrics_hand_worked():
     got = M.ner_metrics(gold, pred)  # 2 of 3 predicted entities right, 2 of 3 gold found
     assert got["precision"] == pytest.approx(2 / 3) and got["recall"] == pytest.approx(2 / 3)
     assert got["f1_PER"] == 1.0 and got["f1_LOC"] == 0.0 and got["f1_ORG"] == pytest.approx(2 / 3)
+
+
+def test_long_question_is_cut_and_stride_capped(tokenizer):
+    question = " ".join(["the big cat sat on the mat ."] * 6)  # 48 tokens
+    context, answer = _qa_example("", 3)
+    feats = H.prepare_qa_features(tokenizer, [question], [context], [answer], max_length=32, doc_stride=16)
+    assert all(len(ids) <= 32 for ids in feats["input_ids"])
+    q_len = feats["input_ids"][0].index(tokenizer.sep_token_id) - 1
+    assert q_len == 16  # max_length // 2
+    hits = [w for w in range(len(feats["input_ids"])) if feats["start_positions"][w] > 0]
+    w = hits[0]
+    s, e = feats["start_positions"][w], feats["end_positions"][w]
+    assert context[feats["offset_mapping"][w][s][0]:feats["offset_mapping"][w][e][1]] == "paris"
