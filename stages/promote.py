@@ -47,7 +47,8 @@ def saved_seed(source: str) -> int | None:
     return int(value) if isinstance(value, int) else None
 
 
-def entries_by_task(teacher: str, student: str, scratch: str, only: list[str] | None) -> dict[str, list[Entry]]:
+def entries_by_task(teacher: str, student: str, scratch: str, only: list[str] | None,
+                    data_seed: int = 0) -> dict[str, list[Entry]]:
     """Per task, the registrable entries in family order.
 
     Raises:
@@ -60,10 +61,11 @@ def entries_by_task(teacher: str, student: str, scratch: str, only: list[str] | 
             raise StageError(f"--tasks: no metrics/finetune/*-{t}.json (tasks with results: {', '.join(tasks)})")
     out: dict[str, list[Entry]] = {}
     for t in only or tasks:
-        split = split_sha256(TASKS / t / "test")
         entries = []
         for m in family_order({m for m, tt in index if tt == t}, teacher, student, scratch):
             r = index[m, t]
+            scored = json.loads(Path(r.source).read_text(encoding="utf-8")).get("test_examples")
+            split = split_sha256(TASKS / t / "test", scored if isinstance(scored, int) else None, data_seed)
             folder = FINETUNED / f"{m}-{t}"
             if not (folder / "config.json").exists():
                 raise StageError(f"{folder}: missing (named by {r.source})")
@@ -76,10 +78,11 @@ def main(argv: list[str] | None = None) -> None:
     from mlflow import MlflowClient
 
     args = parse_args(argv)
-    p = load_params().evaluate
+    params = load_params()
+    p = params.evaluate
     uri = tracking_uri()
     client = MlflowClient(tracking_uri=uri, registry_uri=uri)
-    for entries in entries_by_task(p.teacher, p.student, p.scratch, args.tasks).values():
+    for entries in entries_by_task(p.teacher, p.student, p.scratch, args.tasks, params.finetune.data_seed).values():
         decision = promote_task(client, entries, uri, force=args.force)
         print(decision.line())
 

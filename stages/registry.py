@@ -77,10 +77,12 @@ class Decision:
                 f"({self.candidate_score:.4f}) vs champion {champ}: {verb} — {self.reason}")
 
 
-def split_sha256(split_dir: Path) -> str:
-    """Content hash of a saved ``datasets`` split: sha256 over its rows as canonical JSON, in order.
+def split_sha256(split_dir: Path, examples: int | None = None, seed: int = 0) -> str:
+    """Content hash of the examples a model was scored on: sha256 over the rows, as canonical JSON, in order.
 
-    Independent of the Arrow writer, so the same examples in the same order always give the same hash.
+    ``examples``/``seed``: finetune scores at most ``max_test_examples`` test examples drawn with
+    ``finetune.data_seed`` (``stages.task_training.subsample``); the same draw is hashed here, so a different
+    cap or seed gives a different fingerprint. Independent of the Arrow writer.
 
     Raises:
         StageError: ``split_dir`` is not a saved dataset.
@@ -91,6 +93,10 @@ def split_sha256(split_dir: Path) -> str:
         ds = load_from_disk(str(split_dir))
     except (FileNotFoundError, ValueError) as exc:
         raise StageError(f"{split_dir}: not a saved dataset split ({exc})") from None
+    if examples is not None and examples < len(ds):
+        from stages.task_training import subsample
+
+        ds = subsample(ds, examples, seed)
     digest = hashlib.sha256()
     for row in ds:
         digest.update(json.dumps(row, sort_keys=True, ensure_ascii=False, default=str).encode("utf-8"))

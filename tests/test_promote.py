@@ -86,3 +86,18 @@ def test_qa_version_serves_through_pyfunc(store, tmp_path):
     context = "alice met bob in paris"
     (out,) = model.predict([{"question": "who met bob ?", "context": context}])
     assert out["answer"] and context[out["start"]:out["end"]] == out["answer"]
+
+
+def test_split_fingerprint_follows_the_scored_examples(tmp_path):
+    from datasets import Dataset
+
+    from stages.registry import split_sha256
+
+    Dataset.from_dict({"text": [f"t{i}" for i in range(10)], "label": [i % 2 for i in range(10)]}).save_to_disk(
+        str(tmp_path / "test"))
+    whole = split_sha256(tmp_path / "test")
+    assert split_sha256(tmp_path / "test") == whole == split_sha256(tmp_path / "test", 10, seed=1)
+    assert split_sha256(tmp_path / "test", 5, seed=1) != whole
+    assert split_sha256(tmp_path / "test", 5, seed=1) != split_sha256(tmp_path / "test", 5, seed=2)
+    Dataset.from_dict({"text": [f"t{i}" for i in range(10)], "label": [1] * 10}).save_to_disk(str(tmp_path / "t2"))
+    assert split_sha256(tmp_path / "t2") != whole
