@@ -15,36 +15,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from stages.distillation import count_parameters  # noqa: E402
+from stages.distillation import count_parameters, measure_throughput  # noqa: E402
 
 REFERENCE = {"parameter_reduction": 0.40, "speedup": 1.60, "score_share": 0.97}
-
-
-@torch.inference_mode()
-def interleaved_throughput(models: dict[str, torch.nn.Module], batch: int, seq_len: int, runs: int,
-                           warmup: int, seed: int) -> dict[str, float]:
-    """Median sequences/s of each model's forward on one random batch, the models timed in turn each round."""
-    gen = torch.Generator().manual_seed(seed)
-    vocab = min(m.config.vocab_size for m in models.values())
-    ids = torch.randint(1000 if vocab > 2000 else 1, vocab, (batch, seq_len), generator=gen)
-    inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "token_type_ids": torch.zeros_like(ids)}
-    times: dict[str, list[float]] = {name: [] for name in models}
-    for i in range(warmup + runs):
-        for name, model in models.items():
-            start = time.perf_counter()
-            model(**inputs)
-            if i >= warmup:
-                times[name].append(time.perf_counter() - start)
-    return {name: batch / statistics.median(t) for name, t in times.items()}
 
 
 def main() -> None:
@@ -66,7 +46,9 @@ def main() -> None:
     models = {name: AutoModel.from_pretrained(path).eval() for name, path in
               (("teacher", args.teacher), ("student", args.student))}
     params = {name: count_parameters(m) for name, m in models.items()}
-    speed = interleaved_throughput(models, args.batch, args.seq_len, args.runs, args.warmup, seed=0)
+    timed = measure_throughput(models, batch_size=args.batch, seq_len=args.seq_len, warmup=args.warmup,
+                               runs=args.runs, seed=0)
+    speed = {name: t["sequences_per_second"] for name, t in timed.items()}
     share = None
     if Path(args.metrics).exists():
         share = json.loads(Path(args.metrics).read_text())["mlm_accuracy_share"]

@@ -186,10 +186,8 @@ def main() -> None:
             "bad_steps": result.bad_steps,
         }
         torch.manual_seed(p.seed)
-        speed = {}
-        for name, net in (("teacher", teacher), ("student", student)):
-            speed[name] = measure_throughput(net.base_model, batch_size=32, seq_len=128,
-                                             warmup=p.throughput_warmup, runs=p.throughput_runs, seed=p.seed)
+        speed = measure_throughput({"teacher": teacher.base_model, "student": student.base_model}, batch_size=32,
+                                   seq_len=128, warmup=p.throughput_warmup, runs=p.throughput_runs, seed=p.seed)
         timing = {
             "teacher": speed["teacher"],
             "student": speed["student"],

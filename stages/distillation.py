@@ -302,49 +302,53 @@ class DistillationModel(nn.Module):
 # --------------------------------------------------------------------------------------------- throughput
 @torch.inference_mode()
 def measure_throughput(
-    model: nn.Module,
+    models: nn.Module | dict[str, nn.Module],
     *,
     batch_size: int = 32,
     seq_len: int = 128,
     warmup: int = 2,
     runs: int = 5,
     seed: int = 0,
-) -> dict[str, float]:
-    """Inference throughput of a model's forward pass on CPU (pass ``model.base_model`` to time the encoder that
+) -> dict[str, float] | dict[str, dict[str, float]]:
+    """Inference throughput of models' forward passes on CPU (pass ``model.base_model`` to time the encoder that
     downstream tasks use, without the pre-training heads).
 
-    Runs ``model(input_ids, attention_mask, token_type_ids)`` on a fixed random batch ``(batch_size, seq_len)`` of
-    int64 ids (full attention), ``warmup`` untimed then ``runs`` timed passes, in eval mode and fp32.
+    Runs ``model(input_ids, attention_mask, token_type_ids)`` on one fixed random batch ``(batch_size, seq_len)`` of
+    int64 ids (full attention), ``warmup`` untimed then ``runs`` timed rounds, in eval mode. Several models (a
+    dict) are timed in turn within each round, so a shared machine's changing load affects them alike.
 
     Returns:
-        ``{"sequences_per_second": batch_size / median seconds, "median_seconds", "runs", "batch_size", "seq_len"}``
-        (wall-clock: write only to ``*-timing.json``).
+        For one model: ``{"sequences_per_second": batch_size / median seconds, "median_seconds", "runs",
+        "batch_size", "seq_len"}``; for a dict: that mapping per name (wall-clock: write only to ``*-timing.json``).
+
+    Raises:
+        ValueError: ``runs`` < 1 or ``warmup`` < 0.
     """
     if runs < 1 or warmup < 0:
         raise ValueError(f"runs: expected >= 1 and warmup >= 0, got runs={runs}, warmup={warmup}")
-    was_training = model.training
-    model.eval()
+    named = models if isinstance(models, dict) else {"model": models}
+    modes = {name: m.training for name, m in named.items()}
     gen = torch.Generator().manual_seed(seed)
-    vocab = model.config.vocab_size
+    vocab = min(m.config.vocab_size for m in named.values())
     input_ids = torch.randint(1000 if vocab > 2000 else 1, vocab, (batch_size, seq_len), generator=gen)
     batch = {
         "input_ids": input_ids,
         "attention_mask": torch.ones_like(input_ids),
         "token_type_ids": torch.zeros_like(input_ids),
     }
-    for _ in range(warmup):
-        model(**batch)
-    seconds = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        model(**batch)
-        seconds.append(time.perf_counter() - start)
-    model.train(was_training)
-    median = statistics.median(seconds)
-    return {
-        "sequences_per_second": batch_size / median,
-        "median_seconds": median,
-        "runs": runs,
-        "batch_size": batch_size,
-        "seq_len": seq_len,
-    }
+    seconds: dict[str, list[float]] = {name: [] for name in named}
+    for m in named.values():
+        m.eval()
+    for round_index in range(warmup + runs):
+        for name, m in named.items():
+            start = time.perf_counter()
+            m(**batch)
+            if round_index >= warmup:
+                seconds[name].append(time.perf_counter() - start)
+    out = {}
+    for name, m in named.items():
+        m.train(modes[name])
+        median = statistics.median(seconds[name])
+        out[name] = {"sequences_per_second": batch_size / median, "median_seconds": median, "runs": runs,
+                     "batch_size": batch_size, "seq_len": seq_len}
+    return out if isinstance(models, dict) else out["model"]

@@ -206,6 +206,10 @@ def test_throughput_reports_median_and_restores_mode():
     assert out["batch_size"] == 4 and out["seq_len"] == 16 and out["runs"] == 3
     assert out["sequences_per_second"] == pytest.approx(4 / out["median_seconds"])
     assert model.training
+    student, _ = build_student(tiny_teacher(layers=4), 1)
+    both = measure_throughput({"teacher": tiny_teacher(layers=4).base_model, "student": student.base_model},
+                              batch_size=4, seq_len=16, warmup=0, runs=2)
+    assert set(both) == {"teacher", "student"} and all(v["runs"] == 2 for v in both.values())
 
 
 # ------------------------------------------------------------------------------------------------- params
