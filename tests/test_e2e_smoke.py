@@ -211,3 +211,40 @@ def test_finetune_outputs(smoke_run):
         assert (folder / "model.safetensors").exists() and (folder / "tokenizer.json").exists()
         if m["task"] != "qa":
             assert cfg.num_labels == (2 if m["task"] == "sentiment" else len(cfg.id2label)) > 1
+
+
+def test_evaluate_outputs(smoke_run):
+    import csv
+
+    flat_bytes = (smoke_run / "metrics/evaluate.json").read_bytes()
+    flat = json.loads(flat_bytes)
+    results = [json.loads(p.read_text()) for p in sorted((smoke_run / "metrics/finetune").glob("*.json"))]
+    assert results
+    for r in results:  # every fine-tuning result reaches the flat metrics
+        assert flat[f"{r['model']}.{r['task']}.{r['main_metric']}"] == round(r["test"][r["main_metric"]]["mean"], 6)
+        assert flat[f"{r['model']}.parameters"] > 0 and flat[f"{r['model']}.size_mb"] > 0
+        if r["task"] == "sentiment":
+            with open(smoke_run / f"plots/evaluate/sentiment_confusion/{r['model']}.csv") as fh:
+                rows = list(csv.DictReader(fh))
+            assert len(rows) == flat[f"{r['model']}.sentiment.confusion_examples"] <= 64  # smoke cap
+            assert set(rows[0]) == {"actual", "predicted"}
+    with open(smoke_run / "plots/evaluate/ner_f1_per_type.csv") as fh:
+        ner = list(csv.DictReader(fh))
+    assert ner and {row["model"] for row in ner} == {r["model"] for r in results if r["task"] == "ner"}
+    # the report and timing files are cache: false (wall clock), so `dvc exp apply` does not bring them:
+    # rerun the stage alone here; its quality metrics come out byte-identical
+    env = dict(os.environ, PYTHONPATH=str(smoke_run), MLFLOW_TRACKING_URI=f"sqlite:///{smoke_run / 'mlflow.db'}")
+    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
+    _run(["dvc", "repro", "--single-item", "--force", "evaluate"], smoke_run, env)
+    assert (smoke_run / "metrics/evaluate.json").read_bytes() == flat_bytes
+    summary = (smoke_run / "reports/summary.md").read_text()
+    timing = json.loads((smoke_run / "metrics/evaluate-timing.json").read_text())
+    for r in results:
+        assert f"| {r['model']} |" in summary and timing[f"{r['model']}.latency_ms_b1"] > 0
+    assert "silver" in summary and "## Report card" in summary and "dvc.lock sha256" in summary
+    assert 1.0 in [v for k, v in timing.items() if k.endswith(".relative_speed")]  # the reference member
+    # dvc repro never registers or promotes models (an explicit `python -m stages.promote` does)
+    from mlflow import MlflowClient
+
+    uri = f"sqlite:///{smoke_run / 'mlflow.db'}"
+    assert MlflowClient(tracking_uri=uri, registry_uri=uri).search_registered_models() == []
