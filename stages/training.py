@@ -368,7 +368,7 @@ def train(
             phase's own ``collate_fn`` takes precedence. A collator with ``reseed`` (dynamic masking) is reseeded
             per batch (:class:`ReseedPerBatch`).
         accelerator: an ``accelerate.Accelerator`` (device, DDP/FSDP, mixed precision).
-        checkpoints: where to save every ``save_steps`` and resume from; None disables both.
+        checkpoints: where to save every ``save_steps`` (and at ``max_steps``) and resume from; None disables both.
         unigram_token_id: most frequent training target, for the baseline accuracy in evaluations.
         on_log: called on the main process with ``(step, row)`` for every history row (e.g. MLflow).
         flops_per_step: model FLOPs of one micro-batch, for the MFU in the result.
@@ -474,7 +474,7 @@ def train(
             pending.append(step_loss)
             boundary = step % cfg.logging_steps == 0 or step == cfg.max_steps
             do_eval = (cfg.eval_steps and step % cfg.eval_steps == 0) or step == cfg.max_steps
-            do_save = checkpoints is not None and cfg.save_steps and step % cfg.save_steps == 0
+            do_save = checkpoints is not None and cfg.save_steps and (step % cfg.save_steps == 0 or step == cfg.max_steps)
             if boundary or do_eval or do_save:
                 if pending:
                     losses = torch.stack(pending)

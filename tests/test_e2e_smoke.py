@@ -248,3 +248,39 @@ def test_evaluate_outputs(smoke_run):
 
     uri = f"sqlite:///{smoke_run / 'mlflow.db'}"
     assert MlflowClient(tracking_uri=uri, registry_uri=uri).search_registered_models() == []
+
+
+
+
+def test_pretrain_outputs(smoke_run):
+    import math
+
+    import yaml
+    from mlflow import MlflowClient
+    from transformers import AutoModelForMaskedLM, AutoModelForPreTraining, AutoTokenizer
+
+    folder = smoke_run / "models/pretrained"
+    quality = json.loads((smoke_run / "metrics/pretrain.json").read_text())
+    timing = json.loads((smoke_run / "metrics/pretrain-timing.json").read_text())
+    info = json.loads((smoke_run / "data/pretraining/info.json").read_text())
+    model = AutoModelForPreTraining.from_pretrained(folder)
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    assert model.config.vocab_size == len(tokenizer) == info["vocab_size"]
+    assert (model.config.num_hidden_layers, model.config.hidden_size) == (2, 128)  # smoke: size tiny
+    assert AutoModelForMaskedLM.from_pretrained(folder).config.vocab_size == info["vocab_size"]
+    assert quality["objective"] == info["objective"] and quality["steps"] == 6
+    final = quality["eval"]
+    assert 0.0 <= final["mlm_accuracy"] <= 1.0 and 0.0 < final["unigram_accuracy"] < 1.0
+    assert final["perplexity"] == pytest.approx(math.exp(final["mlm_loss"]), rel=1e-4)
+    assert final["predicted_tokens"] > 0 and quality["bad_steps"] == 0
+    assert timing["tokens_per_second"] > 0 and timing["mfu"] > 0
+    rows = (smoke_run / "plots/pretrain.csv").read_text().splitlines()
+    assert rows[0].split(",")[:3] == ["step", "train_loss", "learning_rate"]
+    assert [r.split(",")[0] for r in rows[1:]] == [str(s) for s in range(1, 7)]
+    # the MLflow run points at the model by its DVC hash, the one dvc.lock records
+    lock = yaml.safe_load((smoke_run / "dvc.lock").read_text())
+    md5 = next(o["md5"] for o in lock["stages"]["pretrain"]["outs"] if o["path"] == "models/pretrained")
+    client = MlflowClient(f"sqlite:///{smoke_run / 'mlflow.db'}")
+    runs = client.search_runs([client.get_experiment_by_name("bert-pipeline").experiment_id],
+                              filter_string="tags.stage = 'pretrain'")
+    assert runs and runs[0].info.status == "FINISHED" and runs[0].data.tags["model_dvc_md5"] == md5

@@ -142,3 +142,31 @@ def test_stage_outputs_and_byte_identical_rerun(in_tmp, raw, monkeypatch):
     assert len(runs) == 3 and all(r.info.status == "FINISHED" for r in runs)
     assert all(r.data.tags["stage"] == "pretrain" and r.data.tags["model_dvc_md5"].endswith(".dir") for r in runs)
     assert "eval_mlm_loss" in runs[0].data.metrics
+
+
+def test_two_phase_stage_switches_data_at_the_right_step(in_tmp, raw, monkeypatch):
+    """The GPU profiles' mechanics on a tiny stand-in: phase 1 on seq 32 (data/pretraining), phase 2 on seq 48
+    (data/pretraining/seq48/), switched after 75% of the steps; the checkpoints record the phase."""
+    import json
+
+    import torch
+
+    from stages import pretrain
+    from tests.pretrain_fixtures import save_pretraining_data
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{in_tmp / 'mlflow.db'}")
+    _workspace(in_tmp, raw, max_steps=4, save_steps=3, eval_steps=3, save_total_limit=3,
+               phases=[{"max_seq_length": 32, "fraction": 0.75}, {"max_seq_length": 48, "fraction": 0.25}])
+    save_pretraining_data(in_tmp / "data" / "pretraining" / "seq48", 40, 16, max_seq_length=48)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        pretrain.main()
+    finally:
+        torch.set_num_threads(threads)
+    metas = {p.name: json.loads((p / "meta.json").read_text())
+             for p in (in_tmp / "checkpoints" / "pretrain").iterdir()}
+    assert {k: v["phase"] for k, v in metas.items()} == {"step-00000003": "seq32", "step-00000004": "seq48"}
+    state = torch.load(in_tmp / "checkpoints" / "pretrain" / "step-00000004" / "state.pt", weights_only=True)
+    phases = {r["step"]: r["phase"] for r in state["history"] if "train_loss" in r}
+    assert phases == {1: 0, 2: 0, 3: 0, 4: 1}
