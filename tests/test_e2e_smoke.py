@@ -261,7 +261,6 @@ def test_pretrain_outputs(smoke_run):
 
     folder = smoke_run / "models/pretrained"
     quality = json.loads((smoke_run / "metrics/pretrain.json").read_text())
-    timing = json.loads((smoke_run / "metrics/pretrain-timing.json").read_text())
     info = json.loads((smoke_run / "data/pretraining/info.json").read_text())
     model = AutoModelForPreTraining.from_pretrained(folder)
     tokenizer = AutoTokenizer.from_pretrained(folder)
@@ -273,7 +272,6 @@ def test_pretrain_outputs(smoke_run):
     assert 0.0 <= final["mlm_accuracy"] <= 1.0 and 0.0 < final["unigram_accuracy"] < 1.0
     assert final["perplexity"] == pytest.approx(math.exp(final["mlm_loss"]), rel=1e-4)
     assert final["predicted_tokens"] > 0 and quality["bad_steps"] == 0
-    assert timing["tokens_per_second"] > 0 and timing["mfu"] > 0
     rows = (smoke_run / "plots/pretrain.csv").read_text().splitlines()
     assert rows[0].split(",")[:3] == ["step", "train_loss", "learning_rate"]
     assert [r.split(",")[0] for r in rows[1:]] == [str(s) for s in range(1, 7)]
