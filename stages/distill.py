@@ -103,10 +103,10 @@ def plot_rows(history: list[dict[str, float]]) -> str:
 
 
 def main() -> None:
+    import datasets
     from transformers import AutoTokenizer
 
     from stages.checkpoint import CheckpointManager, fingerprint
-    from stages.create_pretraining_data import load_split
     from stages.masking import collator_from_info, load_info
     from stages.modeling import MaskedPositionPretrainer, count_parameters, save_model
     from stages.tracking import lock_pointer, stage_run
@@ -122,7 +122,8 @@ def main() -> None:
             raise StageError(f"{DATA_DIR / split}: missing: expected create_pretraining_data's instances")
     try:
         info = load_info(DATA_DIR)
-        train_set, validation_set = load_split(DATA_DIR / "train"), load_split(DATA_DIR / "validation")
+        train_set = datasets.load_from_disk(str(DATA_DIR / "train"))
+        validation_set = datasets.load_from_disk(str(DATA_DIR / "validation"))
         collate = collator_from_info(DATA_DIR, seed=p.seed, tokenizer=tokenizer)
     except (FileNotFoundError, ValueError, IndexError) as exc:
         raise StageError(f"{DATA_DIR}: cannot use the pre-training instances with the teacher's tokenizer ({exc})") from None

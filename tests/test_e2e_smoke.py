@@ -282,3 +282,49 @@ def test_pretrain_outputs(smoke_run):
     runs = client.search_runs([client.get_experiment_by_name("bert-pipeline").experiment_id],
                               filter_string="tags.stage = 'pretrain'")
     assert runs and runs[0].info.status == "FINISHED" and runs[0].data.tags["model_dvc_md5"] == md5
+
+
+def test_distill_outputs(smoke_run):
+    import csv
+
+    import yaml
+    from mlflow import MlflowClient
+    from transformers import AutoModelForMaskedLM, AutoModelForSequenceClassification, AutoTokenizer
+
+    folder = smoke_run / "models/distilled"
+    teacher = json.loads((smoke_run / "models/pretrained/config.json").read_text())
+    metrics = json.loads((smoke_run / "metrics/distill.json").read_text())
+    timing = json.loads((smoke_run / "metrics/distill-timing.json").read_text())
+    layers = max(1, teacher["num_hidden_layers"] // 2)  # distill.student_layers: null = half the teacher's
+    student = AutoModelForMaskedLM.from_pretrained(folder)
+    assert student.config.num_hidden_layers == layers == metrics["student"]["layers"]
+    assert metrics["teacher"]["layers"] == teacher["num_hidden_layers"]
+    assert student.config.hidden_size == teacher["hidden_size"]
+    assert student.config.vocab_size == teacher["vocab_size"] == len(AutoTokenizer.from_pretrained(folder))
+    assert AutoModelForSequenceClassification.from_pretrained(folder, num_labels=2).config.num_hidden_layers == layers
+    assert metrics["layer_map"] == [2 * i for i in range(layers)]
+    assert metrics["student"]["parameters"] < metrics["teacher"]["parameters"]
+    assert metrics["parameter_ratio"] == pytest.approx(
+        metrics["student"]["parameters"] / metrics["teacher"]["parameters"], abs=1e-6)
+    for who in ("teacher", "student"):
+        assert 0.0 <= metrics[who]["mlm_accuracy"] <= 1.0
+        assert timing[who]["batch_size"] == 32 and timing[who]["seq_len"] == 128 and timing[who]["runs"] == 2
+        assert timing[who]["sequences_per_second"] > 0
+    if metrics["teacher"]["mlm_accuracy"] > 0:
+        assert metrics["mlm_accuracy_share"] == pytest.approx(
+            metrics["student"]["mlm_accuracy"] / metrics["teacher"]["mlm_accuracy"], rel=1e-4)
+    assert timing["speedup"] == pytest.approx(
+        timing["student"]["sequences_per_second"] / timing["teacher"]["sequences_per_second"])
+    with open(smoke_run / "plots/distill.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert [int(r["step"]) for r in rows] == [1, 2, 3, 4]
+    assert all(float(r["train_loss"]) > 0 for r in rows) and rows[-1]["eval_mlm_accuracy"] != ""
+    # the MLflow run points at the student and at its teacher by the hashes dvc.lock records
+    lock = yaml.safe_load((smoke_run / "dvc.lock").read_text())
+    md5 = {o["path"]: o["md5"] for s in ("pretrain", "distill") for o in lock["stages"][s]["outs"] if "md5" in o}
+    client = MlflowClient(f"sqlite:///{smoke_run / 'mlflow.db'}")
+    runs = client.search_runs([client.get_experiment_by_name("bert-pipeline").experiment_id],
+                              filter_string="tags.stage = 'distill'")
+    assert runs and runs[0].info.status == "FINISHED"
+    assert runs[0].data.tags["model_dvc_md5"] == md5["models/distilled"]
+    assert runs[0].data.tags["teacher_dvc_md5"] == md5["models/pretrained"]
