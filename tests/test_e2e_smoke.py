@@ -294,7 +294,8 @@ def test_distill_outputs(smoke_run):
     folder = smoke_run / "models/distilled"
     teacher = json.loads((smoke_run / "models/pretrained/config.json").read_text())
     metrics = json.loads((smoke_run / "metrics/distill.json").read_text())
-    timing = json.loads((smoke_run / "metrics/distill-timing.json").read_text())
+    # metrics/distill-timing.json is cache: false, so `dvc exp apply` does not bring it here (tested in
+    # tests/test_distill_stage.py).
     layers = max(1, teacher["num_hidden_layers"] // 2)  # distill.student_layers: null = half the teacher's
     student = AutoModelForMaskedLM.from_pretrained(folder)
     assert student.config.num_hidden_layers == layers == metrics["student"]["layers"]
@@ -308,13 +309,10 @@ def test_distill_outputs(smoke_run):
         metrics["student"]["parameters"] / metrics["teacher"]["parameters"], abs=1e-6)
     for who in ("teacher", "student"):
         assert 0.0 <= metrics[who]["mlm_accuracy"] <= 1.0
-        assert timing[who]["batch_size"] == 32 and timing[who]["seq_len"] == 128 and timing[who]["runs"] == 2
-        assert timing[who]["sequences_per_second"] > 0
+    assert metrics["eval_predicted_tokens"] > 0 and metrics["steps"] == 4 and metrics["bad_steps"] == 0
     if metrics["teacher"]["mlm_accuracy"] > 0:
         assert metrics["mlm_accuracy_share"] == pytest.approx(
             metrics["student"]["mlm_accuracy"] / metrics["teacher"]["mlm_accuracy"], rel=1e-4)
-    assert timing["speedup"] == pytest.approx(
-        timing["student"]["sequences_per_second"] / timing["teacher"]["sequences_per_second"])
     with open(smoke_run / "plots/distill.csv", newline="") as fh:
         rows = list(csv.DictReader(fh))
     assert [int(r["step"]) for r in rows] == [1, 2, 3, 4]
