@@ -32,6 +32,8 @@ from typing import Any
 
 import yaml
 
+from stages.params import flatten
+
 log = logging.getLogger(__name__)
 
 EXPERIMENT = "bert-pipeline"
@@ -70,11 +72,7 @@ def tracking_uri(start: str | Path | None = None) -> str:
 def flatten_params(params: dict[str, Any], prefix: str = "") -> dict[str, str]:
     """Dotted keys -> string values, each at most 250 characters (longer ones end in ``...``)."""
     flat: dict[str, str] = {}
-    for key, value in params.items():
-        dotted = f"{prefix}{key}"
-        if isinstance(value, dict) and value:
-            flat.update(flatten_params(value, dotted + "."))
-            continue
+    for dotted, value in flatten(params, prefix).items():
         text = value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
         if len(text) > MAX_PARAM_CHARS:
             text = text[: MAX_PARAM_CHARS - 3] + "..."
