@@ -44,6 +44,7 @@ from stages.report import (
     table,
     task_order,
     tokens_seen_of,
+    upstream_findings,
 )
 
 log = logging.getLogger(__name__)
@@ -211,6 +212,7 @@ def evaluate(p: EvaluateParams, start: float) -> tuple[dict[str, float], dict[st
     tokens_seen = tokens_seen_of(read_json(METRICS / "pretrain.json"), read_json(METRICS / "pretrain-timing.json"))
     header, rows = table(results, facts, p.teacher, p.student, p.scratch, reference)
     lines = findings(results, facts, p.teacher, p.student, p.scratch, tokens_seen)
+    lines += upstream_findings(read_json(METRICS / "pretrain.json"), read_json(METRICS / "distill.json"))
     card = report_card(Path.cwd(), METRICS, SOURCES, tokens_seen)
     lengths = "/".join(str(n) for n in sorted({s.seq_length for s in speeds.values()}))
     note = (f"Speed: CPU, {p.num_threads} thread(s), inputs padded to {lengths} tokens, median of "

@@ -134,12 +134,13 @@ def run(model_name: str, task_name: str, p: FinetuneParams, tracker: Any = None,
         fit = TT.fit(model, feats, collate, settings(seed, epochs), evaluators["validation"], main, on_eval)
         return model, fit, evaluators["test"](model)
 
+    epochs = spec.epochs or task["epochs"]
     timing: dict[str, list[float]] = {"train_seconds": [], "train_cpu_seconds": [], "low_resource_train_seconds": [],
                                       "low_resource_train_cpu_seconds": []}
     val, test, saved = [], [], None
     history: list[dict[str, Any]] = []
     for seed in p.seeds:
-        (model, fit, test_m), secs, cpu = TT.timed(lambda seed=seed: one_run(seed, features, task["epochs"]))
+        (model, fit, test_m), secs, cpu = TT.timed(lambda seed=seed: one_run(seed, features, epochs))
         timing["train_cpu_seconds"].append(round(cpu, 2))
         val.append(fit.best_validation)
         test.append(test_m)
@@ -152,7 +153,7 @@ def run(model_name: str, task_name: str, p: FinetuneParams, tracker: Any = None,
     if task_name in p.low_resource_tasks:
         n = min(p.low_resource_train_examples, len(dd["train"]))
         small = TT.encode_train(kind, tokenizer, TT.subsample(dd["train"], n, p.data_seed), task)
-        low_test, low_epochs = [], p.low_resource_epochs or task["epochs"]
+        low_test, low_epochs = [], spec.low_resource_epochs or p.low_resource_epochs or epochs
         for seed in p.seeds:
             (_, _, test_m), secs, cpu = TT.timed(lambda seed=seed: one_run(seed, small, low_epochs, "low_resource/"))
             timing["low_resource_train_cpu_seconds"].append(round(cpu, 2))
@@ -162,7 +163,7 @@ def run(model_name: str, task_name: str, p: FinetuneParams, tracker: Any = None,
         low = {"train_examples": n, "epochs": low_epochs, "test": _summary(low_test)}
     metrics = {
         "model": model_name, "task": task_name, "kind": kind, "main_metric": main, "silver": bool(info.get("silver")),
-        "model_path": spec.path, "init": spec.init, "seeds": list(p.seeds), "train_examples": len(train),
+        "model_path": spec.path, "init": spec.init, "seeds": list(p.seeds), "epochs": epochs, "train_examples": len(train),
         "validation_examples": len(heldout["validation"]), "test_examples": len(heldout["test"]),
         "test": _summary(test), "validation": _summary(val), "low_resource": low, "runs": history,
     }

@@ -294,13 +294,17 @@ class FinetuneModel(Section):
     """One model of the fine-tuning family. ``path``: a ``save_pretrained`` folder (tokenizer beside) or a hub
     name. ``init: pretrained`` loads its weights; ``init: random`` keeps only its architecture and tokenizer
     (the no-pre-training baseline), or, with ``size``, a named shape (tiny..large) with its tokenizer; a
-    tokenizer-only folder without ``size`` takes the teacher's shape, ``pretrain.model.size``."""
+    tokenizer-only folder without ``size`` takes the teacher's shape, ``pretrain.model.size``. ``epochs`` and
+    ``low_resource_epochs`` override the task's ``epochs`` and ``finetune.low_resource_epochs`` for this model
+    (tiny models need more passes than real BERTs; null = no override)."""
 
     path: str = Field(min_length=1)
     init: Literal["pretrained", "random"] = "pretrained"
     size: Literal["tiny", "mini", "small", "medium", "base", "large"] | None = None
     learning_rate: Annotated[float, annotated_types.Gt(0.0), annotated_types.Lt(1.0)]
     pooling: Literal["cls", "mean"] = "cls"
+    epochs: Annotated[int, annotated_types.Ge(1)] | None = None
+    low_resource_epochs: Annotated[int, annotated_types.Ge(1)] | None = None
 
 
 class FinetuneTask(Section):

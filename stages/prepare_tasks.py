@@ -52,7 +52,8 @@ def read_corpus_documents(path: Path, source: str) -> list[T.Document]:
         for col in ("doc_id", "source", "text", "sentences"):
             if col not in ds.column_names:
                 raise StageError(f"{path}/{split}: column {col!r} missing")
-        ds = ds.filter(lambda b: [s == source for s in b["source"]], batched=True)
+        # in memory: a cache file beside the Arrow data would modify data/corpus, prepare_corpus's output
+        ds = ds.filter(lambda b: [s == source for s in b["source"]], batched=True, keep_in_memory=True)
         for doc_id, text, sents in zip(ds["doc_id"], ds["text"], ds["sentences"], strict=True):
             docs.append(T.Document(doc_id=doc_id, split=split, text=text, sentences=tuple(sents)))
     if not any(d.split == "validation" for d in docs):

@@ -9,7 +9,7 @@ inputs exists, and writes:
 
 - ``models/pretrained/``: ``save_pretrained`` (safetensors) ``BertForPreTraining`` (``BertForMaskedLM`` for
   objective ``none``) with the tokenizer beside it;
-- ``metrics/pretrain.json``: held-out MLM loss/accuracy, perplexity, pair accuracy, unigram baseline, first vs last
+- ``metrics/pretrain.json``: tokens seen, held-out MLM loss/accuracy, perplexity, pair accuracy, unigram baseline, first vs last
   evaluation (quality only: byte-identical across reruns on CPU);
 - ``metrics/pretrain-timing.json``: seconds, tokens/s, model FLOPs utilisation against the measured matmul peak;
 - ``plots/pretrain.csv``: step, train loss, learning rate, eval MLM loss/accuracy, pair accuracy;
@@ -234,6 +234,7 @@ def main() -> None:
                            on_log=on_log, flops_per_step=flops)
         except TrainingError as exc:
             raise StageError(str(exc)) from None
+        tokens_seen = result.tokens_seen(accelerator)
         if not main_process:
             return
         final, first = result.final_eval, result.first_eval
@@ -243,6 +244,7 @@ def main() -> None:
             "size": p.model.size if p.init == "scratch" else "checkpoint",
             "parameters": modeling.count_parameters(model),
             "steps": p.max_steps,
+            "tokens_seen": tokens_seen,
             "eval": _round({k.removeprefix("eval_"): v for k, v in final.items() if k != "step"}),
             "first_eval": _round({k.removeprefix("eval_"): v for k, v in first.items() if k != "step"}),
             "mlm_accuracy_over_unigram": round(final["eval_mlm_accuracy"] / max(final["eval_unigram_accuracy"], 1e-12), 4),

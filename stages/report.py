@@ -347,6 +347,32 @@ def findings(
     return lines
 
 
+def upstream_findings(pretrain: Mapping[str, Any] | None, distill: Mapping[str, Any] | None) -> list[str]:
+    """What the pre-training budget bought and what distillation kept, from the stages' quality metrics.
+
+    ``pretrain``: ``metrics/pretrain.json`` (``eval.mlm_accuracy``, ``eval.unigram_accuracy``, ``tokens_seen``,
+    ``size``, ``steps``); ``distill``: ``metrics/distill.json`` (``student``/``teacher`` blocks,
+    ``mlm_accuracy_share``, ``parameter_ratio``). Absent files or keys give no line.
+    """
+    lines = []
+    ev = (pretrain or {}).get("eval") or {}
+    if ev.get("mlm_accuracy") is not None and ev.get("unigram_accuracy"):
+        seen = pretrain.get("tokens_seen")
+        lines.append(
+            f"Pre-training ({pretrain.get('size', '?')}, {pretrain.get('steps', '?')} steps"
+            + (f", {seen:,} tokens seen" if seen else "") + f"): held-out MLM accuracy "
+            f"{100 * ev['mlm_accuracy']:.2f}% vs {100 * ev['unigram_accuracy']:.2f}% for always guessing the most "
+            f"frequent token ({ev['mlm_accuracy'] / ev['unigram_accuracy']:.2f}x) (metrics/pretrain.json).")
+    st, te = (distill or {}).get("student") or {}, (distill or {}).get("teacher") or {}
+    if st.get("mlm_accuracy") is not None and te.get("mlm_accuracy") is not None:
+        lines.append(
+            f"Distillation: the {st.get('layers', '?')}-layer student reaches {100 * st['mlm_accuracy']:.2f}% held-out "
+            f"MLM accuracy vs {100 * te['mlm_accuracy']:.2f}% for the {te.get('layers', '?')}-layer teacher"
+            + (f", with {100 * distill['parameter_ratio']:.1f}% of its parameters" if distill.get("parameter_ratio")
+               else "") + " (metrics/distill.json).")
+    return lines
+
+
 def scalar_facts(obj: Mapping[str, Any], limit: int = 12) -> list[str]:
     """``key: value`` for the top-level numbers and strings of a metrics file (first ``limit``, sorted)."""
     items = []

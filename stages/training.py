@@ -264,12 +264,21 @@ class TrainResult:
     first_eval: dict[str, float] = field(default_factory=dict)
     bad_steps: int = 0
     resumed_from: int = 0
-    tokens: int = 0
+    tokens: int = 0  # non-padding tokens this process consumed since the start or resume
+    tokens_before_resume: int = 0  # tokens_seen (all processes) recorded in the checkpoint resumed from
     padded_tokens: int = 0
     predicted_tokens: int = 0
     sequences: int = 0
     seconds: float = 0.0
     flops: float = 0.0
+
+    def tokens_seen(self, accelerator: Any) -> int:
+        """Non-padding training tokens (inputs, ``attention_mask == 1``) of every process from step 0, resumes
+        included: deterministic for fixed data and params. A collective call when several processes run."""
+        local = torch.tensor(float(self.tokens), dtype=torch.float64, device=accelerator.device)
+        if accelerator.num_processes > 1:
+            local = accelerator.reduce(local, reduction="sum")
+        return self.tokens_before_resume + int(local.item())
 
 
 # ------------------------------------------------------------------------------------------ evaluation
@@ -407,6 +416,7 @@ def train(
             result.bad_steps = int(state["bad_steps"])
             result.first_eval = dict(state.get("first_eval") or {})
             result.final_eval = dict(state.get("final_eval") or {})
+            result.tokens_before_resume = int(state.get("tokens_seen", 0))
             result.resumed_from = step
             log.info("resumed from %s at step %d", path, step)
 
@@ -502,6 +512,7 @@ def train(
                 state = _snapshot(model, raw_optimizer, raw_scheduler, {
                     "history": result.history, "bad_steps": result.bad_steps,
                     "first_eval": result.first_eval, "final_eval": result.final_eval,
+                    "tokens_seen": result.tokens_seen(accelerator),
                 })
                 if accelerator.is_main_process:
                     checkpoints.save(step, state, {"phase": phase.name, "phase_index": phase_index,

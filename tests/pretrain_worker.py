@@ -58,7 +58,9 @@ def main() -> None:
     state = {k: v.clone().contiguous() for k, v in model.model.state_dict().items()
              if k != "cls.predictions.decoder.weight"}
     save_file(state, str(args.out / "final.safetensors"))
-    (args.out / "history.json").write_text(json.dumps({"history": result.history, "resumed_from": result.resumed_from}))
+    (args.out / "history.json").write_text(json.dumps({"history": result.history, "resumed_from": result.resumed_from,
+                                                           "tokens_seen": result.tokens_seen(accelerator),
+                                                           "tokens_since_start": result.tokens}))
 
 
 if __name__ == "__main__":

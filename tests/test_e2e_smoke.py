@@ -195,7 +195,9 @@ def test_finetune_outputs(smoke_run):
 
     files = sorted((smoke_run / "metrics/finetune").glob("*.json"))
     combos = {p.stem for p in files}
-    assert {"minilm-sentiment", "minilm-ner", "minilm-qa", "scratch-sentiment", "scratch-ner", "scratch-qa"} <= combos
+    family = ("pretrained", "distilled", "scratch", "minilm")
+    assert combos == {f"{m}-{t}" for m in family for t in ("sentiment", "ner", "qa")}
+    teacher = AutoConfig.from_pretrained(smoke_run / "models/pretrained")
     expected = {"sentiment": {"accuracy", "macro_f1"}, "qa": {"exact_match", "f1"}}
     for path in files:
         m = json.loads(path.read_text())
@@ -211,6 +213,10 @@ def test_finetune_outputs(smoke_run):
         assert (folder / "model.safetensors").exists() and (folder / "tokenizer.json").exists()
         if m["task"] != "qa":
             assert cfg.num_labels == (2 if m["task"] == "sentiment" else len(cfg.id2label)) > 1
+        if m["model"] in ("pretrained", "scratch"):  # scratch: the teacher's architecture, weights drawn afresh
+            assert (cfg.num_hidden_layers, cfg.hidden_size) == (teacher.num_hidden_layers, teacher.hidden_size)
+        if m["model"] == "distilled":
+            assert cfg.num_hidden_layers == max(1, teacher.num_hidden_layers // 2)
 
 
 def test_evaluate_outputs(smoke_run):
@@ -242,6 +248,10 @@ def test_evaluate_outputs(smoke_run):
     for r in results:
         assert f"| {r['model']} |" in summary and timing[f"{r['model']}.latency_ms_b1"] > 0
     assert "silver" in summary and "## Report card" in summary and "dvc.lock sha256" in summary
+    assert "Pre-training gain of the teacher (pretrained) over the same model from scratch" in summary
+    assert "The student (distilled) keeps" in summary and "(metrics/distill.json)" in summary
+    tokens_seen = json.loads((smoke_run / "metrics/pretrain.json").read_text())["tokens_seen"]
+    assert 0 < tokens_seen <= 6 * 8 * 128 and f"{tokens_seen:,} tokens seen" in summary  # smoke: 6 steps x 8 x 128
     assert 1.0 in [v for k, v in timing.items() if k.endswith(".relative_speed")]  # the reference member
     # dvc repro never registers or promotes models (an explicit `python -m stages.promote` does)
     from mlflow import MlflowClient

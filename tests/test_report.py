@@ -20,6 +20,7 @@ from stages.report import (
     stage_wall_times,
     table,
     tokens_seen_of,
+    upstream_findings,
 )
 
 # model -> task -> (main metric mean, per-seed values); other metrics derived.
@@ -138,3 +139,19 @@ def test_bad_metrics_file_is_one_line_error(tmp_path):
         load_finetune_results(tmp_path)
     with pytest.raises(StageError, match="no fine-tuning metrics files"):
         load_finetune_results(tmp_path / "empty")
+
+
+def test_upstream_findings_give_pretraining_and_distillation_lines():
+    pretrain = {"size": "tiny", "steps": 800, "tokens_seen": 3_100_000,
+                "eval": {"mlm_accuracy": 0.1044, "unigram_accuracy": 0.0437}}
+    distill = {"parameter_ratio": 0.872321, "student": {"layers": 1, "mlm_accuracy": 0.111215},
+               "teacher": {"layers": 2, "mlm_accuracy": 0.111565}}
+    lines = upstream_findings(pretrain, distill)
+    assert lines == [
+        "Pre-training (tiny, 800 steps, 3,100,000 tokens seen): held-out MLM accuracy 10.44% vs 4.37% for always "
+        "guessing the most frequent token (2.39x) (metrics/pretrain.json).",
+        "Distillation: the 1-layer student reaches 11.12% held-out MLM accuracy vs 11.16% for the 2-layer teacher, "
+        "with 87.2% of its parameters (metrics/distill.json).",
+    ]
+    assert upstream_findings(None, None) == []
+    assert upstream_findings({"eval": {"mlm_accuracy": 0.1}}, {"student": {}}) == []

@@ -192,3 +192,23 @@ def test_squad_loader_and_bad_answer_start(tmp_path):
     msg = str(err.value)
     assert "\n" not in msg and "squad.json: data[0].paragraphs[0].qas[1] (id 'q2')" in msg
     assert "'the Rhine' is not at answer_start 20" in msg
+
+
+def test_reading_the_corpus_leaves_its_folder_untouched(tmp_path):
+    """read_corpus_documents must not write a datasets cache file into data/corpus (prepare_corpus's DVC output:
+    a new file there makes `dvc status` report it modified and reruns the graph)."""
+    from datasets import Dataset, DatasetDict
+
+    from stages.prepare_tasks import read_corpus_documents
+
+    def split(ids, source):
+        return Dataset.from_dict({"doc_id": ids, "source": [source] * len(ids), "text": ["A b. C d."] * len(ids),
+                                  "sentences": [["A b.", "C d."]] * len(ids)})
+
+    folder = tmp_path / "corpus"
+    DatasetDict({"train": split(["t1", "t2"], "news_articles"), "validation": split(["v1"], "news_articles")}
+                ).save_to_disk(str(folder))
+    before = sorted(p.relative_to(folder) for p in folder.rglob("*"))
+    docs = read_corpus_documents(folder, "news_articles")
+    assert [(d.doc_id, d.split) for d in docs] == [("t1", "train"), ("t2", "train"), ("v1", "validation")]
+    assert sorted(p.relative_to(folder) for p in folder.rglob("*")) == before

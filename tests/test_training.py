@@ -90,6 +90,8 @@ def test_sigkill_after_phase1_checkpoint_then_resume_into_phase2_is_bit_identica
     b = json.loads((killed / "history.json").read_text())
     assert a["resumed_from"] == 0 and b["resumed_from"] == 4
     assert a["history"] == b["history"]
+    # tokens_seen counts from step 0 across the resume; the resumed run itself only consumed the later steps
+    assert a["tokens_seen"] == b["tokens_seen"] == a["tokens_since_start"] > b["tokens_since_start"] > 0
     phases = {r["step"]: r["phase"] for r in b["history"] if "train_loss" in r}
     assert phases == {s: (0 if s <= 6 else 1) for s in range(1, 9)}
     evals = [r["step"] for r in b["history"] if "eval_mlm_loss" in r]
