@@ -275,7 +275,7 @@ class TrainResult:
     def tokens_seen(self, accelerator: Any) -> int:
         """Non-padding training tokens (inputs, ``attention_mask == 1``) of every process from step 0, resumes
         included: deterministic for fixed data and params. A collective call when several processes run."""
-        local = torch.tensor(float(self.tokens), dtype=torch.float64, device=accelerator.device)
+        local = torch.tensor(self.tokens, dtype=torch.int64, device=accelerator.device)
         if accelerator.num_processes > 1:
             local = accelerator.reduce(local, reduction="sum")
         return self.tokens_before_resume + int(local.item())
