@@ -50,8 +50,8 @@ def resolve_model(name: str, p: FinetuneParams) -> FinetuneModel:
     if (path / "config.json").exists() or (not path.exists() and _HUB_NAME.match(name)):
         return p.user_model.model_copy(update={"path": name})
     raise StageError(
-        f"params.yaml: finetune.models: unknown model name {name!r}; expected one of {', '.join(sorted(p.models))}, "
-        "a folder with config.json, or a hub name owner/name"
+        f"--model {name!r}: unknown model; expected a key of finetune.models in params.yaml "
+        f"({', '.join(sorted(p.models))}), a folder with config.json, or a hub name owner/name"
     )
 
 

@@ -173,7 +173,7 @@ def test_unknown_model_name_is_one_line(workdir, repo_root):
     with pytest.raises(StageError) as err:
         finetune.run("bert-nonexistent", "sentiment", p)
     msg = str(err.value)
-    assert "\n" not in msg and msg.startswith("params.yaml: finetune.models: unknown model name 'bert-nonexistent'")
+    assert "\n" not in msg and msg.startswith("--model 'bert-nonexistent': unknown model; expected a key of finetune.models in params.yaml")
     assert "tiny, tinyscratch" in msg
     # a folder with config.json is a user model, with finetune.user_model's settings
     assert finetune.resolve_model("tinymodel", p).path == "tinymodel"
