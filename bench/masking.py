@@ -2,7 +2,7 @@
 
     python bench/masking.py [--tokenizer DIR] [--corpus data/corpus] [--tokens 2000000] [--skip-stage]
 
-Part 1, masking (one process): a fixed token stream (pairs built by ``stages.instances`` from the corpus, or a
+Part 1, masking (one process): a fixed token stream (pairs built by ``bert_pipeline.data.instances`` from the corpus, or a
 synthetic stream when no corpus exists) is masked by
   - ours, static: ``mask_ragged`` over all instances at once (what the stage does per shard);
   - ours, collator: ``PretrainingCollator`` with dynamic masking, batches of 32 (pad + mask + torch tensors);
@@ -34,8 +34,8 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-import stages  # noqa: E402,F401  (offline defaults)
-from stages.masking import MaskingRules, PretrainingCollator, VocabInfo, mask_ragged  # noqa: E402
+import bert_pipeline  # noqa: E402,F401  (offline defaults)
+from bert_pipeline.data.masking import MaskingRules, PretrainingCollator, VocabInfo, mask_ragged  # noqa: E402
 
 
 def default_tokenizer() -> Path:
@@ -47,8 +47,8 @@ def default_tokenizer() -> Path:
 
 def token_stream(tokenizer, corpus: Path, n_tokens: int):
     """Flat ids + offsets of ``[CLS] A [SEP] B [SEP]`` instances of length <= 128, about ``n_tokens`` tokens."""
+    from bert_pipeline.data.instances import create_instances
     from stages.create_pretraining_data import load_tokenizer, tokenize_documents
-    from stages.instances import create_instances
 
     vocab = VocabInfo.from_tokenizer(tokenizer)
     rng = np.random.default_rng(0)

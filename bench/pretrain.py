@@ -6,12 +6,12 @@
     python bench/pretrain.py --size base --batch 64  # e.g. on a GPU
 
 Reference: ``BertForPreTraining`` (MLM decoder over every position), fp32, batches from the stock
-``DataCollatorForLanguageModeling`` (+ NSP labels). Ours: :class:`stages.modeling.MaskedPositionPretrainer`
+``DataCollatorForLanguageModeling`` (+ NSP labels). Ours: :class:`bert_pipeline.model.configs.MaskedPositionPretrainer`
 (decoder on the masked positions only), ``precision auto`` autocast (bf16 on CPUs and bf16 GPUs), batches from
 create_pretraining_data's collator. Both: AdamW step, SDPA attention, the same token stream and masking rate,
 timing includes collation, forward, backward and the optimizer step (median of ``--steps`` steps after warmup,
 the two variants interleaved). MFU = model FLOPs of the MLM task (encoder + head on the *masked* positions,
-x3 for backward; :func:`stages.modeling.training_flops_per_step`) / the measured matmul peak of the device (best
+x3 for backward; :func:`bert_pipeline.model.configs.training_flops_per_step`) / the measured matmul peak of the device (best
 of fp32 and bf16 ``--peak-size`` square products), so the MFU ratio equals the speed ratio.
 
 The speed-up depends on the shape: the full decoder costs ``hidden * vocab`` multiply-adds per position against
@@ -34,13 +34,13 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from stages.modeling import (  # noqa: E402
+from bert_pipeline.model.configs import (  # noqa: E402
     MaskedPositionPretrainer,
     build_config,
     new_pretraining_model,
     training_flops_per_step,
 )
-from stages.training import make_accelerator, make_optimizer, measure_matmul_flops  # noqa: E402
+from bert_pipeline.train.loop import make_accelerator, make_optimizer, measure_matmul_flops  # noqa: E402
 
 
 def synthetic_tokenizer(vocab_size: int, folder: Path):
@@ -94,7 +94,7 @@ def main() -> None:
 
     from transformers import DataCollatorForLanguageModeling
 
-    from stages.masking import PretrainingCollator, VocabInfo
+    from bert_pipeline.data.masking import PretrainingCollator, VocabInfo
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     tmp = Path(tempfile.mkdtemp())

@@ -3,7 +3,7 @@
     python bench/sentences.py [--docs 200]
 
 Splitters: spaCy ``senter`` alone (the model's own boundaries), ``senter`` + our repairs (what the stage uses,
-``stages.sentences.doc_sentences``), and the dependency ``parser`` + our repairs (``sentence_splitter:
+``bert_pipeline.data.sentences.doc_sentences``), and the dependency ``parser`` + our repairs (``sentence_splitter:
 spacy_parser``). Figures: exact-split accuracy on the tricky cases of ``tests/test_sentences.py``; on the first
 ``--docs`` news documents of ``data/corpus`` (train), the boundary F1 against the parser's boundaries (the parser
 as reference, not a gold standard) and speed in words per CPU second (one process).
@@ -19,9 +19,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-import stages  # noqa: E402,F401  (offline defaults)
-from stages.sentences import doc_sentences, load_splitter  # noqa: E402
-from stages.sources import SPACY_MODEL  # noqa: E402
+import bert_pipeline  # noqa: E402,F401  (offline defaults)
+from bert_pipeline.data.sentences import doc_sentences, load_splitter  # noqa: E402
+from bert_pipeline.data.sources import SPACY_MODEL  # noqa: E402
 from tests.test_sentences import TRICKY  # noqa: E402
 
 

@@ -7,7 +7,7 @@ exist yet, the NewsArticles texts from ``data/raw`` (title, subtitle and body pe
 UTF-8 text per second of wall clock, and per CPU second (process, its threads and its finished worker processes:
 a figure that depends less on what else runs on this shared machine):
 
-Training (``stages.wordpiece.train_wordpiece``, the stage's deterministic two-pass training; and ``tokenizers``'
+Training (``bert_pipeline.data.wordpiece.train_wordpiece``, the stage's deterministic two-pass training; and ``tokenizers``'
 own single-pass ``WordPieceTrainer`` as the reference it is built on), each with Rust parallelism off and on.
 
 Encoding (the trained tokenizer, ``[CLS] text [SEP]``, no truncation), over the whole corpus:
@@ -33,8 +33,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-import stages  # noqa: E402,F401  (offline defaults; TOKENIZERS_PARALLELISM=false)
-from stages.wordpiece import _bare_tokenizer, save_tokenizer, special_tokens, train_wordpiece  # noqa: E402
+import bert_pipeline  # noqa: E402,F401  (offline defaults; TOKENIZERS_PARALLELISM=false)
+from bert_pipeline.data.wordpiece import _bare_tokenizer, save_tokenizer, special_tokens, train_wordpiece  # noqa: E402
 
 
 def load_texts(corpus: Path) -> tuple[list[str], str]:
@@ -45,7 +45,7 @@ def load_texts(corpus: Path) -> tuple[list[str], str]:
         return [t for split in ("train", "validation") for t in dd[split]["text"]], str(corpus)
     import pandas as pd
 
-    from stages.sources import NEWS_ARTICLES
+    from bert_pipeline.data.sources import NEWS_ARTICLES
 
     csv = REPO / "data/raw" / NEWS_ARTICLES
     if not csv.exists():

@@ -7,6 +7,6 @@ machine. A variable the user has set wins.
 
 import os
 
-import stages  # noqa: F401  (offline and telemetry defaults)
+import bert_pipeline  # noqa: F401  (offline and telemetry defaults)
 
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")

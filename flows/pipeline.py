@@ -37,12 +37,12 @@ import yaml
 from prefect import allow_failure, flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
 
+from bert_pipeline.errors import PipelineError
 from flows import tracking
 from flows.dag import StageGraph, load_graph, lock_entry, merge_lock
 from flows.dvc_cli import CommandFailed, dvc, repro_status, run_logged, tool_env
 from flows.worker import git_rev, stage_on_worker
 from flows.workspace import make_clone, remove_clone, save_experiment
-from stages.cli import StageError
 from stages.params import ParamsError
 
 
@@ -128,7 +128,7 @@ def collect_overrides(root: Path, profile: str | None, set_params: list[str] | N
     In the project (``stages/params.py`` present) the merged params are validated before anything runs.
 
     Raises:
-        StageError: unknown profile. ParamsError: an override the schema rejects (one line naming the key).
+        PipelineError: unknown profile. ParamsError: an override the schema rejects (one line naming the key).
     """
     from stages.profile import load_profile, set_param_args
 
@@ -476,7 +476,7 @@ def main(argv: list[str] | None = None) -> int:
         result = pipeline(stages=args.stages, profile=args.profile, set_params=args.set_param, push=args.push,
                           promote_models=args.promote, repo=args.repo, remote=args.remote, workers=args.workers,
                           experiment=args.name, track=False if args.no_mlflow else None)
-    except (PipelineFailed, StageError, ParamsError, KeyError, ValueError) as exc:
+    except (PipelineFailed, PipelineError, ParamsError, KeyError, ValueError) as exc:
         sys.stderr.write(f"error: {str(exc).strip(chr(39))}\n")
         return 1
     sys.stdout.write(json.dumps(result, indent=2, sort_keys=True) + "\n")

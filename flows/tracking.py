@@ -19,9 +19,9 @@ DEFAULT_EXPERIMENT = "bert-pipeline"
 
 
 def env_names() -> tuple[str, str]:
-    """(parent run id variable, flow run id variable), from ``stages.tracking`` when it defines them."""
+    """(parent run id variable, flow run id variable), from ``bert_pipeline.mlops.tracking`` when it defines them."""
     try:
-        from stages import tracking  # type: ignore[attr-defined]
+        from bert_pipeline.mlops import tracking  # type: ignore[attr-defined]
     except ImportError:
         return PARENT_RUN_ENV, FLOW_RUN_ENV
     flow_envs = getattr(tracking, "FLOW_RUN_ENVS", (FLOW_RUN_ENV,))

@@ -1,7 +1,7 @@
 """Stage ``create_pretraining_data``: tokenized sentence pairs with MLM masks, as unpadded Arrow shards.
 
 Reads ``data/corpus/`` (``DatasetDict`` with ``sentences: list[str]`` per document) and the tokenizer decided by
-``pretrain.init`` (:func:`stages.masking.tokenizer_path_for`; ``models/tokenizer`` while no ``pretrain`` section
+``pretrain.init`` (:func:`bert_pipeline.data.masking.tokenizer_path_for`; ``models/tokenizer`` while no ``pretrain`` section
 exists). Writes:
 
 - ``data/pretraining/{train,validation}/``: ``datasets.save_to_disk`` layout (``load_from_disk`` works; so does
@@ -13,7 +13,7 @@ exists). Writes:
   always one statically masked copy, so evaluation losses are comparable between runs.
   Instances are shuffled within a shard; shuffle across shards at training time.
 - ``data/pretraining/info.json``: objective, masking, rules, ``max_seq_length``, ``vocab_size``, tokenizer path
-  and sha256, counts: what ``pretrain`` checks for compatibility (:func:`stages.masking.collator_from_info`).
+  and sha256, counts: what ``pretrain`` checks for compatibility (:func:`bert_pipeline.data.masking.collator_from_info`).
 - ``metrics/pretraining_data.json`` (instances, tokens, padding share at ``max_seq_length``, realised masking
   rate and 80/10/10 split, pair-label balance, skipped documents) and ``metrics/pretraining_data-timing.json``.
 - With ``pretrain.phases`` (BERT's seq 128 then 512), one more dataset per other phase length ``L`` under
@@ -37,10 +37,11 @@ from typing import Any
 
 import numpy as np
 
-from stages.artifacts import atomic_dir, sha256_file, write_json
-from stages.cli import StageError, run_stage
-from stages.instances import Instances, create_instances, min_seq_length
-from stages.masking import PAIR_LABELS, MaskingRules, VocabInfo, mask_ragged, tokenizer_path_for
+from bert_pipeline.console import run_main
+from bert_pipeline.data.instances import Instances, create_instances, min_seq_length
+from bert_pipeline.data.masking import PAIR_LABELS, MaskingRules, VocabInfo, mask_ragged, tokenizer_path_for
+from bert_pipeline.errors import PipelineError
+from bert_pipeline.io import atomic_dir, sha256_file, write_json
 from stages.params import load_params
 
 log = logging.getLogger(__name__)
@@ -84,7 +85,7 @@ def load_tokenizer(path: str | Path):
     also be a hub name (needs the network: ``HF_HUB_OFFLINE=0``).
 
     Raises:
-        StageError: the folder is missing or does not load.
+        PipelineError: the folder is missing or does not load.
     """
     from transformers import AutoTokenizer
 
@@ -92,13 +93,13 @@ def load_tokenizer(path: str | Path):
         tokenizer = AutoTokenizer.from_pretrained(str(path))
     except Exception as exc:  # noqa: BLE001 - any load failure is the same user error
         if not Path(path).exists():
-            raise StageError(f"{path}: tokenizer folder not found (run train_tokenizer, or set pretrain.init to a "
+            raise PipelineError(f"{path}: tokenizer folder not found (run train_tokenizer, or set pretrain.init to a "
                              "checkpoint folder)") from None
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise StageError(f"{path}: expected a tokenizer loadable with AutoTokenizer ({first})") from None
+        raise PipelineError(f"{path}: expected a tokenizer loadable with AutoTokenizer ({first})") from None
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is None:
-        raise StageError(f"{path}: expected a fast tokenizer (tokenizer.json)")
+        raise PipelineError(f"{path}: expected a fast tokenizer (tokenizer.json)")
     from tokenizers import Tokenizer
 
     backend = Tokenizer.from_str(backend.to_str())
@@ -375,7 +376,7 @@ def build_dataset(out: Path, p: Any, *, max_seq_length: int, rules: MaskingRules
         )
         summary = summarize(build_split(job, p.num_proc), max_seq_length, p.objective)
         if summary["instances"] == 0:
-            raise StageError(f"{CORPUS_DIR}: the {split} split yields no instances for objective {p.objective} "
+            raise PipelineError(f"{CORPUS_DIR}: the {split} split yields no instances for objective {p.objective} "
                              f"({summary['skipped_one_sentence_documents']} one-sentence documents skipped)")
         summary.update(shards=job.n_shards, dupe_factor=job.dupe_factor,
                        masking="dynamic" if dynamic_train else "static")
@@ -421,7 +422,7 @@ def main() -> None:
         rules = {L: MaskingRules(p.masked_lm_prob, scaled_max_predictions(p.max_predictions_per_seq, p.max_seq_length, L),
                                  p.mask_token_prob, p.random_token_prob, p.whole_word_masking) for L in lengths}
     except ValueError as exc:
-        raise StageError(f"{tok_path}: {exc}") from None
+        raise PipelineError(f"{tok_path}: {exc}") from None
     for L in lengths:
         check_layout(L, p.objective, getattr(tokenizer, "model_max_length", None), str(tok_path))
     corpus = _open_corpus(CORPUS_DIR)
@@ -451,33 +452,33 @@ def check_layout(max_seq_length: int, objective: str, model_max_length: int | No
     what the tokenizer declares as its model's longest input.
 
     Raises:
-        StageError: one line naming the key.
+        PipelineError: one line naming the key.
     """
     need = min_seq_length(objective)
     if max_seq_length < need:
-        raise StageError(f"create_pretraining_data.max_seq_length: expected >= {need} for objective {objective} "
+        raise PipelineError(f"create_pretraining_data.max_seq_length: expected >= {need} for objective {objective} "
                          f"({'[CLS] A [SEP]' if objective == 'none' else '[CLS] A [SEP] B [SEP]'}), got {max_seq_length}")
     if model_max_length is not None and model_max_length < 1_000_000 and max_seq_length > model_max_length:
-        raise StageError(f"create_pretraining_data.max_seq_length: {max_seq_length} exceeds the tokenizer's "
+        raise PipelineError(f"create_pretraining_data.max_seq_length: {max_seq_length} exceeds the tokenizer's "
                          f"model_max_length {model_max_length} ({where})")
 
 
 def _open_corpus(path: Path) -> dict[str, int]:
-    """Document counts per split of ``data/corpus``; raises StageError when it is missing or malformed."""
+    """Document counts per split of ``data/corpus``; raises PipelineError when it is missing or malformed."""
     import datasets
 
     if not path.exists():
-        raise StageError(f"{path}: corpus not found (run prepare_corpus)")
+        raise PipelineError(f"{path}: corpus not found (run prepare_corpus)")
     try:
         corpus = datasets.load_from_disk(str(path))
     except Exception as exc:  # noqa: BLE001
-        raise StageError(f"{path}: expected a DatasetDict saved with save_to_disk ({exc})") from None
+        raise PipelineError(f"{path}: expected a DatasetDict saved with save_to_disk ({exc})") from None
     counts = {}
     for split in ("train", "validation"):
         if split not in corpus:
-            raise StageError(f"{path}: expected splits train and validation, got {sorted(corpus)}")
+            raise PipelineError(f"{path}: expected splits train and validation, got {sorted(corpus)}")
         if "sentences" not in corpus[split].column_names:
-            raise StageError(f"{path}: {split}: expected a column sentences (list of str)")
+            raise PipelineError(f"{path}: {split}: expected a column sentences (list of str)")
         counts[split] = corpus[split].num_rows
     return counts
 
@@ -490,5 +491,5 @@ def _tokenizer_digest(path: Path) -> str | None:
 
 
 if __name__ == "__main__":
-    run_stage(main)
+    run_main(main)
 

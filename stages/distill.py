@@ -3,9 +3,9 @@
     python -m stages.distill
 
 Reads ``models/pretrained/`` (the teacher, with its tokenizer) and ``data/pretraining/{train,validation}`` (the
-pre-training instances and their collator), builds the student (:func:`stages.distillation.build_student`: half
+pre-training instances and their collator), builds the student (:func:`bert_pipeline.model.distillation.build_student`: half
 the teacher's layers by default, student layer i <- teacher layer 2i), trains it with DistilBERT's triple loss
-through the shared loop (:func:`stages.training.train`: AdamW, warmup + linear decay, bf16 autocast where the
+through the shared loop (:func:`bert_pipeline.train.loop.train`: AdamW, warmup + linear decay, bf16 autocast where the
 device supports it, accumulation, clipping, non-finite steps skipped, checkpoints under ``checkpoints/distill/``
 and exact resume), and writes:
 
@@ -16,7 +16,7 @@ and exact resume), and writes:
   batch 32, seq 128, median of several runs after warm-up) and the speed-up;
 - ``plots/distill.csv``: train loss, learning rate and held-out student MLM loss/accuracy per step.
 
-One MLflow run (``stages.tracking``) records params, the curves, the metrics and pointers (path + DVC hash) to the
+One MLflow run (``bert_pipeline.mlops.tracking``) records params, the curves, the metrics and pointers (path + DVC hash) to the
 teacher and to the student, not copies.
 """
 
@@ -30,9 +30,10 @@ from typing import Any
 
 import torch
 
-from stages.artifacts import atomic_dir, atomic_write_text, write_json
-from stages.cli import StageError, run_stage
-from stages.distillation import (
+from bert_pipeline.console import run_main
+from bert_pipeline.errors import PipelineError
+from bert_pipeline.io import atomic_dir, atomic_write_text, write_json
+from bert_pipeline.model.distillation import (
     DistillationModel,
     build_student,
     default_student_layers,
@@ -58,17 +59,17 @@ def load_teacher(folder: Path):
     """The teacher as the stock class its config names (``BertForPreTraining`` or ``BertForMaskedLM``), in eval mode.
 
     Raises:
-        StageError: no model in ``folder`` or not a BERT pre-training model.
+        PipelineError: no model in ``folder`` or not a BERT pre-training model.
     """
     from transformers import AutoConfig, BertForMaskedLM, BertForPreTraining
 
     if not (folder / "config.json").is_file():
-        raise StageError(f"{folder}: no config.json: expected the pretrain stage's model (run `dvc repro pretrain`)")
+        raise PipelineError(f"{folder}: no config.json: expected the pretrain stage's model (run `dvc repro pretrain`)")
     config = AutoConfig.from_pretrained(str(folder))
     classes = {"BertForPreTraining": BertForPreTraining, "BertForMaskedLM": BertForMaskedLM}
     arch = (config.architectures or ["BertForPreTraining"])[0]
     if config.model_type != "bert" or arch not in classes:
-        raise StageError(f"{folder}: expected a BertForPreTraining or BertForMaskedLM teacher, got {arch}")
+        raise PipelineError(f"{folder}: expected a BertForPreTraining or BertForMaskedLM teacher, got {arch}")
     teacher = classes[arch].from_pretrained(str(folder), attn_implementation="sdpa")
     return teacher.eval()
 
@@ -77,11 +78,11 @@ def resolve_student_layers(student_layers: int | None, teacher_layers: int) -> i
     """``student_layers`` from params (None = half the teacher's), checked against the teacher's depth.
 
     Raises:
-        StageError: more layers than the teacher has (names ``distill.student_layers``).
+        PipelineError: more layers than the teacher has (names ``distill.student_layers``).
     """
     layers = default_student_layers(teacher_layers) if student_layers is None else student_layers
     if not 1 <= layers <= teacher_layers:
-        raise StageError(
+        raise PipelineError(
             f"params.yaml: distill.student_layers: expected an int from 1 to {teacher_layers} (the teacher in "
             f"{TEACHER_DIR} has {teacher_layers} layers), got {layers}"
         )
@@ -106,11 +107,11 @@ def main() -> None:
     import datasets
     from transformers import AutoTokenizer
 
-    from stages.checkpoint import CheckpointManager, fingerprint
-    from stages.masking import collator_from_info, load_info
-    from stages.modeling import MaskedPositionPretrainer, count_parameters, save_model
-    from stages.tracking import lock_pointer, stage_run
-    from stages.training import Phase, TrainConfig, TrainingError, evaluate, make_accelerator, train
+    from bert_pipeline.data.masking import collator_from_info, load_info
+    from bert_pipeline.mlops.tracking import lock_pointer, stage_run
+    from bert_pipeline.model.configs import MaskedPositionPretrainer, count_parameters, save_model
+    from bert_pipeline.train.checkpoint import CheckpointManager, fingerprint
+    from bert_pipeline.train.loop import Phase, TrainConfig, TrainingError, evaluate, make_accelerator, train
 
     p = load_params().distill
     teacher = load_teacher(TEACHER_DIR)
@@ -119,16 +120,16 @@ def main() -> None:
     tokenizer = AutoTokenizer.from_pretrained(str(TEACHER_DIR))
     for split in ("train", "validation"):
         if not (DATA_DIR / split).is_dir():
-            raise StageError(f"{DATA_DIR / split}: missing: expected create_pretraining_data's instances")
+            raise PipelineError(f"{DATA_DIR / split}: missing: expected create_pretraining_data's instances")
     try:
         info = load_info(DATA_DIR)
         train_set = datasets.load_from_disk(str(DATA_DIR / "train"))
         validation_set = datasets.load_from_disk(str(DATA_DIR / "validation"))
         collate = collator_from_info(DATA_DIR, seed=p.seed, tokenizer=tokenizer)
     except (FileNotFoundError, ValueError, IndexError) as exc:
-        raise StageError(f"{DATA_DIR}: cannot use the pre-training instances with the teacher's tokenizer ({exc})") from None
+        raise PipelineError(f"{DATA_DIR}: cannot use the pre-training instances with the teacher's tokenizer ({exc})") from None
     if len(train_set) < p.batch_size or len(validation_set) == 0:
-        raise StageError(f"{DATA_DIR}: {len(train_set)} train / {len(validation_set)} validation instances, expected at "
+        raise PipelineError(f"{DATA_DIR}: {len(train_set)} train / {len(validation_set)} validation instances, expected at "
                          f"least distill.batch_size={p.batch_size} / 1")
 
     torch.manual_seed(p.seed)
@@ -159,7 +160,7 @@ def main() -> None:
                            on_log=lambda step, row: run.log_metrics({k: v for k, v in row.items() if k != "step"},
                                                                     step=step))
         except TrainingError as exc:
-            raise StageError(str(exc)) from None
+            raise PipelineError(str(exc)) from None
         student = accelerator.unwrap_model(model).student
         held_out = {}
         for name, net in (("teacher", teacher), ("student", student)):
@@ -221,4 +222,4 @@ def _eval_fields(metrics: dict[str, float]) -> dict[str, float]:
 
 
 if __name__ == "__main__":
-    run_stage(main)
+    run_main(main)

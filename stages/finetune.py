@@ -22,10 +22,11 @@ from typing import Any
 
 import torch
 
-from stages import task_training as TT
-from stages import tracking
-from stages.artifacts import atomic_dir, write_json
-from stages.cli import StageError, run_stage
+from bert_pipeline.console import run_main
+from bert_pipeline.errors import PipelineError
+from bert_pipeline.io import atomic_dir, write_json
+from bert_pipeline.mlops import tracking
+from bert_pipeline.train import finetune as TT
 from stages.params import FinetuneModel, FinetuneParams, load_params
 
 log = logging.getLogger(__name__)
@@ -42,14 +43,14 @@ def resolve_model(name: str, p: FinetuneParams) -> FinetuneModel:
     ``config.json`` or a hub name ``owner/name`` with ``finetune.user_model``'s settings.
 
     Raises:
-        StageError: none of these (one line naming the key and what was expected).
+        PipelineError: none of these (one line naming the key and what was expected).
     """
     if name in p.models:
         return p.models[name]
     path = Path(name)
     if (path / "config.json").exists() or (not path.exists() and _HUB_NAME.match(name)):
         return p.user_model.model_copy(update={"path": name})
-    raise StageError(
+    raise PipelineError(
         f"--model {name!r}: unknown model; expected a key of finetune.models in params.yaml "
         f"({', '.join(sorted(p.models))}), a folder with config.json, or a hub name owner/name"
     )
@@ -68,16 +69,16 @@ def load_tokenizer(path: str):
     """A fast tokenizer from ``path`` (word_ids and offset_mapping need one).
 
     Raises:
-        StageError: missing or slow tokenizer.
+        PipelineError: missing or slow tokenizer.
     """
     from transformers import AutoTokenizer
 
     try:
         tok = AutoTokenizer.from_pretrained(path)
     except (OSError, ValueError) as exc:
-        raise StageError(f"{path}: no tokenizer could be loaded ({str(exc).splitlines()[0]})") from None
+        raise PipelineError(f"{path}: no tokenizer could be loaded ({str(exc).splitlines()[0]})") from None
     if not tok.is_fast:
-        raise StageError(f"{path}: a fast tokenizer (tokenizer.json) is needed for word_ids and offset_mapping")
+        raise PipelineError(f"{path}: a fast tokenizer (tokenizer.json) is needed for word_ids and offset_mapping")
     return tok
 
 
@@ -85,25 +86,25 @@ def run(model_name: str, task_name: str, p: FinetuneParams, tracker: Any = None,
         teacher_size: str | None = None) -> dict[str, Any]:
     """Fine-tune, evaluate and write every output of one combination. Returns the metrics dict.
 
-    ``tracker`` (a :class:`stages.tracking.StageRun` or None) receives the training loss and validation metrics
+    ``tracker`` (a :class:`bert_pipeline.mlops.tracking.StageRun` or None) receives the training loss and validation metrics
     at each check (as ``seed{S}/...``), the test metrics and a pointer to the saved model. ``teacher_size``
     (``pretrain.model.size``) is the shape of a ``init: random`` model whose folder has no ``config.json``.
     """
     spec = resolve_model(model_name, p)
     if spec.init == "random" and spec.size is None and not (Path(spec.path) / "config.json").exists():
         if teacher_size is None:
-            raise StageError(f"{spec.path}: no config.json for a random-init model; set finetune.models.{model_name}.size")
+            raise PipelineError(f"{spec.path}: no config.json for a random-init model; set finetune.models.{model_name}.size")
         spec = spec.model_copy(update={"size": teacher_size})
     if task_name not in p.tasks:
-        raise StageError(f"params.yaml: finetune.tasks: no settings for task {task_name!r} "
+        raise PipelineError(f"params.yaml: finetune.tasks: no settings for task {task_name!r} "
                          f"(known: {', '.join(sorted(p.tasks))})")
     if not Path(spec.path).exists() and not _HUB_NAME.match(spec.path):
-        raise StageError(f"{spec.path}: model folder not found (finetune.models.{model_name}.path)")
+        raise PipelineError(f"{spec.path}: model folder not found (finetune.models.{model_name}.path)")
     task = p.tasks[task_name].model_dump()
     try:
         dd, info = TT.load_task(TASKS / task_name)
     except TT.FinetuneError as exc:
-        raise StageError(str(exc)) from None
+        raise PipelineError(str(exc)) from None
     kind, label_names, main = info["kind"], info.get("label_names"), info["main_metric"]
     tokenizer = load_tokenizer(spec.path)
     device, autocast = TT.device_and_autocast(p.precision)
@@ -207,4 +208,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    run_stage(main)
+    run_main(main)

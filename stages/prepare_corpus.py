@@ -1,8 +1,8 @@
 """Stage ``prepare_corpus``: documents -> clean, de-duplicated, sentence-split corpus (Arrow ``DatasetDict``).
 
 Reads the sources of ``params.yaml`` ``prepare_corpus.sources`` (packaged ones from ``data/raw/`` by name, user
-files by glob, Hugging Face datasets by name), cleans and de-duplicates them (``stages.corpus``), splits sentences
-(``stages.sentences``), assigns each document to ``train`` or ``validation`` by a seeded hash of its id, and writes
+files by glob, Hugging Face datasets by name), cleans and de-duplicates them (``bert_pipeline.data.corpus``), splits sentences
+(``bert_pipeline.data.sentences``), assigns each document to ``train`` or ``validation`` by a seeded hash of its id, and writes
 
 - ``data/corpus/``: ``DatasetDict`` (``save_to_disk``) with splits ``train``/``validation`` and columns ``doc_id``,
   ``source``, ``text``, ``sentences`` (``list[str]``);
@@ -19,12 +19,13 @@ import logging
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from stages import corpus as C
-from stages.artifacts import atomic_dir, write_json
-from stages.cli import StageError, run_stage
+from bert_pipeline.console import run_main
+from bert_pipeline.data import corpus as C
+from bert_pipeline.data.sentences import load_splitter, split_documents
+from bert_pipeline.data.sources import SPACY_MODEL
+from bert_pipeline.errors import PipelineError
+from bert_pipeline.io import atomic_dir, write_json
 from stages.params import FileSource, HubSource, PrepareCorpusParams, load_params
-from stages.sentences import load_splitter, split_documents
-from stages.sources import SPACY_MODEL
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +38,7 @@ SPLITS = ("train", "validation")
 def source_readers(
     params: PrepareCorpusParams, raw_dir: Path, root: Path
 ) -> list[tuple[str, Callable[[C.ReadCounter], Iterator[C.RawDocument]]]]:
-    """``(name, reader)`` pairs for :func:`stages.corpus.clean_documents`, in params order."""
+    """``(name, reader)`` pairs for :func:`bert_pipeline.data.corpus.clean_documents`, in params order."""
     readers = []
     for src in params.sources:
         if isinstance(src, str):
@@ -57,18 +58,18 @@ def build_corpus(
     """Run the whole stage into ``out_dir`` (a fresh directory); return the metrics record.
 
     Raises:
-        StageError: a missing source or file, bad content, or no document left after filtering.
+        PipelineError: a missing source or file, bad content, or no document left after filtering.
     """
     for src in params.sources:  # fail fast on a packaged source that is missing, before the slow part
         if isinstance(src, str) and src in C.PACKAGED and not (raw_dir / C.PACKAGED[src].path).is_file():
-            raise StageError(f"{raw_dir / C.PACKAGED[src].path}: packaged source {src!r} not found "
+            raise PipelineError(f"{raw_dir / C.PACKAGED[src].path}: packaged source {src!r} not found "
                              "(run `dvc repro fetch_data` first)")
     cleaned = C.clean_documents(source_readers(params, raw_dir, root), params.min_words,
                                 params.max_documents_per_source)
     docs = cleaned.documents
     if not docs:
         read = sum(s.read for s in cleaned.stats.values())
-        raise StageError(
+        raise PipelineError(
             f"params.yaml: prepare_corpus: no document left after filtering ({read} read, "
             f"{sum(s.dropped_short for s in cleaned.stats.values())} under min_words={params.min_words}, "
             f"{sum(s.duplicates_dropped for s in cleaned.stats.values())} duplicates)"
@@ -135,4 +136,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    run_stage(main)
+    run_main(main)

@@ -18,12 +18,13 @@ from typing import Any
 
 from datasets import DatasetDict, load_from_disk
 
-from stages import tasks as T
-from stages.artifacts import atomic_dir, write_json
-from stages.cli import StageError, run_stage
-from stages.corpus import fix_news_mojibake
+from bert_pipeline.console import run_main
+from bert_pipeline.data import tasks as T
+from bert_pipeline.data.corpus import fix_news_mojibake
+from bert_pipeline.data.sources import NEWS_ARTICLES, ROTTEN_TOMATOES, SPACY_MODEL
+from bert_pipeline.errors import PipelineError
+from bert_pipeline.io import atomic_dir, write_json
 from stages.params import PrepareTasksParams, UserTask, load_params
-from stages.sources import NEWS_ARTICLES, ROTTEN_TOMATOES, SPACY_MODEL
 
 log = logging.getLogger(__name__)
 
@@ -36,28 +37,28 @@ MAIN_METRIC = {"classification": "accuracy", "ner": "f1", "qa": "f1"}
 
 
 def read_corpus_documents(path: Path, source: str) -> list[T.Document]:
-    """The corpus documents of one ``source`` as :class:`stages.tasks.Document` (train and validation).
+    """The corpus documents of one ``source`` as :class:`bert_pipeline.data.tasks.Document` (train and validation).
 
     Raises:
-        StageError: the corpus folder is missing or lacks a split/column.
+        PipelineError: the corpus folder is missing or lacks a split/column.
     """
     if not path.exists():
-        raise StageError(f"{path}: corpus not found (run the prepare_corpus stage first)")
+        raise PipelineError(f"{path}: corpus not found (run the prepare_corpus stage first)")
     dd = load_from_disk(str(path))
     docs = []
     for split in ("train", "validation"):
         if split not in dd:
-            raise StageError(f"{path}: split {split!r} missing (found {', '.join(dd)})")
+            raise PipelineError(f"{path}: split {split!r} missing (found {', '.join(dd)})")
         ds = dd[split]
         for col in ("doc_id", "source", "text", "sentences"):
             if col not in ds.column_names:
-                raise StageError(f"{path}/{split}: column {col!r} missing")
+                raise PipelineError(f"{path}/{split}: column {col!r} missing")
         # in memory: a cache file beside the Arrow data would modify data/corpus, prepare_corpus's output
         ds = ds.filter(lambda b: [s == source for s in b["source"]], batched=True, keep_in_memory=True)
         for doc_id, text, sents in zip(ds["doc_id"], ds["text"], ds["sentences"], strict=True):
             docs.append(T.Document(doc_id=doc_id, split=split, text=text, sentences=tuple(sents)))
     if not any(d.split == "validation" for d in docs):
-        raise StageError(f"{path}: no {source!r} documents in the validation split (NER/QA need held-out articles)")
+        raise PipelineError(f"{path}: no {source!r} documents in the validation split (NER/QA need held-out articles)")
     return docs
 
 
@@ -70,7 +71,7 @@ def news_headlines(csv_path: Path, doc_ids: list[str]) -> dict[str, list[str]]:
     writes it).
 
     Raises:
-        StageError: an id without a row, or a row beyond the file.
+        PipelineError: an id without a row, or a row beyond the file.
     """
     import pandas as pd
 
@@ -79,7 +80,7 @@ def news_headlines(csv_path: Path, doc_ids: list[str]) -> dict[str, list[str]]:
     for doc_id in doc_ids:
         m = _ROW.search(doc_id)
         if not m or int(m.group(1)) >= len(df):
-            raise StageError(f"{csv_path}: corpus doc_id {doc_id!r} names no row of this file")
+            raise PipelineError(f"{csv_path}: corpus doc_id {doc_id!r} names no row of this file")
         row = df.iloc[int(m.group(1))]
         # the corpus repaired the body's mojibake; repair the headlines the same way so entities match
         out[doc_id] = [fix_news_mojibake(str(row[col]))[0] for col in ("title", "subtitle")]
@@ -90,7 +91,7 @@ def build_user_task(spec: UserTask) -> tuple[DatasetDict, dict[str, Any]]:
     """Load one user task (files per split or a Hugging Face dataset).
 
     Raises:
-        StageError: a missing split file, or bad rows (one line naming file and row).
+        PipelineError: a missing split file, or bad rows (one line naming file and row).
     """
     if spec.hf_dataset:
         dd = T.load_hf_task(spec.hf_dataset, spec.hf_config)
@@ -103,13 +104,13 @@ def build_user_task(spec: UserTask) -> tuple[DatasetDict, dict[str, Any]]:
     paths = {s: getattr(spec, s) for s in T.SPLITS}
     for split, p in paths.items():
         if not p or not Path(p).exists():
-            raise StageError(f"prepare_tasks.user_tasks[{spec.name}].{split}: file {p!r} not found")
+            raise PipelineError(f"prepare_tasks.user_tasks[{spec.name}].{split}: file {p!r} not found")
     if spec.kind == "classification":
         parts = {s: T.load_classification_file(p, spec.text_column, spec.label_column) for s, p in paths.items()}
         names = sorted({n for d in parts.values() for n in d.features["label"].names})
         for s, d in parts.items():
             if d.features["label"].names != names:
-                raise StageError(f"{paths[s]}: labels {d.features['label'].names} differ from the other splits' {names}")
+                raise PipelineError(f"{paths[s]}: labels {d.features['label'].names} differ from the other splits' {names}")
         return DatasetDict(parts), {"label_names": names}
     if spec.kind == "ner":
         read = {s: T.load_conll(p) for s, p in paths.items()}
@@ -167,15 +168,15 @@ def build_all(p: PrepareTasksParams, raw: Path, corpus: Path) -> dict[str, tuple
 
         for spec in p.user_tasks:
             if spec.name in built:
-                raise StageError(f"prepare_tasks.user_tasks: name {spec.name!r} is taken by a default task")
+                raise PipelineError(f"prepare_tasks.user_tasks: name {spec.name!r} is taken by a default task")
             dd, info = build_user_task(spec)
             built[spec.name] = (dd, {"kind": spec.kind, "silver": False, "source": spec.hf_dataset or spec.train, **info})
     except T.TaskDataError as exc:
-        raise StageError(str(exc)) from None
+        raise PipelineError(str(exc)) from None
     for name, (dd, info) in built.items():
         missing = [s for s in T.SPLITS if s not in dd or len(dd[s]) == 0]
         if missing:
-            raise StageError(f"data/tasks/{name}: split {missing[0]!r} is empty (check prepare_tasks params and the corpus)")
+            raise PipelineError(f"data/tasks/{name}: split {missing[0]!r} is empty (check prepare_tasks params and the corpus)")
         info["main_metric"] = MAIN_METRIC[info["kind"]]
     return built
 
@@ -194,4 +195,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    run_stage(main)
+    run_main(main)

@@ -4,7 +4,7 @@
 
 Reads ``params.pretrain`` (start point, size, optimizer, schedule, phases) and the data built by
 ``create_pretraining_data`` (its ``info.json`` says the objective, tokenizer and ``max_seq_length``), trains with
-:func:`stages.training.train`, resuming from ``checkpoints/pretrain/`` when a checkpoint of the same params and
+:func:`bert_pipeline.train.loop.train`, resuming from ``checkpoints/pretrain/`` when a checkpoint of the same params and
 inputs exists, and writes:
 
 - ``models/pretrained/``: ``save_pretrained`` (safetensors) ``BertForPreTraining`` (``BertForMaskedLM`` for
@@ -13,7 +13,7 @@ inputs exists, and writes:
   evaluation (quality only: byte-identical across reruns on CPU);
 - ``metrics/pretrain-timing.json``: seconds, tokens/s, model FLOPs utilisation against the measured matmul peak;
 - ``plots/pretrain.csv``: step, train loss, learning rate, eval MLM loss/accuracy, pair accuracy;
-- an MLflow run (:mod:`stages.tracking`) with a pointer to the model, not a copy.
+- an MLflow run (:mod:`bert_pipeline.mlops.tracking`) with a pointer to the model, not a copy.
 """
 
 from __future__ import annotations
@@ -28,8 +28,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from stages.artifacts import atomic_dir, atomic_write_text, write_json
-from stages.cli import StageError, run_stage
+from bert_pipeline.console import run_main
+from bert_pipeline.errors import PipelineError
+from bert_pipeline.io import atomic_dir, atomic_write_text, write_json
 from stages.params import load_params
 
 log = logging.getLogger(__name__)
@@ -51,7 +52,7 @@ def phase_data_dirs(data_dir: Path, info: dict[str, Any], phases: list[Any]) -> 
     its ``info.json`` was built for ``L``. No phases: one phase on ``data_dir`` at its own ``max_seq_length``.
 
     Raises:
-        StageError: a phase whose sequence length has no dataset.
+        PipelineError: a phase whose sequence length has no dataset.
     """
     if not phases:
         return [(int(info["max_seq_length"]), data_dir)]
@@ -63,7 +64,7 @@ def phase_data_dirs(data_dir: Path, info: dict[str, Any], phases: list[Any]) -> 
         elif int(info["max_seq_length"]) == length:
             out.append((length, data_dir))
         else:
-            raise StageError(
+            raise PipelineError(
                 f"pretrain.phases[{i}].max_seq_length: no data for {length} tokens (expected {data_dir}/seq{length}/ "
                 f"or {data_dir}/info.json with max_seq_length {length}, got {info['max_seq_length']})"
             )
@@ -107,7 +108,7 @@ def _relaunch_distributed(num_processes: int, config_file: str | None) -> None:
     cmd += ["-m", "stages.pretrain"]
     log.info("launching: %s", " ".join(cmd))
     if subprocess.run(cmd).returncode != 0:
-        raise StageError(f"pretrain.compute.num_processes: accelerate launch with {num_processes} processes failed")
+        raise PipelineError(f"pretrain.compute.num_processes: accelerate launch with {num_processes} processes failed")
 
 
 def _round(metrics: dict[str, Any]) -> dict[str, Any]:
@@ -125,10 +126,11 @@ def main() -> None:
     import torch
     from transformers import AutoTokenizer
 
-    from stages import modeling, tracking
-    from stages.checkpoint import CheckpointManager, fingerprint
-    from stages.masking import PAIR_LABELS, collator_from_info, load_info, tokenizer_path_for
-    from stages.training import (
+    from bert_pipeline.data.masking import PAIR_LABELS, collator_from_info, load_info, tokenizer_path_for
+    from bert_pipeline.mlops import tracking
+    from bert_pipeline.model import configs as modeling
+    from bert_pipeline.train.checkpoint import CheckpointManager, fingerprint
+    from bert_pipeline.train.loop import (
         Phase,
         TrainConfig,
         TrainingError,
@@ -143,17 +145,17 @@ def main() -> None:
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(tok_path))
     except (OSError, ValueError) as exc:
-        raise StageError(f"{tok_path}: cannot load the tokenizer that pretrain.init={p.init!r} decides ({exc})") from None
+        raise PipelineError(f"{tok_path}: cannot load the tokenizer that pretrain.init={p.init!r} decides ({exc})") from None
     try:
         info = load_info(DATA_DIR)
     except FileNotFoundError:
-        raise StageError(f"{DATA_DIR}/info.json: not found (run create_pretraining_data first)") from None
+        raise PipelineError(f"{DATA_DIR}/info.json: not found (run create_pretraining_data first)") from None
     if str(info.get("pretrain_init", p.init)) != p.init:
-        raise StageError(f"{DATA_DIR}/info.json: built for pretrain.init={info['pretrain_init']!r}, but pretrain.init "
+        raise PipelineError(f"{DATA_DIR}/info.json: built for pretrain.init={info['pretrain_init']!r}, but pretrain.init "
                          f"is {p.init!r} (rerun create_pretraining_data)")
     vocab_size = len(tokenizer)
     if int(info["vocab_size"]) != vocab_size:
-        raise StageError(f"{DATA_DIR}/info.json: vocab_size {info['vocab_size']} does not match the tokenizer "
+        raise PipelineError(f"{DATA_DIR}/info.json: vocab_size {info['vocab_size']} does not match the tokenizer "
                          f"{tok_path} ({vocab_size} tokens)")
     objective = info["objective"]
     pair_key = PAIR_LABELS[objective]
@@ -175,7 +177,7 @@ def main() -> None:
             modeling.check_vocab(model.config, vocab_size, f"pretrain.init {p.init}")
             modeling.check_max_seq_length(model.config, max_len, "create_pretraining_data")
     except modeling.ModelConfigError as exc:
-        raise StageError(str(exc)) from None
+        raise PipelineError(str(exc)) from None
 
     phases, collators = [], []
     specials = {int(v) for v in info.get("special_ids", {}).values()} | set(tokenizer.all_special_ids)
@@ -185,14 +187,14 @@ def main() -> None:
             try:
                 splits[split] = datasets.load_from_disk(str(folder / split))
             except (FileNotFoundError, ValueError) as exc:
-                raise StageError(f"{folder / split}: cannot open the {split} instances ({exc})") from None
+                raise PipelineError(f"{folder / split}: cannot open the {split} instances ({exc})") from None
             except IndexError:  # datasets cannot open a dataset saved with zero shards
-                raise StageError(f"{folder / split}: empty {split} set (no instances)") from None
+                raise PipelineError(f"{folder / split}: empty {split} set (no instances)") from None
             if len(splits[split]) == 0:
-                raise StageError(f"{folder / split}: empty {split} set (no instances)")
+                raise PipelineError(f"{folder / split}: empty {split} set (no instances)")
         batch_size = (p.phases[i].batch_size if p.phases and p.phases[i].batch_size else p.batch_size)
         if len(splits["train"]) < batch_size * p.compute.num_processes:
-            raise StageError(f"{folder / 'train'}: {len(splits['train'])} instances, fewer than one global batch of "
+            raise PipelineError(f"{folder / 'train'}: {len(splits['train'])} instances, fewer than one global batch of "
                              f"{batch_size * p.compute.num_processes} (pretrain.batch_size x compute.num_processes)")
         collators.append(collator_from_info(folder, seed=p.seed, tokenizer=tokenizer))
         phases.append(Phase(f"seq{length}", start, end, splits["train"], splits["validation"], batch_size, length,
@@ -233,7 +235,7 @@ def main() -> None:
             result = train(wrapper, phases, collators[0], cfg, accelerator, manager, unigram_token_id=unigram,
                            on_log=on_log, flops_per_step=flops)
         except TrainingError as exc:
-            raise StageError(str(exc)) from None
+            raise PipelineError(str(exc)) from None
         tokens_seen = result.tokens_seen(accelerator)
         if not main_process:
             return
@@ -287,4 +289,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    run_stage(main)
+    run_main(main)

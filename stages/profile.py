@@ -20,7 +20,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from stages.cli import StageError, run_stage
+from bert_pipeline.console import run_main
+from bert_pipeline.errors import PipelineError
 from stages.params import DEFAULT_PARAMS, flatten, load_params, read_yaml
 
 log = logging.getLogger(__name__)
@@ -37,14 +38,14 @@ def load_profile(name: str, profiles_dir: Path = PROFILES_DIR) -> dict[str, Any]
     """Return the flattened dotted-key overrides of profile ``name``.
 
     Raises:
-        StageError: unknown profile name or a file that is not a mapping.
+        PipelineError: unknown profile name or a file that is not a mapping.
     """
     path = profiles_dir / f"{name}.yaml"
     if not path.exists():
-        raise StageError(f"unknown profile {name!r}: expected one of {', '.join(available_profiles(profiles_dir))}")
+        raise PipelineError(f"unknown profile {name!r}: expected one of {', '.join(available_profiles(profiles_dir))}")
     raw = read_yaml(path) or {}
     if not isinstance(raw, dict):
-        raise StageError(f"{path}: expected a mapping of params overrides, got {type(raw).__name__}")
+        raise PipelineError(f"{path}: expected a mapping of params overrides, got {type(raw).__name__}")
     return flatten(raw)
 
 
@@ -60,7 +61,7 @@ def profile_command(name: str, extra: list[str] | None = None, params_path: Path
     """The ``dvc exp run`` command for profile ``name``, after validating the merged params.
 
     Raises:
-        StageError: unknown profile.
+        PipelineError: unknown profile.
         ParamsError: the profile names a key the schema does not have, or gives a wrong type.
     """
     overrides = load_profile(name)
@@ -81,8 +82,8 @@ def main() -> None:
     log.info("running: %s", shlex.join(cmd))
     proc = subprocess.run(cmd)
     if proc.returncode != 0:
-        raise StageError(f"profile {args.name}: dvc exp run failed with exit code {proc.returncode}")
+        raise PipelineError(f"profile {args.name}: dvc exp run failed with exit code {proc.returncode}")
 
 
 if __name__ == "__main__":
-    run_stage(main)
+    run_main(main)

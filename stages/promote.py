@@ -9,7 +9,7 @@ test split hash), alias ``candidate`` goes to the best of them, and alias ``cham
 when it is strictly better than the current champion on the same test split (``data/tasks/{task}/test`` content
 hash). Each decision is logged and printed as one line. Run it after ``dvc repro`` on results you mean to keep;
 never from a throwaway ``dvc exp run``. Tracking store: ``MLFLOW_TRACKING_URI`` or ``<repo>/mlflow.db``
-(``stages.tracking``).
+(``bert_pipeline.mlops.tracking``).
 """
 
 from __future__ import annotations
@@ -18,11 +18,12 @@ import argparse
 import json
 from pathlib import Path
 
-from stages.cli import StageError, run_stage
+from bert_pipeline.console import run_main
+from bert_pipeline.errors import PipelineError
+from bert_pipeline.evaluation.report import by_model_task, family_order, load_finetune_results, task_order
+from bert_pipeline.mlops.registry import Entry, promote_task, split_sha256
+from bert_pipeline.mlops.tracking import tracking_uri
 from stages.params import load_params
-from stages.registry import Entry, promote_task, split_sha256
-from stages.report import by_model_task, family_order, load_finetune_results, task_order
-from stages.tracking import tracking_uri
 
 FINETUNE_METRICS = Path("metrics/finetune")
 FINETUNED = Path("models/finetuned")
@@ -52,13 +53,13 @@ def entries_by_task(teacher: str, student: str, scratch: str, only: list[str] | 
     """Per task, the registrable entries in family order.
 
     Raises:
-        StageError: a requested task has no results, or a metrics file's model folder is missing.
+        PipelineError: a requested task has no results, or a metrics file's model folder is missing.
     """
     index = by_model_task(load_finetune_results(FINETUNE_METRICS))
     tasks = task_order({t for _, t in index})
     for t in only or []:
         if t not in tasks:
-            raise StageError(f"--tasks: no metrics/finetune/*-{t}.json (tasks with results: {', '.join(tasks)})")
+            raise PipelineError(f"--tasks: no metrics/finetune/*-{t}.json (tasks with results: {', '.join(tasks)})")
     out: dict[str, list[Entry]] = {}
     for t in only or tasks:
         entries = []
@@ -68,7 +69,7 @@ def entries_by_task(teacher: str, student: str, scratch: str, only: list[str] | 
             split = split_sha256(TASKS / t / "test", scored if isinstance(scored, int) else None, data_seed)
             folder = FINETUNED / f"{m}-{t}"
             if not (folder / "config.json").exists():
-                raise StageError(f"{folder}: missing (named by {r.source})")
+                raise PipelineError(f"{folder}: missing (named by {r.source})")
             entries.append(Entry(m, t, folder, saved_seed(r.source), r.main_metric, r.score, split, r.source))
         out[t] = entries
     return out
@@ -88,4 +89,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    run_stage(main)
+    run_main(main)

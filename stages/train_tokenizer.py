@@ -10,7 +10,7 @@ in batches from Arrow) and writes:
   rate, share of ``##`` pieces, share of words kept whole;
 - ``plots/tokenizer_fertility.csv``: how many validation words take 1, 2, ... tokens;
 - ``metrics/tokenizer-timing.json`` (wall clock, not cached): training seconds and MB/s;
-- one MLflow run (``stages.tracking``): params, these metrics, a pointer to ``models/tokenizer`` (path + DVC hash).
+- one MLflow run (``bert_pipeline.mlops.tracking``): params, these metrics, a pointer to ``models/tokenizer`` (path + DVC hash).
 """
 
 from __future__ import annotations
@@ -22,11 +22,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from stages import tracking
-from stages.artifacts import atomic_dir, atomic_write_text, write_json
-from stages.cli import StageError, run_stage
-from stages.params import TrainTokenizerParams, load_params
-from stages.wordpiece import (
+from bert_pipeline.console import run_main
+from bert_pipeline.data.wordpiece import (
     EmptyTrainingDataError,
     VocabTooSmallError,
     check_roundtrip,
@@ -37,6 +34,10 @@ from stages.wordpiece import (
     save_tokenizer,
     train_wordpiece,
 )
+from bert_pipeline.errors import PipelineError
+from bert_pipeline.io import atomic_dir, atomic_write_text, write_json
+from bert_pipeline.mlops import tracking
+from stages.params import TrainTokenizerParams, load_params
 
 log = logging.getLogger(__name__)
 
@@ -53,30 +54,30 @@ def load_corpus(path: Path) -> Any:
     """Open the corpus ``DatasetDict`` and check the splits and column this stage reads.
 
     Raises:
-        StageError: missing folder, not a ``DatasetDict``, no ``train``/``validation`` split, no ``text`` column,
+        PipelineError: missing folder, not a ``DatasetDict``, no ``train``/``validation`` split, no ``text`` column,
             or an empty split.
     """
     import datasets
 
     if not path.exists():
-        raise StageError(f"{path}: corpus not found (expected prepare_corpus's DatasetDict; run `dvc repro prepare_corpus`)")
+        raise PipelineError(f"{path}: corpus not found (expected prepare_corpus's DatasetDict; run `dvc repro prepare_corpus`)")
     for split in ("train", "validation"):  # datasets cannot load a split saved without rows (0 Arrow shards)
         state = path / split / "state.json"
         if state.is_file() and not json.loads(state.read_text(encoding="utf-8")).get("_data_files"):
-            raise StageError(f"{path}: the {split} split is empty (expected at least one document)")
+            raise PipelineError(f"{path}: the {split} split is empty (expected at least one document)")
     try:
         corpus = datasets.load_from_disk(str(path))
     except (FileNotFoundError, ValueError) as exc:
-        raise StageError(f"{path}: not a saved datasets DatasetDict ({str(exc).splitlines()[0]})") from None
+        raise PipelineError(f"{path}: not a saved datasets DatasetDict ({str(exc).splitlines()[0]})") from None
     if not isinstance(corpus, datasets.DatasetDict):
-        raise StageError(f"{path}: expected a DatasetDict with train/validation splits, got a single Dataset")
+        raise PipelineError(f"{path}: expected a DatasetDict with train/validation splits, got a single Dataset")
     for split in ("train", "validation"):
         if split not in corpus:
-            raise StageError(f"{path}: expected a {split!r} split, got {sorted(corpus)}")
+            raise PipelineError(f"{path}: expected a {split!r} split, got {sorted(corpus)}")
         if TEXT_COLUMN not in corpus[split].column_names:
-            raise StageError(f"{path}: {split} split: expected a {TEXT_COLUMN!r} column, got {corpus[split].column_names}")
+            raise PipelineError(f"{path}: {split} split: expected a {TEXT_COLUMN!r} column, got {corpus[split].column_names}")
         if len(corpus[split]) == 0:
-            raise StageError(f"{path}: the {split} split is empty (expected at least one document)")
+            raise PipelineError(f"{path}: the {split} split is empty (expected at least one document)")
     return corpus
 
 
@@ -84,7 +85,7 @@ def run(params: TrainTokenizerParams, corpus_dir: Path, tokenizer_dir: Path) -> 
     """Train, check and publish the tokenizer; return ``(metrics, histogram, timing)`` (nothing else written).
 
     Raises:
-        StageError: bad corpus (see :func:`load_corpus`), ``vocab_size`` too small, no word in the train split.
+        PipelineError: bad corpus (see :func:`load_corpus`), ``vocab_size`` too small, no word in the train split.
     """
     corpus = load_corpus(corpus_dir)
     train = corpus["train"]
@@ -108,9 +109,9 @@ def run(params: TrainTokenizerParams, corpus_dir: Path, tokenizer_dir: Path) -> 
                 **options,
             )
         except VocabTooSmallError as exc:
-            raise StageError(f"params.yaml: train_tokenizer.vocab_size: {exc}") from None
+            raise PipelineError(f"params.yaml: train_tokenizer.vocab_size: {exc}") from None
         except EmptyTrainingDataError as exc:
-            raise StageError(f"{corpus_dir}: train split: {exc}") from None
+            raise PipelineError(f"{corpus_dir}: train split: {exc}") from None
     train_seconds = time.perf_counter() - start
     train_bytes = sum(len(t.encode("utf-8")) for b in iter_text_batches(train, TEXT_COLUMN, params.batch_size) for t in b)
     log.info("trained %d entries on %.1f MB in %.1f s", tokenizer.get_vocab_size(), train_bytes / 1e6, train_seconds)
@@ -124,7 +125,7 @@ def run(params: TrainTokenizerParams, corpus_dir: Path, tokenizer_dir: Path) -> 
         try:
             check_roundtrip(tmp, tokenizer, list(probe))
         except ValueError as exc:
-            raise StageError(str(exc).replace(str(tmp), str(tokenizer_dir))) from None
+            raise PipelineError(str(exc).replace(str(tmp), str(tokenizer_dir))) from None
     timing = {
         "train_seconds": round(train_seconds, 3),
         "train_megabytes": round(train_bytes / 1e6, 3),
@@ -149,4 +150,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    run_stage(main)
+    run_main(main)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-import stages  # noqa: F401  (sets the offline/telemetry defaults before anything else imports HF libraries)
+import bert_pipeline  # noqa: F401  (sets the offline/telemetry defaults before anything else imports HF libraries)
 
 REPO = Path(__file__).resolve().parents[1]
 

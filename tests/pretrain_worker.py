@@ -1,6 +1,6 @@
 """A training run in its own process, for the kill-and-resume tests (``python -m tests.pretrain_worker OUT``).
 
-Trains a tiny model on synthetic instances with :func:`stages.training.train`, checkpoints under ``OUT/ck``,
+Trains a tiny model on synthetic instances with :func:`bert_pipeline.train.loop.train`, checkpoints under ``OUT/ck``,
 and writes ``OUT/final.safetensors`` and ``OUT/history.json``. ``--pause-after STEP`` writes ``OUT/paused``
 after that step's bookkeeping and then sleeps, so the test can SIGKILL it at a known point.
 """
@@ -28,9 +28,9 @@ def main() -> None:
 
     from safetensors.torch import save_file
 
-    from stages.checkpoint import CheckpointManager
-    from stages.modeling import MaskedPositionPretrainer, new_pretraining_model
-    from stages.training import Phase, TrainConfig, make_accelerator, phase_boundaries, train
+    from bert_pipeline.model.configs import MaskedPositionPretrainer, new_pretraining_model
+    from bert_pipeline.train.checkpoint import CheckpointManager
+    from bert_pipeline.train.loop import Phase, TrainConfig, make_accelerator, phase_boundaries, train
     from tests.pretrain_fixtures import make_dataset, pad_collate, tiny_config
 
     fractions = [float(f) for f in args.phases.split(",")]

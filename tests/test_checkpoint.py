@@ -1,4 +1,4 @@
-"""stages.checkpoint: atomic save, newest valid matching, pruning, stale moved aside, RNG round trip."""
+"""bert_pipeline.train.checkpoint: atomic save, newest valid matching, pruning, stale moved aside, RNG round trip."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import random
 import numpy as np
 import torch
 
-from stages.checkpoint import CheckpointManager, fingerprint, rng_state, set_rng_state
+from bert_pipeline.train.checkpoint import CheckpointManager, fingerprint, rng_state, set_rng_state
 
 
 def _state(value: float) -> dict:
@@ -37,7 +37,7 @@ def test_incomplete_and_stale_checkpoints(tmp_path, caplog):
     state_file = folder / "step-00000006" / "state.pt"
     state_file.write_bytes(state_file.read_bytes()[:10])
     (folder / ".tmp-step-00000008-123").mkdir()
-    with caplog.at_level(logging.WARNING, logger="stages.checkpoint"):
+    with caplog.at_level(logging.WARNING, logger="bert_pipeline.train.checkpoint"):
         path, meta = mgr.latest()
     assert meta["step"] == 4 and path.name == "step-00000004"
     assert (folder / "stale" / "step-00000002-old").is_dir()  # moved aside, not deleted

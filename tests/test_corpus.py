@@ -17,10 +17,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from stages import corpus as C
+from bert_pipeline.console import run_main
+from bert_pipeline.data import corpus as C
+from bert_pipeline.data.sources import NEWS_ARTICLES, SPACY_MODEL
+from bert_pipeline.errors import PipelineError
 from stages import prepare_corpus
-from stages.cli import StageError, run_stage
-from stages.sources import NEWS_ARTICLES, SPACY_MODEL
 from tests.conftest import REPO
 
 
@@ -171,9 +172,9 @@ def test_file_sources_doc_ids_and_formats(tmp_path):
         ("j:d.jsonl:line=0", "json one"), ("j:d.jsonl:line=2", "json two")]
     assert ids(name="p", pattern="*.parquet", fmt="parquet", text_field="body") == [
         ("p:t.parquet:row=0", "pq one"), ("p:t.parquet:row=2", "pq three")]
-    with pytest.raises(StageError, match=r"d.jsonl:1: expected a string field 'text'"):
+    with pytest.raises(PipelineError, match=r"d.jsonl:1: expected a string field 'text'"):
         ids(name="j", pattern="*.jsonl", fmt="jsonl")
-    with pytest.raises(StageError, match=r"prepare_corpus.sources\[g\].path: no file matches 'nothing/\*.txt'"):
+    with pytest.raises(PipelineError, match=r"prepare_corpus.sources\[g\].path: no file matches 'nothing/\*.txt'"):
         ids(name="g", pattern="nothing/*.txt", fmt="txt")
 
 
@@ -198,9 +199,9 @@ def test_packaged_news_articles(raw_data):
     assert len({d.doc_id for d in docs}) == len(docs)
     assert counter.replaced_bytes == 0 and counter.mojibake_fixed > 5_000
     assert all(C.parse_doc_id(d.doc_id).locators["article_id"] == str(i + 1) for i, d in enumerate(docs[:50]))
-    with pytest.raises(StageError, match="unknown packaged source 'nope'"):
+    with pytest.raises(PipelineError, match="unknown packaged source 'nope'"):
         list(C.read_packaged("nope", raw_data, counter))
-    with pytest.raises(StageError, match=r"NewsArticles.csv: packaged source 'news_articles' not found"):
+    with pytest.raises(PipelineError, match=r"NewsArticles.csv: packaged source 'news_articles' not found"):
         list(C.read_packaged("news_articles", raw_data / "missing", counter))
 
 
@@ -242,7 +243,7 @@ def _run(workdir: Path, params: dict, capsys) -> tuple[int, str]:
     (workdir / "params.yaml").write_text(yaml.safe_dump(params))
     code = 0
     try:
-        run_stage(prepare_corpus.main)
+        run_main(prepare_corpus.main)
     except SystemExit as exc:
         code = exc.code
     return code, capsys.readouterr().err

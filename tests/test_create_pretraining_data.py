@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import yaml
 
-from stages.cli import StageError
-from stages.masking import IGNORE_INDEX, collator_from_info
+from bert_pipeline.data.masking import IGNORE_INDEX, collator_from_info
+from bert_pipeline.errors import PipelineError
 from stages.params import ParamsError, load_params
 from tests.conftest import REPO
 
@@ -163,11 +163,11 @@ def test_missing_corpus_and_too_long_max_seq_length_fail_without_partial_outputs
     make_tokenizer(tmp_path / "models/tokenizer")
     monkeypatch.chdir(tmp_path)
     write_params(tmp_path)
-    with pytest.raises(StageError, match="data/corpus: corpus not found"):
+    with pytest.raises(PipelineError, match="data/corpus: corpus not found"):
         main()
     make_corpus(tmp_path / "data/corpus", n_train=6, n_val=2)
     write_params(tmp_path, max_seq_length=600)
-    with pytest.raises(StageError, match="max_seq_length: 600 exceeds the tokenizer's model_max_length 512"):
+    with pytest.raises(PipelineError, match="max_seq_length: 600 exceeds the tokenizer's model_max_length 512"):
         main()
     assert not (tmp_path / "data/pretraining").exists()
 
@@ -177,7 +177,7 @@ def test_missing_tokenizer_is_one_line(tmp_path, monkeypatch):
 
     monkeypatch.chdir(tmp_path)
     write_params(tmp_path)
-    with pytest.raises(StageError, match="models/tokenizer: tokenizer folder not found"):
+    with pytest.raises(PipelineError, match="models/tokenizer: tokenizer folder not found"):
         main()
 
 

@@ -16,7 +16,7 @@ from transformers import (
     BertForPreTraining,
 )
 
-from stages.cli import StageError
+from bert_pipeline.errors import PipelineError
 from tests.conftest import REPO
 from tests.pretrain_fixtures import CLS, FIRST_WORD, MASK, PAD, SEP, UNK, VOCAB_SIZE, make_dataset
 
@@ -130,7 +130,7 @@ def test_more_student_layers_than_the_teacher_is_a_one_line_error(workspace, lay
     from stages import distill
 
     _set(workspace, student_layers=layers)
-    with pytest.raises(StageError) as info:
+    with pytest.raises(PipelineError) as info:
         distill.main()
     assert str(info.value) == (f"params.yaml: distill.student_layers: expected an int from 1 to 4 (the teacher in "
                                f"models/pretrained has 4 layers), got {layers}")
@@ -141,5 +141,5 @@ def test_missing_teacher_is_a_one_line_error(workspace):
     from stages import distill
 
     shutil.rmtree(workspace / "models/pretrained")
-    with pytest.raises(StageError, match="models/pretrained: no config.json"):
+    with pytest.raises(PipelineError, match="models/pretrained: no config.json"):
         distill.main()

@@ -1,4 +1,4 @@
-"""stages.distillation: layer mapping, student construction, each loss term against a hand computation, timing."""
+"""bert_pipeline.model.distillation: layer mapping, student construction, each loss term against a hand computation, timing."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from transformers import (
     BertForPreTraining,
 )
 
-from stages.distillation import (
+from bert_pipeline.model.distillation import (
     DistillationModel,
     build_student,
     cosine_loss,

@@ -134,7 +134,7 @@ def test_train_tokenizer_outputs(smoke_run):
 def test_create_pretraining_data_outputs(smoke_run):
     import datasets
 
-    from stages.artifacts import sha256_file
+    from bert_pipeline.io import sha256_file
 
     out = smoke_run / "data/pretraining"
     info = json.loads((out / "info.json").read_text())

@@ -8,7 +8,7 @@ import json
 import yaml
 from datasets import ClassLabel, Dataset, DatasetDict, Features, Value
 
-from stages.artifacts import write_json
+from bert_pipeline.io import write_json
 from stages.evaluate import main
 from tests.conftest import REPO
 from tests.tiny_models import save_classifier, save_tagger

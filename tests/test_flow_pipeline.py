@@ -155,7 +155,7 @@ def test_two_worker_clones_share_data_through_a_dvc_remote(tmp_path):
 
 
 def test_mlflow_stage_runs_nest_under_the_flow_parent_run(tmp_path, monkeypatch):
-    # The stage stands in for stages.tracking: it opens its own run under the parent id the flow passes in.
+    # The stage stands in for bert_pipeline.mlops.tracking: it opens its own run under the parent id the flow passes in.
     stage = py("import os; from mlflow import MlflowClient; c=MlflowClient(); "
                "e=c.get_experiment_by_name(os.environ['MLFLOW_EXPERIMENT_NAME']).experiment_id; "
                "r=c.create_run(e, run_name='train', tags={'stage': 'train', "

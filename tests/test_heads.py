@@ -7,8 +7,8 @@ import pytest
 import torch
 from transformers import BertConfig, BertTokenizerFast
 
-from stages import heads as H
-from stages import task_metrics as M
+from bert_pipeline.evaluation import metrics as M
+from bert_pipeline.model import heads as H
 
 WORDS = ["the", "cat", "sat", "on", "mat", "in", "zoe", "koln", "rhine", "river", "near", "big", "dog", "##s",
          "answer", "is", "here", "paris", "a", ".", ",", "é"]

@@ -1,4 +1,4 @@
-"""Sentence-pair instances (stages.instances) on synthetic documents whose token ids name their origin.
+"""Sentence-pair instances (bert_pipeline.data.instances) on synthetic documents whose token ids name their origin.
 
 Token id ``t`` (>= 1000) is unique in the corpus, so ``DOC[t]``, ``SENT[t]`` and ``POS[t]`` (position in its
 document) tell where every token of an instance came from.
@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from stages.instances import _truncate, create_instances
+from bert_pipeline.data.instances import _truncate, create_instances
 
 CLS, SEP = 101, 102
 BASE = 1000

@@ -1,11 +1,11 @@
-"""MLM masking rules and the pre-training collator (stages.masking), on synthetic token streams."""
+"""MLM masking rules and the pre-training collator (bert_pipeline.data.masking), on synthetic token streams."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from stages.masking import (
+from bert_pipeline.data.masking import (
     IGNORE_INDEX,
     MaskingRules,
     PretrainingCollator,

@@ -1,4 +1,4 @@
-"""stages.modeling: sizes, config errors, masked-position head == stock loss, standard save/load."""
+"""bert_pipeline.model.configs: sizes, config errors, masked-position head == stock loss, standard save/load."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from transformers import (
     BertModel,
 )
 
-from stages.modeling import (
+from bert_pipeline.model.configs import (
     SIZES,
     MaskedPositionPretrainer,
     ModelConfigError,
@@ -102,7 +102,7 @@ def test_sdpa_and_saved_folder_loads_with_auto_classes(tmp_path):
 def test_checkpoint_without_mlm_head_gets_fresh_head_logged(tmp_path, caplog):
     encoder = BertModel(tiny_config())
     encoder.save_pretrained(tmp_path / "enc")
-    with caplog.at_level(logging.WARNING, logger="stages.modeling"):
+    with caplog.at_level(logging.WARNING, logger="bert_pipeline.model.configs"):
         model = load_pretraining_model(tmp_path / "enc", with_pair_head=False, seed=3)
     assert "freshly initialised" in caplog.text and "cls.predictions" in caplog.text
     torch.testing.assert_close(model.bert.encoder.layer[0].attention.self.query.weight,

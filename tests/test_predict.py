@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from stages.cli import StageError
+from bert_pipeline.errors import PipelineError
 from stages.predict import main
 from tests.tiny_models import save_classifier, save_reader, save_tagger
 
@@ -60,5 +60,5 @@ def test_qa_answer_is_a_context_span(tmp_path, capsys):
     (rec,) = _run(capsys, [str(reader), "--context", context, "--max-seq-length", "14", "--doc-stride", "8",
                            "who met bob in paris and london ?"])
     assert context[rec["start"]:rec["end"]] == rec["answer"] != ""
-    with pytest.raises(StageError, match="needs --context"):
+    with pytest.raises(PipelineError, match="needs --context"):
         main([str(reader), "who?"])

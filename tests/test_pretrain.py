@@ -55,11 +55,11 @@ def _workspace(root, raw, n_train=64, **pretrain):
 
 
 def _stage_error(capsys) -> str:
+    from bert_pipeline.console import run_main
     from stages import pretrain
-    from stages.cli import run_stage
 
     with pytest.raises(SystemExit) as exit_info:
-        run_stage(pretrain.main)
+        run_main(pretrain.main)
     assert exit_info.value.code == 1
     err = capsys.readouterr().err.strip().splitlines()[-1]
     return err

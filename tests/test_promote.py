@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from stages.registry import CANDIDATE, CHAMPION, Entry, decide, promote_task
+from bert_pipeline.mlops.registry import CANDIDATE, CHAMPION, Entry, decide, promote_task
 from tests.tiny_models import save_classifier, save_reader
 
 SPLIT = "a" * 64
@@ -91,7 +91,7 @@ def test_qa_version_serves_through_pyfunc(store, tmp_path):
 def test_split_fingerprint_follows_the_scored_examples(tmp_path):
     from datasets import Dataset
 
-    from stages.registry import split_sha256
+    from bert_pipeline.mlops.registry import split_sha256
 
     Dataset.from_dict({"text": [f"t{i}" for i in range(10)], "label": [i % 2 for i in range(10)]}).save_to_disk(
         str(tmp_path / "test"))

@@ -8,9 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from stages.artifacts import write_json
-from stages.cli import StageError
-from stages.report import (
+from bert_pipeline.errors import PipelineError
+from bert_pipeline.evaluation.report import (
     ModelFacts,
     findings,
     load_finetune_results,
@@ -22,6 +21,7 @@ from stages.report import (
     tokens_seen_of,
     upstream_findings,
 )
+from bert_pipeline.io import write_json
 
 # model -> task -> (main metric mean, per-seed values); other metrics derived.
 SCORES = {
@@ -135,9 +135,9 @@ def test_tokens_seen_from_quality_metrics_or_timing():
 def test_bad_metrics_file_is_one_line_error(tmp_path):
     (tmp_path / "x-sentiment.json").write_text(json.dumps({"model": "x", "task": "sentiment",
                                                           "main_metric": "accuracy", "test": {"f1": 0.5}}))
-    with pytest.raises(StageError, match=r"x-sentiment.json: test.accuracy.mean missing"):
+    with pytest.raises(PipelineError, match=r"x-sentiment.json: test.accuracy.mean missing"):
         load_finetune_results(tmp_path)
-    with pytest.raises(StageError, match="no fine-tuning metrics files"):
+    with pytest.raises(PipelineError, match="no fine-tuning metrics files"):
         load_finetune_results(tmp_path / "empty")
 
 

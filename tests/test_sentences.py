@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from stages.sentences import chunk_text, doc_sentences, load_splitter, split_documents
-from stages.sources import SPACY_MODEL
+from bert_pipeline.data.sentences import chunk_text, doc_sentences, load_splitter, split_documents
+from bert_pipeline.data.sources import SPACY_MODEL
 
 # (text, exact expected sentences): abbreviations, titles, decimals, money, quotes, ellipses, initials, times,
 # company suffixes, street names, numbered lists, sentence-final abbreviations.

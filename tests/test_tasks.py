@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from stages import tasks as T
+from bert_pipeline.data import tasks as T
 
 
 def _rt_rows(n_films: int = 40, per_film: int = 5) -> list[dict]:

@@ -1,4 +1,4 @@
-"""stages.tracking against a temporary SQLite store: tags, nesting, params, metrics, end on error, pointers."""
+"""bert_pipeline.mlops.tracking against a temporary SQLite store: tags, nesting, params, metrics, end on error, pointers."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from mlflow import MlflowClient
 
-from stages import tracking
+from bert_pipeline.mlops import tracking
 
 
 @pytest.fixture(scope="module")

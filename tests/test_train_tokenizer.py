@@ -11,8 +11,8 @@ import pytest
 import yaml
 from transformers import AutoTokenizer
 
+from bert_pipeline.errors import PipelineError
 from stages import train_tokenizer
-from stages.cli import StageError
 from tests.conftest import REPO
 from tests.test_wordpiece import synthetic_texts
 
@@ -94,7 +94,7 @@ def test_stage_rerun_is_byte_identical(stage_dir):
 
 
 def _expect_error(tmp, pattern):
-    with pytest.raises(StageError, match=pattern) as err:
+    with pytest.raises(PipelineError, match=pattern) as err:
         train_tokenizer.main()
     assert "\n" not in str(err.value)
     assert not (tmp / "models/tokenizer").exists()

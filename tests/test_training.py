@@ -1,4 +1,4 @@
-"""stages.training: learning, kill -9 and resume bit-identical, phases, non-finite steps, optimizers."""
+"""bert_pipeline.train.loop: learning, kill -9 and resume bit-identical, phases, non-finite steps, optimizers."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from stages.modeling import MaskedPositionPretrainer, PretrainOutput, new_pretraining_model
-from stages.training import (
+from bert_pipeline.model.configs import MaskedPositionPretrainer, PretrainOutput, new_pretraining_model
+from bert_pipeline.train.loop import (
     Lamb,
     Phase,
     TrainConfig,
@@ -203,7 +203,7 @@ def test_lamb_step_matches_algorithm():
 
 def test_auto_precision_is_bf16_only_on_cpus_with_native_bf16(monkeypatch):
     """bf16 autocast on a CPU without AVX512-BF16/AMX is emulated and several times slower than fp32."""
-    from stages import training
+    from bert_pipeline.train import loop as training
 
     monkeypatch.setattr(training, "cpu_has_fast_bf16", lambda: False)
     assert make_accelerator("auto", cpu=True).mixed_precision == "no"

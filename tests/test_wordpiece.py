@@ -1,4 +1,4 @@
-"""stages.wordpiece: BERT's pipeline against transformers' reference BertTokenizer, training, saving, metrics."""
+"""bert_pipeline.data.wordpiece: BERT's pipeline against transformers' reference BertTokenizer, training, saving, metrics."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import pytest
 from transformers import AutoTokenizer
 from transformers.models.bert.tokenization_bert_legacy import BertTokenizerLegacy
 
-from stages.sources import MINILM
-from stages.wordpiece import (
+from bert_pipeline.data.sources import MINILM
+from bert_pipeline.data.wordpiece import (
     CLS,
     MASK,
     PAD,

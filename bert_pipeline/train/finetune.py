@@ -32,8 +32,8 @@ from transformers import (
     get_linear_schedule_with_warmup,
 )
 
-from stages import heads as H
-from stages import task_metrics as M
+from bert_pipeline.evaluation import metrics as M
+from bert_pipeline.model import heads as H
 
 log = logging.getLogger(__name__)
 

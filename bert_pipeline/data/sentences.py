@@ -19,7 +19,7 @@ import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from stages.cli import StageError
+from bert_pipeline.errors import PipelineError
 
 log = logging.getLogger(__name__)
 
@@ -51,21 +51,21 @@ def load_splitter(model_dir: str | Path, method: str = "spacy_senter"):
         method: ``spacy_senter`` (``senter`` only) or ``spacy_parser`` (``tok2vec`` + ``parser``).
 
     Raises:
-        StageError: the model folder is missing or lacks the component.
+        PipelineError: the model folder is missing or lacks the component.
     """
     import spacy
 
     model_dir = Path(model_dir)
     if not (model_dir / "config.cfg").is_file():
-        raise StageError(f"{model_dir}: spaCy model folder not found (run `dvc repro fetch_data` first)")
+        raise PipelineError(f"{model_dir}: spaCy model folder not found (run `dvc repro fetch_data` first)")
     keep = {"spacy_senter": ("senter",), "spacy_parser": ("tok2vec", "parser")}[method]
     try:
         nlp = spacy.load(model_dir, exclude=[p for p in PIPES if p not in keep])
     except (OSError, ValueError) as exc:
-        raise StageError(f"{model_dir}: cannot load the spaCy model ({exc})") from None
+        raise PipelineError(f"{model_dir}: cannot load the spaCy model ({exc})") from None
     if method == "spacy_senter":
         if "senter" not in nlp.component_names:
-            raise StageError(f"{model_dir}: the spaCy model has no 'senter' component")
+            raise PipelineError(f"{model_dir}: the spaCy model has no 'senter' component")
         nlp.enable_pipe("senter")
     return nlp
 
@@ -218,14 +218,14 @@ def split_documents(
     ``n_process``. A sentence that straddles a cut inside a line longer than ``chunk_chars`` is split there.
 
     Raises:
-        StageError: ``chunk_chars`` above ``nlp.max_length``.
+        PipelineError: ``chunk_chars`` above ``nlp.max_length``.
     """
     import multiprocessing
 
     from tqdm.auto import tqdm
 
     if chunk_chars > nlp.max_length:
-        raise StageError(f"params.yaml: prepare_corpus.chunk_chars: expected <= {nlp.max_length} (spaCy max_length)")
+        raise PipelineError(f"params.yaml: prepare_corpus.chunk_chars: expected <= {nlp.max_length} (spaCy max_length)")
     bar = tqdm(total=total, desc="sentences", unit="doc", disable=not progress, mininterval=2.0)
     batches = _batches(texts, chunk_chars, batch_size)
     if n_process <= 1:

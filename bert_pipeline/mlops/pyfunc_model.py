@@ -1,14 +1,14 @@
 """MLflow "model from code" for fine-tuned folders the ``mlflow.transformers`` flavour cannot hold.
 
-Two cases (see :mod:`stages.registry`): extractive QA (transformers 5 removed the question-answering pipeline the
+Two cases (see :mod:`bert_pipeline.mlops.registry`): extractive QA (transformers 5 removed the question-answering pipeline the
 flavour builds) and sentence classifiers with finetune's mean-pooling head (``config.classifier_pooling: mean``,
-a class of ``stages.heads`` that the flavour would reload as the plain ``[CLS]``-pooler class). Logged with the
+a class of ``bert_pipeline.model.heads`` that the flavour would reload as the plain ``[CLS]``-pooler class). Logged with the
 fine-tuned folder as artifact ``model`` and ``stages/`` as code; MLflow executes this file to build the model,
 nothing imports it.
 
 Input rows (a DataFrame, a list, or ``{"inputs": [...]}`` when served): sentence classification and NER take
 texts (strings, or mappings/columns named ``text``); QA takes ``{"question", "context"}``. Output per row, as
-:mod:`stages.predictor`: ``{"label", "probability"}``; ``{"entities": [...]}`` with character offsets;
+:mod:`bert_pipeline.evaluation.predictor`: ``{"label", "probability"}``; ``{"entities": [...]}`` with character offsets;
 ``{"answer", "start", "end", "score"}``.
 """
 
@@ -35,15 +35,15 @@ def _text(row) -> str:
 
 
 class FinetunedModel(PythonModel):
-    """Serve a ``models/finetuned/{model}-{task}`` folder through :mod:`stages.predictor`."""
+    """Serve a ``models/finetuned/{model}-{task}`` folder through :mod:`bert_pipeline.evaluation.predictor`."""
 
     def load_context(self, context):
-        from stages.predictor import load_predictor
+        from bert_pipeline.evaluation.predictor import load_predictor
 
         self.pred = load_predictor(Path(context.artifacts["model"]))
 
     def predict(self, context, model_input, params=None):
-        from stages.predictor import answer, classify, entities
+        from bert_pipeline.evaluation.predictor import answer, classify, entities
 
         rows = _rows(model_input)
         if self.pred.kind == "question-answering":

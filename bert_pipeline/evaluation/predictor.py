@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from stages.cli import StageError
+from bert_pipeline.errors import PipelineError
 
 log = logging.getLogger(__name__)
 
@@ -37,18 +37,18 @@ def model_kind(model_dir: Path) -> str:
     """``sequence-classification``, ``token-classification`` or ``question-answering`` from ``config.json``.
 
     Raises:
-        StageError: no ``config.json`` or an architecture without one of these heads.
+        PipelineError: no ``config.json`` or an architecture without one of these heads.
     """
     cfg = Path(model_dir) / "config.json"
     try:
         archs = json.loads(cfg.read_text(encoding="utf-8")).get("architectures") or []
     except FileNotFoundError:
-        raise StageError(f"{cfg}: not found (expected a save_pretrained model folder)") from None
+        raise PipelineError(f"{cfg}: not found (expected a save_pretrained model folder)") from None
     for arch in archs:
         for suffix, kind in KINDS.items():
             if arch.endswith(suffix):
                 return kind
-    raise StageError(f"{cfg}: architectures {archs} have no sequence/token classification or QA head")
+    raise PipelineError(f"{cfg}: architectures {archs} have no sequence/token classification or QA head")
 
 
 @dataclass
@@ -65,7 +65,7 @@ def load_predictor(model_dir: Path) -> Predictor:
     """Load a fine-tuned folder with the ``AutoModelFor*`` class its config names, in eval mode.
 
     Raises:
-        StageError: the folder is not a loadable model with a known head.
+        PipelineError: the folder is not a loadable model with a known head.
     """
     from transformers import (
         AutoModelForQuestionAnswering,
@@ -81,15 +81,15 @@ def load_predictor(model_dir: Path) -> Predictor:
     try:
         cfg = json.loads((Path(model_dir) / "config.json").read_text(encoding="utf-8"))
         if kind == "sequence-classification" and cfg.get("classifier_pooling", "cls") != "cls":
-            # finetune's mean-pooling head (stages.heads) restores itself from config.classifier_pooling
-            from stages.heads import load_sequence_classifier
+            # finetune's mean-pooling head (bert_pipeline.model.heads) restores itself from config.classifier_pooling
+            from bert_pipeline.model.heads import load_sequence_classifier
 
             model = load_sequence_classifier(str(model_dir))
         else:
             model = cls.from_pretrained(model_dir)
         tokenizer = AutoTokenizer.from_pretrained(model_dir)
     except OSError as exc:
-        raise StageError(f"{model_dir}: cannot load model or tokenizer ({str(exc).splitlines()[0]})") from None
+        raise PipelineError(f"{model_dir}: cannot load model or tokenizer ({str(exc).splitlines()[0]})") from None
     model.eval()
     return Predictor(kind=kind, model=model, tokenizer=tokenizer, model_dir=Path(model_dir))
 
@@ -151,7 +151,7 @@ def answer(pred: Predictor, question: str, context: str, max_seq_length: int = 3
     max_seq_length = max_length(pred, max_seq_length)
     room = max_seq_length - len(tok(question, add_special_tokens=False)["input_ids"]) - 3  # [CLS] q [SEP] c [SEP]
     if room < 2:
-        raise StageError(f"question of {max_seq_length - room - 3} tokens leaves no room for the context "
+        raise PipelineError(f"question of {max_seq_length - room - 3} tokens leaves no room for the context "
                          f"in {max_seq_length} tokens")
     doc_stride = min(doc_stride, room - 1)  # the tokenizer needs stride < context tokens per window
     enc = tok(question, context, truncation="only_second", max_length=max_seq_length, stride=doc_stride,

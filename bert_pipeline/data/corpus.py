@@ -27,8 +27,8 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from stages import sources as S
-from stages.cli import StageError
+from bert_pipeline.data import sources as S
+from bert_pipeline.errors import PipelineError
 
 log = logging.getLogger(__name__)
 
@@ -313,19 +313,19 @@ def read_packaged(name: str, raw_dir: Path, counter: ReadCounter) -> Iterator[Ra
     """Yield the documents of the packaged source ``name`` from ``raw_dir`` (made by ``fetch_data``).
 
     Raises:
-        StageError: unknown name, missing file, or missing column.
+        PipelineError: unknown name, missing file, or missing column.
     """
     import pandas as pd
 
     spec = PACKAGED.get(name)
     if spec is None:
-        raise StageError(
+        raise PipelineError(
             f"params.yaml: prepare_corpus.sources: unknown packaged source {name!r} "
             f"(known: {', '.join(PACKAGED)}; a user source is a mapping with name and path or hf_dataset)"
         )
     path = raw_dir / spec.path
     if not path.is_file():
-        raise StageError(f"{path}: packaged source {name!r} not found (run `dvc repro fetch_data` first)")
+        raise PipelineError(f"{path}: packaged source {name!r} not found (run `dvc repro fetch_data` first)")
     fname = path.name.removesuffix(".bz2").removesuffix(".gz")
     if isinstance(spec, TxtSpec):
         yield RawDocument(f"{name}:{fname}", name, read_text_file(path, counter))
@@ -333,7 +333,7 @@ def read_packaged(name: str, raw_dir: Path, counter: ReadCounter) -> Iterator[Ra
     frame = pd.read_csv(io.StringIO(read_text_file(path, counter)), dtype=str, keep_default_na=False)
     for col in (spec.text_column, spec.id_column):
         if col is not None and col not in frame.columns:
-            raise StageError(f"{path}: expected a column {col!r}, found {', '.join(map(str, frame.columns))}")
+            raise PipelineError(f"{path}: expected a column {col!r}, found {', '.join(map(str, frame.columns))}")
     ids = frame[spec.id_column].tolist() if spec.id_column else None
     for row, text in enumerate(frame[spec.text_column].tolist()):
         if spec.fix is not None:
@@ -370,11 +370,11 @@ def read_files(
         block_bytes: bytes read per step (bounded memory for huge lines).
 
     Raises:
-        StageError: no file matches, a JSON line is malformed, or ``text_field`` is missing / not a string.
+        PipelineError: no file matches, a JSON line is malformed, or ``text_field`` is missing / not a string.
     """
     files = expand_glob(pattern, root)
     if not files:
-        raise StageError(f"params.yaml: prepare_corpus.sources[{name}].path: no file matches {pattern!r}")
+        raise PipelineError(f"params.yaml: prepare_corpus.sources[{name}].path: no file matches {pattern!r}")
     for path in files:
         rel = _rel(path, root)
         if fmt == "txt" and unit == "file":
@@ -387,7 +387,7 @@ def read_files(
         elif fmt == "parquet":
             yield from _read_parquet(name, path, rel, text_field)
         else:  # the params schema forbids this
-            raise StageError(f"params.yaml: prepare_corpus.sources[{name}].format: unknown format {fmt!r}")
+            raise PipelineError(f"params.yaml: prepare_corpus.sources[{name}].format: unknown format {fmt!r}")
 
 
 def _read_jsonl(name: str, path: Path, rel: str, field_name: str, counter: ReadCounter) -> Iterator[RawDocument]:
@@ -400,10 +400,10 @@ def _read_jsonl(name: str, path: Path, rel: str, field_name: str, counter: ReadC
             try:
                 obj = json.loads(line)
             except json.JSONDecodeError as exc:
-                raise StageError(f"{path}:{line_no + 1}: invalid JSON ({exc.msg})") from None
+                raise PipelineError(f"{path}:{line_no + 1}: invalid JSON ({exc.msg})") from None
             text = obj.get(field_name) if isinstance(obj, dict) else None
             if not isinstance(text, str):
-                raise StageError(f"{path}:{line_no + 1}: expected a string field {field_name!r} (text_field)")
+                raise PipelineError(f"{path}:{line_no + 1}: expected a string field {field_name!r} (text_field)")
             yield RawDocument(f"{name}:{rel}:line={line_no}", name, text)
 
 
@@ -413,9 +413,9 @@ def _read_parquet(name: str, path: Path, rel: str, field_name: str) -> Iterator[
     try:
         pfile = pq.ParquetFile(path)
     except Exception as exc:  # pyarrow raises several types for a corrupt file
-        raise StageError(f"{path}: not a readable parquet file ({exc})") from None
+        raise PipelineError(f"{path}: not a readable parquet file ({exc})") from None
     if field_name not in pfile.schema_arrow.names:
-        raise StageError(f"{path}: expected a column {field_name!r} (text_field), found {pfile.schema_arrow.names}")
+        raise PipelineError(f"{path}: expected a column {field_name!r} (text_field), found {pfile.schema_arrow.names}")
     row = 0
     for batch in pfile.iter_batches(batch_size=1024, columns=[field_name]):
         for text in batch.column(0).to_pylist():
@@ -428,19 +428,19 @@ def read_hub(name: str, dataset: str, config: str | None, split: str, text_field
     """Yield documents of a Hugging Face dataset (``datasets.load_dataset``, streamed; needs the network).
 
     Raises:
-        StageError: the dataset cannot be loaded (e.g. offline) or lacks ``text_field``.
+        PipelineError: the dataset cannot be loaded (e.g. offline) or lacks ``text_field``.
     """
     import datasets
 
     try:
         ds = datasets.load_dataset(dataset, config, split=split, streaming=True)
     except Exception as exc:  # offline, unknown name, ...: one line for the user
-        raise StageError(f"params.yaml: prepare_corpus.sources[{name}]: cannot load {dataset!r}: {exc}") from None
+        raise PipelineError(f"params.yaml: prepare_corpus.sources[{name}]: cannot load {dataset!r}: {exc}") from None
     where = f"{dataset}/{config}" if config else dataset
     for row, example in enumerate(ds):
         text = example.get(text_field)
         if not isinstance(text, str):
-            raise StageError(f"{where}:{split}:row={row}: expected a string field {text_field!r} (text_field)")
+            raise PipelineError(f"{where}:{split}:row={row}: expected a string field {text_field!r} (text_field)")
         yield RawDocument(f"{name}:{where}:{split}:row={row}", name, text)
 
 

@@ -7,9 +7,9 @@ moving aliases change shared state. Rules (DESIGN.md, "which model ships"):
 - Every ``models/finetuned/{model}-{task}/`` becomes a version of registered model ``{task}``, logged with the
   ``mlflow.transformers`` flavour and explicit ``pip_requirements`` (the inferred ones ask for torchvision and
   fail) when the flavour can hold it: token classifiers and ``[CLS]``-pooled sentence classifiers. Two cases it
-  cannot hold go in as an ``mlflow.pyfunc`` model from code (:mod:`stages.pyfunc_model`) wrapping the same folder:
+  cannot hold go in as an ``mlflow.pyfunc`` model from code (:mod:`bert_pipeline.mlops.pyfunc_model`) wrapping the same folder:
   extractive QA (transformers 5 removed the question-answering pipeline the flavour builds) and finetune's
-  mean-pooling sentence classifier (a ``stages.heads`` class the flavour would reload as the ``[CLS]`` class).
+  mean-pooling sentence classifier (a ``bert_pipeline.model.heads`` class the flavour would reload as the ``[CLS]`` class).
   Tag ``flavour`` says which. A folder already registered (same content sha256) is not registered twice.
 - Version tags: ``family_member``, ``seed``, ``main_metric``, ``score`` (test mean of the main metric),
   ``test_split_sha256`` (content hash of the test split it was scored on), ``model_sha256``, ``source``.
@@ -30,8 +30,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from stages import tracking
-from stages.cli import StageError
+from bert_pipeline.errors import PipelineError
+from bert_pipeline.mlops import tracking
 
 log = logging.getLogger(__name__)
 
@@ -81,20 +81,20 @@ def split_sha256(split_dir: Path, examples: int | None = None, seed: int = 0) ->
     """Content hash of the examples a model was scored on: sha256 over the rows, as canonical JSON, in order.
 
     ``examples``/``seed``: finetune scores at most ``max_test_examples`` test examples drawn with
-    ``finetune.data_seed`` (``stages.task_training.subsample``); the same draw is hashed here, so a different
+    ``finetune.data_seed`` (``bert_pipeline.train.finetune.subsample``); the same draw is hashed here, so a different
     cap or seed gives a different fingerprint. Independent of the Arrow writer.
 
     Raises:
-        StageError: ``split_dir`` is not a saved dataset.
+        PipelineError: ``split_dir`` is not a saved dataset.
     """
     from datasets import load_from_disk
 
     try:
         ds = load_from_disk(str(split_dir))
     except (FileNotFoundError, ValueError) as exc:
-        raise StageError(f"{split_dir}: not a saved dataset split ({exc})") from None
+        raise PipelineError(f"{split_dir}: not a saved dataset split ({exc})") from None
     if examples is not None and examples < len(ds):
-        from stages.task_training import subsample
+        from bert_pipeline.train.finetune import subsample
 
         ds = subsample(ds, examples, seed)
     digest = hashlib.sha256()
@@ -196,7 +196,7 @@ def log_version(client: Any, entry: Entry, uri: str) -> str:
             import mlflow.transformers
             from transformers import AutoTokenizer
 
-            from stages.predictor import load_predictor
+            from bert_pipeline.evaluation.predictor import load_predictor
 
             pred = load_predictor(entry.model_dir)
             info = mlflow.transformers.log_model(
@@ -209,7 +209,7 @@ def log_version(client: Any, entry: Entry, uri: str) -> str:
 
 
 def _kind(model_dir: Path) -> str:
-    from stages.predictor import model_kind
+    from bert_pipeline.evaluation.predictor import model_kind
 
     return model_kind(model_dir)
 
@@ -251,14 +251,14 @@ def promote_task(client: Any, entries: Sequence[Entry], uri: str, force: bool = 
     """Register ``entries`` (one task), point ``candidate`` at the best, move ``champion`` if :func:`decide` says so.
 
     Raises:
-        StageError: no entries, or entries of several tasks / main metrics.
+        PipelineError: no entries, or entries of several tasks / main metrics.
     """
     if not entries:
-        raise StageError("nothing to promote: no fine-tuned models")
+        raise PipelineError("nothing to promote: no fine-tuned models")
     tasks = {e.task for e in entries}
     metrics = {e.main_metric for e in entries}
     if len(tasks) != 1 or len(metrics) != 1:
-        raise StageError(f"promote_task: one task and main metric expected, got {sorted(tasks)} {sorted(metrics)}")
+        raise PipelineError(f"promote_task: one task and main metric expected, got {sorted(tasks)} {sorted(metrics)}")
     task = entries[0].task
     versions = [register(client, e, uri) for e in entries]
     best = max(range(len(entries)), key=lambda i: (entries[i].score, -i))

@@ -25,7 +25,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from stages.cli import StageError
+from bert_pipeline.errors import PipelineError
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +85,7 @@ class ModelFacts:
 def _means(block: Any, where: str) -> tuple[dict[str, float], dict[str, list[float]]]:
     """``{METRIC: {"mean", "seeds"}}`` -> (means, seeds); bare numbers are accepted as means."""
     if not isinstance(block, Mapping):
-        raise StageError(f"{where}: expected a mapping of metric -> {{mean, seeds}}")
+        raise PipelineError(f"{where}: expected a mapping of metric -> {{mean, seeds}}")
     means: dict[str, float] = {}
     seeds: dict[str, list[float]] = {}
     for name, value in block.items():
@@ -101,15 +101,15 @@ def parse_finetune_metrics(raw: Mapping[str, Any], source: str) -> FinetuneResul
     """Validate one parsed fine-tuning metrics file (DESIGN.md layout) into a :class:`FinetuneResult`.
 
     Raises:
-        StageError: a required key is missing or the main metric has no test mean.
+        PipelineError: a required key is missing or the main metric has no test mean.
     """
     for key in ("model", "task", "main_metric", "test"):
         if key not in raw:
-            raise StageError(f"{source}: missing key {key!r} (expected model, task, main_metric, test)")
+            raise PipelineError(f"{source}: missing key {key!r} (expected model, task, main_metric, test)")
     test, seeds = _means(raw["test"], f"{source}: test")
     main = str(raw["main_metric"])
     if main not in test:
-        raise StageError(f"{source}: test.{main}.mean missing (main_metric is {main!r})")
+        raise PipelineError(f"{source}: test.{main}.mean missing (main_metric is {main!r})")
     low = raw.get("low_resource") or {}
     low_test, _ = _means(low.get("test", {}), f"{source}: low_resource.test") if low else ({}, {})
     return FinetuneResult(
@@ -128,17 +128,17 @@ def load_finetune_results(folder: Path) -> list[FinetuneResult]:
     """Read every ``{model}-{task}.json`` in ``folder`` (timing files excluded), sorted by file name.
 
     Raises:
-        StageError: no metrics files, unreadable JSON, or a file not in DESIGN.md's layout.
+        PipelineError: no metrics files, unreadable JSON, or a file not in DESIGN.md's layout.
     """
     files = sorted(p for p in Path(folder).glob("*.json") if not p.name.endswith("-timing.json"))
     if not files:
-        raise StageError(f"{folder}: no fine-tuning metrics files (expected {{model}}-{{task}}.json from finetune)")
+        raise PipelineError(f"{folder}: no fine-tuning metrics files (expected {{model}}-{{task}}.json from finetune)")
     results = []
     for path in files:
         try:
             raw = json.loads(path.read_text(encoding="utf-8"))
         except json.JSONDecodeError as exc:
-            raise StageError(f"{path}: invalid JSON ({exc.msg} at line {exc.lineno})") from None
+            raise PipelineError(f"{path}: invalid JSON ({exc.msg} at line {exc.lineno})") from None
         results.append(parse_finetune_metrics(raw, path.as_posix()))
     return results
 
@@ -160,12 +160,12 @@ def by_model_task(results: Iterable[FinetuneResult]) -> dict[tuple[str, str], Fi
     """Index results by ``(model, task)``.
 
     Raises:
-        StageError: two files claim the same model and task.
+        PipelineError: two files claim the same model and task.
     """
     index: dict[tuple[str, str], FinetuneResult] = {}
     for r in results:
         if (r.model, r.task) in index:
-            raise StageError(f"{r.source}: model {r.model!r} task {r.task!r} also in {index[r.model, r.task].source}")
+            raise PipelineError(f"{r.source}: model {r.model!r} task {r.task!r} also in {index[r.model, r.task].source}")
         index[r.model, r.task] = r
     return index
 
@@ -217,7 +217,7 @@ def table(
     = 1.0x; default the teacher).
 
     Raises:
-        StageError: two results disagree on a task's main metric.
+        PipelineError: two results disagree on a task's main metric.
     """
     index = by_model_task(results)
     models = family_order({m for m, _ in index}, teacher, student, scratch)
@@ -225,7 +225,7 @@ def table(
     main = {}
     for r in results:
         if main.setdefault(r.task, r.main_metric) != r.main_metric:
-            raise StageError(f"{r.source}: main_metric {r.main_metric!r}, other {r.task} files say {main[r.task]!r}")
+            raise PipelineError(f"{r.source}: main_metric {r.main_metric!r}, other {r.task} files say {main[r.task]!r}")
     roles = {teacher: "teacher", student: "student", scratch: "scratch"}
     header = ["model", "role", "parameters", *(task_header(t, main[t]) for t in tasks), "average",
               "latency ms (b=1)", "throughput ex/s", "relative speed"]

@@ -74,3 +74,15 @@ def sha256_file(path: str | Path, chunk_bytes: int = 1 << 20) -> str:
         for block in iter(lambda: fh.read(chunk_bytes), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def flatten(mapping: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Flatten nested mappings to dotted keys; lists and scalars are leaves."""
+    flat: dict[str, Any] = {}
+    for key, value in mapping.items():
+        dotted = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            flat.update(flatten(value, dotted + "."))
+        else:
+            flat[dotted] = value
+    return flat

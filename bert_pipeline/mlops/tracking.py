@@ -32,7 +32,7 @@ from typing import Any
 
 import yaml
 
-from stages.params import flatten
+from bert_pipeline.io import flatten
 
 log = logging.getLogger(__name__)
 

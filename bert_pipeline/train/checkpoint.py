@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from stages.artifacts import dumps_json, sha256_file
+from bert_pipeline.io import dumps_json, sha256_file
 
 log = logging.getLogger(__name__)
 
