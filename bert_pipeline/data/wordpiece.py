@@ -25,6 +25,7 @@ import io
 import json
 import logging
 import os
+import sys
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -33,6 +34,8 @@ from typing import Any
 from tokenizers import AddedToken, Tokenizer, decoders, normalizers, pre_tokenizers, processors
 from tokenizers.models import WordPiece
 from tokenizers.trainers import WordPieceTrainer
+
+from bert_pipeline.io import atomic_dir
 
 log = logging.getLogger(__name__)
 
@@ -442,3 +445,79 @@ def histogram_csv(histogram: dict[int, int]) -> str:
     for k, v in sorted(histogram.items()):
         writer.writerow([k, v])
     return buf.getvalue()
+
+
+ROUNDTRIP_TEXTS = 32
+"""Validation texts re-encoded through ``AutoTokenizer`` before a trained tokenizer folder is published."""
+
+
+def train_tokenizer_folder(
+    corpus: Any,
+    out_dir: str | Path,
+    *,
+    vocab_size: int,
+    min_frequency: int,
+    limit_alphabet: int | None,
+    lowercase: bool,
+    strip_accents: bool | None,
+    handle_chinese_chars: bool,
+    max_input_chars_per_word: int,
+    bert_id_layout: bool,
+    model_max_length: int,
+    batch_size: int,
+    text_column: str = "text",
+) -> tuple[dict[str, Any], dict[int, int], dict[str, float | None]]:
+    """Train BERT WordPiece on ``corpus["train"]``, measure it on ``corpus["validation"]``, and publish the
+    folder ``out_dir`` atomically after checking that ``AutoTokenizer`` reloads it to the same ids.
+
+    Args:
+        corpus: a ``DatasetDict`` with ``train`` and ``validation`` splits holding ``text_column``
+            (:func:`bert_pipeline.data.corpus.open_corpus`).
+        out_dir: the tokenizer folder (``tokenizer.json``, ``vocab.txt``, ``tokenizer_config.json``,
+            ``special_tokens_map.json``).
+        vocab_size, min_frequency, limit_alphabet, max_input_chars_per_word, bert_id_layout: see
+            :func:`train_wordpiece`; lowercase, strip_accents, handle_chinese_chars: :func:`bert_normalizer`.
+        model_max_length: the longest input recorded in ``tokenizer_config.json`` (tokens).
+        batch_size: texts per batch streamed from Arrow (bounded memory).
+
+    Returns:
+        ``(metrics, histogram, timing)``: :func:`fertility`'s metrics and histogram on the validation split, and
+        wall-clock training seconds, megabytes and MB/s (for a ``cache: false`` timing file).
+
+    Raises:
+        VocabTooSmallError: ``vocab_size`` cannot hold the special tokens and the alphabet.
+        EmptyTrainingDataError: no word in the train split.
+        ValueError: the saved folder does not reload to the same ids.
+    """
+    import time
+
+    train = corpus["train"]
+    options = {"lowercase": lowercase, "strip_accents": strip_accents, "handle_chinese_chars": handle_chinese_chars}
+    start = time.perf_counter()
+    with rust_parallelism(True):  # nothing forks while the trainer runs; results do not depend on it
+        tokenizer = train_wordpiece(
+            lambda: iter_text_batches(train, text_column, batch_size), vocab_size=vocab_size,
+            min_frequency=min_frequency, limit_alphabet=limit_alphabet,
+            max_input_chars_per_word=max_input_chars_per_word, bert_id_layout=bert_id_layout, length=len(train),
+            show_progress=sys.stderr.isatty(), **options,
+        )
+    train_seconds = time.perf_counter() - start
+    train_bytes = sum(len(t.encode("utf-8")) for b in iter_text_batches(train, text_column, batch_size) for t in b)
+    log.info("trained %d entries on %.1f MB in %.1f s", tokenizer.get_vocab_size(), train_bytes / 1e6, train_seconds)
+
+    validation = corpus["validation"]
+    with rust_parallelism(True):
+        metrics, histogram = fertility(tokenizer, iter_text_batches(validation, text_column, batch_size))
+    probe = validation.select(range(min(ROUNDTRIP_TEXTS, len(validation))))[text_column]
+    with atomic_dir(out_dir) as tmp:
+        save_tokenizer(tokenizer, tmp, model_max_length=model_max_length, **options)
+        try:
+            check_roundtrip(tmp, tokenizer, list(probe))
+        except ValueError as exc:
+            raise ValueError(str(exc).replace(str(tmp), str(out_dir))) from None
+    timing = {
+        "train_seconds": round(train_seconds, 3),
+        "train_megabytes": round(train_bytes / 1e6, 3),
+        "train_mb_per_s": round(train_bytes / 1e6 / train_seconds, 3) if train_seconds else None,
+    }
+    return metrics, histogram, timing

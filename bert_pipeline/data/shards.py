@@ -1,0 +1,483 @@
+"""Pre-training instances as unpadded Arrow shards: tokenize, pair (:mod:`bert_pipeline.data.instances`), mask
+(:mod:`bert_pipeline.data.masking`), write.
+
+Layout of one dataset folder (what :func:`build_dataset` writes and ``datasets.load_from_disk`` opens):
+
+- ``{train,validation}/``: one Arrow file per shard of ``shard_size`` documents, columns ``input_ids`` (uint16 when
+  the vocabulary has <= 65,536 ids), ``token_type_ids`` (uint8), ``masked_lm_positions`` and ``masked_lm_ids``
+  (static masking only), ``next_sentence_label`` (``nsp``) or ``sentence_order_label`` (``sop``), int8.
+  ``train`` holds ``dupe_factor`` copies of every document's instances, each with its own pairs and mask
+  (static masking) or unmasked (dynamic masking: the collator masks per batch); ``validation`` is always one
+  statically masked copy, so evaluation losses are comparable between runs. Instances are shuffled within a
+  shard; the training loop shuffles across shards.
+- ``info.json``: objective, masking, rules, ``max_seq_length``, ``vocab_size``, tokenizer path and sha256, counts:
+  what pre-training checks for compatibility (:func:`bert_pipeline.data.masking.collator_from_info`).
+
+Memory stays bounded by one shard per worker. Every random draw of shard ``k``, copy ``d`` comes from a generator
+seeded by ``(seed, split, k, d)``, so the bytes do not depend on ``num_proc``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import multiprocessing
+import time
+from dataclasses import dataclass
+from itertools import chain
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bert_pipeline.data.instances import Instances, create_instances, min_seq_length
+from bert_pipeline.data.masking import PAIR_LABELS, MaskingRules, VocabInfo, mask_ragged
+from bert_pipeline.data.tokenizer import load_tokenizer, raw_backend
+from bert_pipeline.errors import PipelineError
+from bert_pipeline.io import sha256_file, write_json
+
+log = logging.getLogger(__name__)
+
+SPLIT_CODES = {"train": 0, "validation": 1}
+
+
+@dataclass(frozen=True)
+class ShardJob:
+    """Everything a worker needs to build the shards of one split (plain, picklable values)."""
+
+    corpus_dir: str
+    split: str
+    tokenizer_path: str
+    out_dir: str
+    n_shards: int
+    n_documents: int
+    objective: str
+    max_seq_length: int
+    short_seq_prob: float
+    rules: MaskingRules
+    store_masks: bool
+    dupe_factor: int
+    seed: int
+
+    def bounds(self, shard: int) -> tuple[int, int]:
+        """Document range ``[start, end)`` of ``shard`` (shards differ by at most one document)."""
+        return (shard * self.n_documents // self.n_shards, (shard + 1) * self.n_documents // self.n_shards)
+
+    def filename(self, shard: int) -> str:
+        return f"data-{shard:05d}-of-{self.n_shards:05d}.arrow"
+
+
+def tokenize_documents(backend: Any, documents: list[list[str]], dtype: np.dtype) -> list[list[np.ndarray]]:
+    """Tokenize every sentence of every document in one batched call (no special tokens).
+
+    Returns ``docs[d][s]``, 1-D ``dtype`` id arrays (views into one flat array).
+    """
+    flat = [s for doc in documents for s in doc]
+    if not flat:
+        return [[] for _ in documents]
+    encodings = backend.encode_batch(flat, add_special_tokens=False)
+    lengths = np.fromiter((len(e.ids) for e in encodings), dtype=np.int64, count=len(encodings))
+    ids = np.fromiter(chain.from_iterable(e.ids for e in encodings), dtype=dtype, count=int(lengths.sum()))
+    sentences = np.split(ids, np.cumsum(lengths)[:-1])
+    out, k = [], 0
+    for doc in documents:
+        out.append(sentences[k:k + len(doc)])
+        k += len(doc)
+    return out
+
+
+def _features(objective: str, store_masks: bool, id_dtype: np.dtype):
+    import datasets
+
+    id_type = datasets.Value(id_dtype.name)
+    cols = {"input_ids": datasets.List(id_type), "token_type_ids": datasets.List(datasets.Value("uint8"))}
+    if store_masks:
+        cols["masked_lm_positions"] = datasets.List(datasets.Value("uint16"))
+        cols["masked_lm_ids"] = datasets.List(id_type)
+    if PAIR_LABELS[objective]:
+        cols[PAIR_LABELS[objective]] = datasets.Value("int8")
+    return datasets.Features(cols)
+
+
+def _list_array(values: np.ndarray, offsets: np.ndarray):
+    import pyarrow as pa
+
+    return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), pa.array(values))
+
+
+def _write_arrow(path: Path, features, columns: dict[str, Any]) -> None:
+    import pyarrow as pa
+
+    schema = features.arrow_schema
+    table = pa.Table.from_arrays([columns[name] for name in schema.names], schema=schema)
+    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_stream(sink, schema) as writer:
+        writer.write_table(table, max_chunksize=10_000)
+
+
+class ShardBuilder:
+    """Builds the shards of one split; one instance per worker process (holds the tokenizer and the corpus)."""
+
+    def __init__(self, job: ShardJob) -> None:
+        import datasets
+
+        self.job = job
+        self.tokenizer = load_tokenizer(job.tokenizer_path)
+        self.backend = raw_backend(self.tokenizer)
+        self.vocab = VocabInfo.from_tokenizer(self.tokenizer)
+        self.dataset = datasets.load_from_disk(job.corpus_dir)[job.split]
+        self.features = _features(job.objective, job.store_masks, self.vocab.id_dtype)
+
+    def build(self, shard: int) -> dict[str, Any]:
+        """Tokenize, pair, mask and write shard ``shard``; return its counts."""
+        job, vocab = self.job, self.vocab
+        start, end = self.job.bounds(shard)
+        documents = self.dataset[start:end]["sentences"] if end > start else []
+        docs = tokenize_documents(self.backend, documents, np.dtype(np.int64))
+        split_code = SPLIT_CODES.get(job.split, 2)
+        parts: list[Instances] = []
+        masked: list[Any] = []
+        for dupe in range(job.dupe_factor):
+            rng = np.random.default_rng([job.seed, split_code, shard, dupe, 0])
+            inst = create_instances(
+                docs, objective=job.objective, max_seq_length=job.max_seq_length, short_seq_prob=job.short_seq_prob,
+                cls_token_id=vocab.cls_token_id, sep_token_id=vocab.sep_token_id, rng=rng,
+            )
+            parts.append(inst)
+            masked.append(mask_ragged(inst.input_ids, inst.offsets, vocab, job.rules,
+                                      np.random.default_rng([job.seed, split_code, shard, dupe, 1])))
+        inst = _concat_instances(parts)
+        m_ids = np.concatenate([m.input_ids for m in masked])
+        m_pos = np.concatenate([m.positions for m in masked])
+        m_lab = np.concatenate([m.masked_ids for m in masked])
+        m_off = _concat_offsets([m.label_offsets for m in masked])
+        order = np.random.default_rng([job.seed, split_code, shard, 1 << 20]).permutation(len(inst))
+        stats = _shard_stats(inst, m_ids, m_lab, m_pos, m_off, vocab)
+        # shuffle: instances and their label lists in the same order
+        idx_tok = _gather_index(inst.offsets, order)
+        idx_lab = _gather_index(m_off, order)
+        lengths = np.diff(inst.offsets)[order]
+        offsets = np.concatenate(([0], np.cumsum(lengths)))
+        lab_offsets = np.concatenate(([0], np.cumsum(np.diff(m_off)[order])))
+        ids = (m_ids if job.store_masks else inst.input_ids)[idx_tok].astype(vocab.id_dtype)
+        columns: dict[str, Any] = {
+            "input_ids": _list_array(ids, offsets),
+            "token_type_ids": _list_array(inst.token_type_ids()[idx_tok], offsets),
+        }
+        if job.store_masks:
+            columns["masked_lm_positions"] = _list_array(m_pos[idx_lab].astype(np.uint16), lab_offsets)
+            columns["masked_lm_ids"] = _list_array(m_lab[idx_lab].astype(vocab.id_dtype), lab_offsets)
+        if PAIR_LABELS[job.objective]:
+            import pyarrow as pa
+
+            columns[PAIR_LABELS[job.objective]] = pa.array(inst.labels[order].astype(np.int8))
+        _write_arrow(Path(job.out_dir) / job.filename(shard), self.features, columns)
+        return stats
+
+
+def _concat_offsets(offsets: list[np.ndarray]) -> np.ndarray:
+    out, base = [np.zeros(1, dtype=np.int64)], 0
+    for off in offsets:
+        out.append(off[1:] + base)
+        base += int(off[-1])
+    return np.concatenate(out).astype(np.int64)
+
+
+_PER_DOCUMENT = ("documents", "skipped_one_sentence_documents", "empty_documents")
+
+
+def _concat_instances(parts: list[Instances]) -> Instances:
+    """Concatenate the copies of one shard; document counts are taken once, instance counts summed."""
+    counts = {k: (parts[0].counts[k] if k in _PER_DOCUMENT else sum(p.counts[k] for p in parts))
+              for k in parts[0].counts}
+    labels = None if parts[0].labels is None else np.concatenate([p.labels for p in parts])
+    return Instances(
+        np.concatenate([p.input_ids for p in parts]), _concat_offsets([p.offsets for p in parts]),
+        np.concatenate([p.len_a for p in parts]), labels, None, counts,
+    )
+
+
+def _gather_index(offsets: np.ndarray, order: np.ndarray) -> np.ndarray:
+    """Flat indices that take the ragged rows ``order`` of a (values, offsets) pair in that order."""
+    lengths = np.diff(offsets)[order]
+    starts = offsets[:-1][order]
+    total = int(lengths.sum())
+    return np.repeat(starts - np.concatenate(([0], np.cumsum(lengths)[:-1])), lengths) + np.arange(total)
+
+
+def _shard_stats(inst: Instances, m_ids, m_lab, m_pos, m_off, vocab: VocabInfo) -> dict[str, Any]:
+    """Counts for the metrics: tokens, candidates, chosen positions and what each chosen position became."""
+    specials = int(vocab.is_special[inst.input_ids].sum())
+    rows = np.repeat(np.arange(len(inst)), np.diff(m_off))
+    replaced = m_ids[inst.offsets[:-1][rows] + m_pos]
+    n_mask = int((replaced == vocab.mask_token_id).sum())
+    n_keep = int((replaced == m_lab).sum())
+    out = dict(inst.counts)
+    out.update(
+        instances=len(inst), tokens=int(inst.input_ids.size), candidate_tokens=int(inst.input_ids.size) - specials,
+        chosen=int(m_lab.size), chosen_mask=n_mask, chosen_keep=n_keep, chosen_random=int(m_lab.size) - n_mask - n_keep,
+        label_1=int(inst.labels.sum()) if inst.labels is not None else 0,
+        max_length=int(np.diff(inst.offsets).max(initial=0)),
+    )
+    return out
+
+
+_BUILDER: ShardBuilder | None = None  # per worker process: set by _init_worker
+
+
+def _init_worker(job: ShardJob) -> None:
+    global _BUILDER
+    _BUILDER = ShardBuilder(job)
+
+
+def _build_in_worker(shard: int) -> dict[str, Any]:
+    assert _BUILDER is not None
+    return _BUILDER.build(shard)
+
+
+def build_split(job: ShardJob, num_proc: int) -> list[dict[str, Any]]:
+    """Build every shard of ``job`` with ``num_proc`` processes; returns per-shard counts in shard order.
+
+    The bytes of each shard depend only on ``job`` and the shard index, never on ``num_proc``.
+    """
+    from tqdm.auto import tqdm
+
+    Path(job.out_dir).mkdir(parents=True, exist_ok=True)
+    shards = range(job.n_shards)
+    desc = f"create_pretraining_data {job.split}"
+    if num_proc <= 1 or job.n_shards <= 1:
+        builder = ShardBuilder(job)
+        results = [builder.build(k) for k in tqdm(shards, desc=desc, unit="shard")]
+    else:
+        ctx = multiprocessing.get_context("fork")
+        with ctx.Pool(min(num_proc, job.n_shards), initializer=_init_worker, initargs=(job,)) as pool:
+            results = list(tqdm(pool.imap(_build_in_worker, shards), total=job.n_shards, desc=desc, unit="shard"))
+    _write_dataset_meta(job)
+    return results
+
+
+def _write_dataset_meta(job: ShardJob) -> None:
+    """``state.json`` and ``dataset_info.json`` so ``datasets.load_from_disk(out_dir)`` opens the shards."""
+    import hashlib
+
+    out = Path(job.out_dir)
+    files = [job.filename(k) for k in range(job.n_shards)]
+    digest = hashlib.sha256("".join(sha256_file(out / f) for f in files).encode()).hexdigest()[:16]
+    state = {
+        "_data_files": [{"filename": f} for f in files], "_fingerprint": digest, "_format_columns": None,
+        "_format_kwargs": {}, "_format_type": None, "_output_all_columns": False, "_split": None,
+    }
+    import datasets
+
+    probe = datasets.Dataset.from_file(str(out / files[0]))
+    info = {"citation": "", "description": "", "features": probe.features.to_dict(), "homepage": "", "license": ""}
+    write_json(out / "state.json", state)
+    write_json(out / "dataset_info.json", info)
+
+
+def load_split(split_dir: str | Path):
+    """All shards of ``data/pretraining/<split>`` as one memory-mapped ``datasets.Dataset``."""
+    import datasets
+
+    return datasets.load_from_disk(str(split_dir))
+
+
+def summarize(results: list[dict[str, Any]], max_seq_length: int, objective: str) -> dict[str, Any]:
+    """Sum per-shard counts into the metrics of one split."""
+    tot = {k: sum(r[k] for r in results) for k in results[0] if k != "max_length"}
+    chosen = max(tot["chosen"], 1)
+    out = {
+        "instances": tot["instances"],
+        "tokens": tot["tokens"],
+        "padding_share": 1.0 - tot["tokens"] / max(tot["instances"] * max_seq_length, 1),
+        "max_length": max(r["max_length"] for r in results),
+        "masked_lm_rate": tot["chosen"] / max(tot["candidate_tokens"], 1),
+        "masked_lm_predictions": tot["chosen"],
+        "mask_token_share": tot["chosen_mask"] / chosen,
+        "random_token_share": tot["chosen_random"] / chosen,
+        "keep_token_share": tot["chosen_keep"] / chosen,
+        "documents": tot["documents"],
+        "skipped_one_sentence_documents": tot["skipped_one_sentence_documents"],
+        "empty_documents": tot["empty_documents"],
+        "dropped_single_segments": tot["dropped_single_segments"],
+        "truncated_tokens": tot["truncated_tokens"],
+    }
+    label = PAIR_LABELS[objective]
+    out["pair_label"] = label
+    out["pair_label_1_share"] = tot["label_1"] / max(tot["instances"], 1) if label else None
+    return {k: (round(v, 6) if isinstance(v, float) else v) for k, v in out.items()}
+
+
+def scaled_max_predictions(max_predictions_per_seq: int, max_seq_length: int, length: int) -> int:
+    """``max_predictions_per_seq`` for a phase of ``length`` tokens, in proportion (BERT: 20 at 128, 80 at 512)."""
+    return max(1, round(max_predictions_per_seq * length / max_seq_length))
+
+
+@dataclass(frozen=True)
+class InstanceOptions:
+    """How instances are built and masked: the ``create_pretraining_data`` params section, typed.
+
+    ``objective``: ``nsp`` (BERT), ``sop`` (ALBERT) or ``none`` (RoBERTa); ``masking``: ``static``
+    (``dupe_factor`` copies, each with its own mask) or ``dynamic`` (unmasked train split); ``shard_size`` in
+    documents (bounds memory per worker); the MLM probabilities as :class:`MaskingRules`
+    (Devlin et al. 2019, §3.1 and Appendix A.1).
+    """
+
+    max_seq_length: int
+    short_seq_prob: float
+    objective: str
+    masked_lm_prob: float
+    max_predictions_per_seq: int
+    mask_token_prob: float
+    random_token_prob: float
+    whole_word_masking: bool
+    masking: str
+    dupe_factor: int
+    seed: int
+    shard_size: int
+    num_proc: int
+
+    def rules(self, length: int) -> MaskingRules:
+        """The masking rules at sequence ``length``, ``max_predictions_per_seq`` scaled in proportion
+        (:func:`scaled_max_predictions`).
+
+        Raises:
+            ValueError: probabilities out of range (see :class:`MaskingRules`).
+        """
+        return MaskingRules(self.masked_lm_prob,
+                            scaled_max_predictions(self.max_predictions_per_seq, self.max_seq_length, length),
+                            self.mask_token_prob, self.random_token_prob, self.whole_word_masking)
+
+
+def build_dataset(out: Path, options: InstanceOptions, *, corpus_dir: Path, documents: dict[str, int],
+                  max_seq_length: int, tok_path: Path, vocab: VocabInfo, init: str, timings: dict[str, float],
+                  prefix: str = "") -> dict[str, Any]:
+    """Build ``out/{train,validation}`` and ``out/info.json`` at one ``max_seq_length``; return per-split metrics.
+
+    Args:
+        corpus_dir: the corpus (:func:`bert_pipeline.data.corpus.open_corpus`); ``documents``: its documents per split.
+        tok_path: the tokenizer folder the instances are built with; ``init``: the start point it was decided by,
+            recorded in ``info.json``.
+        timings: wall seconds per split are added under ``prefix + split``.
+
+    Raises:
+        PipelineError: a split that yields no instance.
+    """
+    rules = options.rules(max_seq_length)
+    splits: dict[str, Any] = {}
+    for split in ("train", "validation"):
+        t0 = time.perf_counter()
+        n_docs = documents[split]
+        dynamic_train = split == "train" and options.masking == "dynamic"
+        job = ShardJob(
+            corpus_dir=str(corpus_dir), split=split, tokenizer_path=str(tok_path), out_dir=str(out / split),
+            n_shards=max(1, math.ceil(n_docs / options.shard_size)), n_documents=n_docs, objective=options.objective,
+            max_seq_length=max_seq_length, short_seq_prob=options.short_seq_prob, rules=rules,
+            store_masks=not dynamic_train, dupe_factor=options.dupe_factor if split == "train" else 1,
+            seed=options.seed,
+        )
+        summary = summarize(build_split(job, options.num_proc), max_seq_length, options.objective)
+        if summary["instances"] == 0:
+            raise PipelineError(f"{corpus_dir}: the {split} split yields no instances for objective "
+                                f"{options.objective} ({summary['skipped_one_sentence_documents']} one-sentence "
+                                "documents skipped)")
+        summary.update(shards=job.n_shards, dupe_factor=job.dupe_factor,
+                       masking="dynamic" if dynamic_train else "static")
+        splits[split] = summary
+        timings[prefix + split] = time.perf_counter() - t0
+        log.info("%s%s: %d instances, %d tokens, masking rate %.4f", prefix, split, summary["instances"],
+                 summary["tokens"], summary["masked_lm_rate"])
+    info = {
+        "objective": options.objective,
+        "pair_label": PAIR_LABELS[options.objective],
+        "masking": options.masking,
+        "rules": rules.to_dict(),
+        "max_seq_length": max_seq_length,
+        "short_seq_prob": options.short_seq_prob,
+        "dupe_factor": options.dupe_factor,
+        "seed": options.seed,
+        "vocab_size": vocab.vocab_size,
+        "id_dtype": vocab.id_dtype.name,
+        "special_ids": {"pad": vocab.pad_token_id, "cls": vocab.cls_token_id, "sep": vocab.sep_token_id,
+                        "mask": vocab.mask_token_id},
+        "tokenizer": str(tok_path),
+        "tokenizer_sha256": _tokenizer_digest(tok_path),
+        "pretrain_init": str(init),
+        "splits": {s: {k: splits[s][k] for k in ("instances", "tokens", "shards", "dupe_factor", "masking")}
+                   for s in splits},
+    }
+    write_json(out / "info.json", info)
+    return splits
+
+
+def build_pretraining_data(corpus_dir: Path, tok_path: Path, out: Path, options: InstanceOptions, *,
+                           phase_lengths: list[int], init: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Every dataset pre-training needs: ``out/`` at ``options.max_seq_length``, and ``out/seq{L}/`` for each other
+    phase length ``L`` (BERT's seq 128 then 512, Devlin et al. 2019, Appendix A.2).
+
+    Args:
+        corpus_dir: the corpus folder; tok_path: the tokenizer folder; out: a fresh folder to write into.
+        phase_lengths: the sequence lengths of pre-training's phases (``[]``: one phase at ``max_seq_length``).
+        init: pre-training's start point, which decided ``tok_path`` (recorded in ``info.json``).
+
+    Returns:
+        ``(metrics, timing)``: per split (and under ``seq{L}`` per other length) the counts of :func:`summarize`;
+        wall seconds, seconds per split, tokens per second and ``num_proc``.
+
+    Raises:
+        PipelineError: a tokenizer, corpus or length that cannot work (one line naming the file or key).
+    """
+    from bert_pipeline.data.corpus import open_corpus
+
+    started = time.perf_counter()
+    tokenizer = load_tokenizer(tok_path, hint="run train_tokenizer, or set pretrain.init to a checkpoint folder")
+    lengths = [options.max_seq_length] + sorted(set(phase_lengths) - {options.max_seq_length})
+    try:
+        vocab = VocabInfo.from_tokenizer(tokenizer)
+        for length in lengths:
+            options.rules(length)
+    except ValueError as exc:
+        raise PipelineError(f"{tok_path}: {exc}") from None
+    for length in lengths:
+        check_layout(length, options.objective, getattr(tokenizer, "model_max_length", None), str(tok_path))
+    corpus = open_corpus(corpus_dir, columns=["sentences"])
+    documents = {split: corpus[split].num_rows for split in ("train", "validation")}
+    timings: dict[str, float] = {}
+    shared = {"corpus_dir": corpus_dir, "documents": documents, "tok_path": tok_path, "vocab": vocab, "init": init,
+              "timings": timings}
+    metrics = build_dataset(out, options, max_seq_length=lengths[0], **shared)
+    for length in lengths[1:]:
+        metrics[f"seq{length}"] = build_dataset(out / f"seq{length}", options, max_seq_length=length,
+                                                prefix=f"seq{length}/", **shared)
+    total = time.perf_counter() - started
+    tokens = sum(s["tokens"] for s in metrics.values() if "tokens" in s)
+    tokens += sum(s["tokens"] for k, v in metrics.items() if k.startswith("seq") for s in v.values())
+    timing = {
+        "seconds": round(total, 3),
+        "split_seconds": {k: round(v, 3) for k, v in timings.items()},
+        "tokens_per_second": round(tokens / max(total, 1e-9), 1),
+        "num_proc": options.num_proc,
+    }
+    return metrics, timing
+
+
+def check_layout(max_seq_length: int, objective: str, model_max_length: int | None, where: str) -> None:
+    """Fail early when ``max_seq_length`` cannot hold ``[CLS] A [SEP] B [SEP]`` (or ``[CLS] A [SEP]``) or exceeds
+    what the tokenizer declares as its model's longest input.
+
+    Raises:
+        PipelineError: one line naming the key.
+    """
+    need = min_seq_length(objective)
+    if max_seq_length < need:
+        raise PipelineError(f"create_pretraining_data.max_seq_length: expected >= {need} for objective {objective} "
+                         f"({'[CLS] A [SEP]' if objective == 'none' else '[CLS] A [SEP] B [SEP]'}), got {max_seq_length}")
+    if model_max_length is not None and model_max_length < 1_000_000 and max_seq_length > model_max_length:
+        raise PipelineError(f"create_pretraining_data.max_seq_length: {max_seq_length} exceeds the tokenizer's "
+                         f"model_max_length {model_max_length} ({where})")
+
+
+def _tokenizer_digest(path: Path) -> str | None:
+    for name in ("tokenizer.json", "vocab.txt"):
+        if (path / name).exists():
+            return sha256_file(path / name)
+    return None
