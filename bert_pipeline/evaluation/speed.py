@@ -1,10 +1,11 @@
-"""CPU inference cost of a model: parameters, size on disk, latency at batch 1 and throughput at batch N.
+"""Speed and size: parameters on disk, CPU latency and throughput of fine-tuned models, encoder throughput of a
+teacher against its student, the machine's matmul peak (for MFU), and wall/CPU seconds of a call.
 
 Timing follows the usual benchmarking discipline (Dehghani et al. 2022, "The Efficiency Misnomer", §4: state
-batch size, sequence length, hardware and threads): inputs are padded to a fixed ``seq_length`` so every member
-of the family does the same amount of work per example whatever its vocabulary, ``warmup`` untimed runs come
-first, and the figure is the median of ``runs`` timed runs. Wall-clock numbers vary from run to run: they belong
-in a ``metrics/*-timing.json`` file (``cache: false``), never in the cached quality metrics.
+batch size, sequence length, hardware and threads): fixed input shapes, ``warmup`` untimed rounds first, the
+median of ``runs`` timed rounds, and several models timed in turn within each round (:func:`median_seconds`) so a
+shared machine's changing load affects them alike. Wall-clock numbers vary from run to run: they belong in a
+``*-timing.json`` file (``cache: false``), never in the cached quality metrics.
 """
 
 from __future__ import annotations
@@ -12,18 +13,47 @@ from __future__ import annotations
 import logging
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
+from torch import nn
 
 log = logging.getLogger(__name__)
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin")
 
 
+def median_seconds(calls: Mapping[str, Callable[[], object]], warmup: int, runs: int) -> dict[str, float]:
+    """Median wall seconds of each call over ``runs`` rounds, after ``warmup`` untimed rounds; within a round the
+    calls run in turn, in the mapping's order.
+
+    Raises:
+        ValueError: ``runs`` < 1 or ``warmup`` < 0.
+    """
+    if runs < 1 or warmup < 0:
+        raise ValueError(f"runs: expected >= 1 and warmup >= 0, got runs={runs}, warmup={warmup}")
+    seconds: dict[str, list[float]] = {name: [] for name in calls}
+    for round_index in range(warmup + runs):
+        for name, call in calls.items():
+            start = time.perf_counter()
+            call()
+            if round_index >= warmup:
+                seconds[name].append(time.perf_counter() - start)
+    return {name: statistics.median(values) for name, values in seconds.items()}
+
+
+def timed(fn: Callable[[], Any]) -> tuple[Any, float, float]:
+    """``(fn(), wall seconds, process CPU seconds)`` (for timing files only). On a shared machine the CPU
+    seconds divided by the thread count estimate the wall time on idle cores."""
+    t0, c0 = time.perf_counter(), time.process_time()
+    out = fn()
+    return out, time.perf_counter() - t0, time.process_time() - c0
+
+
+# ------------------------------------------------------------------------------------- fine-tuned models
 @dataclass(frozen=True)
 class Speed:
     """``latency_ms``: median ms per example at batch 1; ``throughput``: median examples/s at ``batch_size``."""
@@ -33,12 +63,6 @@ class Speed:
     batch_size: int
     seq_length: int
     threads: int
-
-
-def encoder_parameters(model: torch.nn.Module) -> int:
-    """Parameters of the encoder (``model.base_model``: embeddings + layers, + pooler if any), not the task head."""
-    base = getattr(model, "base_model", model)
-    return sum(p.numel() for p in base.parameters())
 
 
 def size_on_disk_mb(model_dir: Path) -> float:
@@ -56,14 +80,6 @@ def _batches(tokenizer: Any, texts: Sequence[str], batch_size: int, seq_length: 
     return out
 
 
-@torch.inference_mode()
-def _time(model: torch.nn.Module, batches: list[dict[str, torch.Tensor]]) -> float:
-    start = time.perf_counter()
-    for batch in batches:
-        model(**batch)
-    return time.perf_counter() - start
-
-
 def measure_speed(
     model: torch.nn.Module,
     tokenizer: Any,
@@ -76,7 +92,7 @@ def measure_speed(
     threads: int = 1,
 ) -> Speed:
     """Latency (ms/example, batch 1, over the first ``latency_examples`` texts) and throughput (examples/s,
-    one batch of ``batch_size`` texts), each the median of ``runs`` timed runs after ``warmup`` untimed ones.
+    one batch of ``batch_size`` texts), each the median of ``runs`` timed rounds after ``warmup`` untimed ones.
 
     ``texts`` are recycled when there are fewer than needed; ``seq_length`` is capped at the model's
     ``max_position_embeddings`` (the figure records the length used). Runs on CPU with ``threads`` intra-op threads
@@ -99,12 +115,77 @@ def measure_speed(
     old_threads = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        for _ in range(warmup):
-            _time(model, single[:2])
-            _time(model, full)
-        latency = statistics.median(_time(model, single) / len(single) for _ in range(runs))
-        per_batch = statistics.median(_time(model, full) for _ in range(runs))
+        with torch.inference_mode():
+            median = median_seconds({"latency": lambda: [model(**b) for b in single],
+                                     "throughput": lambda: model(**full[0])}, warmup, runs)
     finally:
         torch.set_num_threads(old_threads)
-    return Speed(latency_ms=1000 * latency, throughput=batch_size / per_batch, batch_size=batch_size,
-                 seq_length=seq_length, threads=threads)
+    return Speed(latency_ms=1000 * median["latency"] / len(single), throughput=batch_size / median["throughput"],
+                 batch_size=batch_size, seq_length=seq_length, threads=threads)
+
+
+# --------------------------------------------------------------------------------------- encoders
+@torch.inference_mode()
+def measure_throughput(
+    models: Mapping[str, nn.Module],
+    *,
+    batch_size: int = 32,
+    seq_len: int = 128,
+    warmup: int = 2,
+    runs: int = 5,
+    seed: int = 0,
+) -> dict[str, dict[str, float]]:
+    """Inference throughput of several encoders' forward passes on CPU (pass ``model.base_model`` to time the
+    encoder that downstream tasks use, without the pre-training heads).
+
+    Runs ``model(input_ids, attention_mask, token_type_ids)`` on one fixed random batch ``(batch_size, seq_len)``
+    of int64 ids (full attention), in eval mode, timed with :func:`median_seconds`.
+
+    Returns:
+        Per name ``{"sequences_per_second": batch_size / median seconds, "median_seconds", "runs", "batch_size",
+        "seq_len"}`` (wall-clock: write only to ``*-timing.json``).
+
+    Raises:
+        ValueError: ``runs`` < 1 or ``warmup`` < 0.
+    """
+    modes = {name: m.training for name, m in models.items()}
+    gen = torch.Generator().manual_seed(seed)
+    vocab = min(m.config.vocab_size for m in models.values())
+    input_ids = torch.randint(1000 if vocab > 2000 else 1, vocab, (batch_size, seq_len), generator=gen)
+    batch = {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids),
+             "token_type_ids": torch.zeros_like(input_ids)}
+    for m in models.values():
+        m.eval()
+    try:
+        median = median_seconds({name: (lambda m=m: m(**batch)) for name, m in models.items()}, warmup, runs)
+    finally:
+        for name, m in models.items():
+            m.train(modes[name])
+    return {name: {"sequences_per_second": batch_size / median[name], "median_seconds": median[name], "runs": runs,
+                   "batch_size": batch_size, "seq_len": seq_len} for name in models}
+
+
+# ------------------------------------------------------------------------------------------- peak
+def measure_matmul_flops(device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32,
+                         size: int = 1024, seconds: float = 1.0) -> float:
+    """Measured peak matmul throughput (FLOP/s) of ``size x size`` products in ``dtype`` on ``device``.
+
+    The denominator of model FLOPs utilisation (MFU, Chowdhery et al. 2022, Appendix B) on machines whose
+    datasheet peak is unknown or unreachable (CPUs).
+    """
+    device = torch.device(device)
+    a = torch.randn(size, size, device=device).to(dtype)
+    b = torch.randn(size, size, device=device).to(dtype)
+    for _ in range(3):
+        a @ b
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    n, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        a @ b
+        n += 1
+        if device.type == "cuda" and n % 10 == 0:
+            torch.cuda.synchronize()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    return 2.0 * size**3 * n / (time.perf_counter() - t0)

@@ -1,50 +1,28 @@
-"""BERT shapes, config building and the pre-training model with the masked-position MLM decoder.
+"""BERT configs from the named sizes (:mod:`bert_pipeline.model.sizes`), building, loading and saving models,
+counting their parameters and their training FLOPs.
 
-Reused by ``pretrain``, ``distill`` and ``finetune``. Everything here takes plain arguments (no params objects).
+Reused by pre-training, distillation and fine-tuning. Everything here takes plain arguments (no params objects).
 
-- :data:`SIZES`: the published shapes by name: ``tiny`` (L=2, H=128), ``mini`` (4/256), ``small`` (4/512),
-  ``medium`` (8/512) from Turc et al. 2019 ("Well-Read Students Learn Better", Table 1 / the released 24 BERT
-  miniatures, A = H/64, FFN = 4H); ``base`` (12/768, A=12, 110M) and ``large`` (24/1024, A=16, 340M) from
-  Devlin et al. 2019, §3.
 - :func:`build_config`: a ``BertConfig`` from a size name, the tokenizer's ``vocab_size`` and field overrides,
   with one-line :class:`ModelConfigError` messages for the mistakes users make.
-- :class:`MaskedPositionPretrainer`: wraps a stock ``BertForPreTraining`` / ``BertForMaskedLM`` and computes the
-  same loss as the stock forward, but applies the MLM decoder (transform + vocabulary projection) only to the
-  masked positions. The wrapped model is saved with ``save_pretrained`` as the standard class, so
-  ``AutoModelForPreTraining`` / ``AutoModelForMaskedLM`` load it.
+- :func:`new_pretraining_model`, :func:`load_pretraining_model`, :func:`save_model`: the stock
+  ``BertForPreTraining`` / ``BertForMaskedLM`` classes, so ``AutoModelFor*`` load what is saved.
+- :func:`count_parameters`: the one parameter count (tied weights once) every report uses.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
-from torch.nn import functional as F
 from transformers import BertConfig, BertForMaskedLM, BertForPreTraining, PreTrainedModel
 
+from bert_pipeline.model.sizes import SIZES
+
 log = logging.getLogger(__name__)
-
-IGNORE_INDEX = -100
-"""Label value of positions without an MLM prediction (Hugging Face convention)."""
-
-SIZES: dict[str, dict[str, int]] = {
-    # Turc et al. 2019 (BERT miniatures): heads = H / 64, intermediate = 4 H.
-    "tiny": {"num_hidden_layers": 2, "hidden_size": 128, "num_attention_heads": 2, "intermediate_size": 512},
-    "mini": {"num_hidden_layers": 4, "hidden_size": 256, "num_attention_heads": 4, "intermediate_size": 1024},
-    "small": {"num_hidden_layers": 4, "hidden_size": 512, "num_attention_heads": 8, "intermediate_size": 2048},
-    "medium": {"num_hidden_layers": 8, "hidden_size": 512, "num_attention_heads": 8, "intermediate_size": 2048},
-    # Devlin et al. 2019, §3: BERT-Base (110M) and BERT-Large (340M).
-    "base": {"num_hidden_layers": 12, "hidden_size": 768, "num_attention_heads": 12, "intermediate_size": 3072},
-    "large": {"num_hidden_layers": 24, "hidden_size": 1024, "num_attention_heads": 16, "intermediate_size": 4096},
-}
-
-PAIR_LABEL_KEYS = ("next_sentence_label", "sentence_order_label")
-"""Batch keys of the sentence-pair label: NSP (Devlin et al. 2019) or SOP (Lan et al. 2020)."""
-
 
 class ModelConfigError(ValueError):
     """A model shape or start point that cannot work. ``str(err)`` is one line naming the key."""
@@ -156,86 +134,6 @@ def load_pretraining_model(folder: str | Path, with_pair_head: bool, seed: int) 
     return model
 
 
-@dataclass
-class PretrainOutput:
-    """Losses and counts of one pre-training forward pass (all tensors are 0-d).
-
-    ``loss`` = ``mlm_loss`` + ``pair_loss`` (the sum BERT optimises, Devlin et al. 2019 Appendix A.2);
-    ``mlm_loss`` is the mean cross-entropy (nats) over predicted positions; ``*_correct``/``*_count`` let
-    evaluation aggregate exact token-weighted accuracies across batches.
-    """
-
-    loss: torch.Tensor
-    mlm_loss: torch.Tensor
-    mlm_correct: torch.Tensor
-    mlm_count: torch.Tensor
-    pair_loss: torch.Tensor | None = None
-    pair_correct: torch.Tensor | None = None
-    pair_count: torch.Tensor | None = None
-
-
-class MaskedPositionPretrainer(nn.Module):
-    """A stock BERT pre-training model whose MLM decoder runs only on the predicted positions.
-
-    BERT predicts about 15% of the tokens (Devlin et al. 2019, §3.1), yet ``BertForPreTraining.forward``
-    projects every position to the vocabulary: with a small model and an 8k vocabulary that
-    ``(batch, seq_len, vocab)`` projection costs as much as the encoder. Here the encoder output is gathered at
-    the positions whose label is not -100, ``(n_predicted, hidden)``, before the head's transform and
-    projection, as NVIDIA's and Google's reference implementations do (``masked_lm_positions``). The loss is the
-    same as the stock forward's (mean cross-entropy over predicted positions, plus the pair loss).
-
-    Args:
-        model: a ``BertForPreTraining`` (MLM + NSP/SOP head) or ``BertForMaskedLM`` (MLM only).
-    """
-
-    def __init__(self, model: PreTrainedModel):
-        super().__init__()
-        if not isinstance(model, (BertForPreTraining, BertForMaskedLM)):
-            raise TypeError(f"expected BertForPreTraining or BertForMaskedLM, got {type(model).__name__}")
-        self.model = model
-        self.has_pair_head = isinstance(model, BertForPreTraining)
-
-    def forward(
-        self,
-        input_ids: torch.Tensor,
-        labels: torch.Tensor,
-        attention_mask: torch.Tensor | None = None,
-        token_type_ids: torch.Tensor | None = None,
-        next_sentence_label: torch.Tensor | None = None,
-        sentence_order_label: torch.Tensor | None = None,
-    ) -> PretrainOutput:
-        """Compute the pre-training loss.
-
-        Args:
-            input_ids, attention_mask, token_type_ids: ``(batch, seq_len)`` int64.
-            labels: ``(batch, seq_len)`` int64, the original token id at predicted positions, -100 elsewhere.
-            next_sentence_label / sentence_order_label: ``(batch,)`` int64 in {0, 1}; used when the model has
-                the pair head (at most one of them is given).
-        """
-        model = self.model
-        outputs = model.bert(
-            input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, return_dict=True
-        )
-        sequence_output = outputs.last_hidden_state
-        predicted = labels != IGNORE_INDEX  # (batch, seq_len) bool
-        hidden = sequence_output[predicted]  # (n_predicted, hidden): gather before the vocabulary projection
-        targets = labels[predicted]  # (n_predicted,)
-        heads = model.cls
-        logits = heads.predictions(hidden).float()  # (n_predicted, vocab)
-        mlm_loss = F.cross_entropy(logits, targets)
-        mlm_correct = (logits.argmax(-1) == targets).sum()
-        mlm_count = torch.tensor(targets.numel(), device=targets.device)
-        out = PretrainOutput(loss=mlm_loss, mlm_loss=mlm_loss, mlm_correct=mlm_correct, mlm_count=mlm_count)
-        pair_label = next_sentence_label if next_sentence_label is not None else sentence_order_label
-        if self.has_pair_head and pair_label is not None:
-            pair_logits = heads.seq_relationship(outputs.pooler_output).float()  # (batch, 2)
-            out.pair_loss = F.cross_entropy(pair_logits, pair_label.view(-1))
-            out.pair_correct = (pair_logits.argmax(-1) == pair_label.view(-1)).sum()
-            out.pair_count = torch.tensor(pair_label.numel(), device=pair_label.device)
-            out.loss = mlm_loss + out.pair_loss
-        return out
-
-
 def save_model(model: PreTrainedModel, folder: str | Path, tokenizer=None) -> None:
     """``save_pretrained`` (safetensors) of the standard class with the tokenizer beside it.
 
@@ -249,7 +147,8 @@ def save_model(model: PreTrainedModel, folder: str | Path, tokenizer=None) -> No
 
 
 def count_parameters(model: nn.Module, exclude_embeddings: bool = False) -> int:
-    """Number of distinct parameters (tied weights counted once); optionally without embedding tables."""
+    """Number of distinct parameters (tied weights, such as BERT's MLM decoder and word embeddings, counted once);
+    optionally without the embedding tables. Pass ``model.base_model`` to count the encoder without a task head."""
     seen: set[int] = set()
     total = 0
     for name, p in model.named_parameters():

@@ -8,20 +8,23 @@ Three pieces, each usable on its own:
   that loads with ``AutoModelForMaskedLM`` and ``AutoModelForSequenceClassification``.
 * :func:`distillation_loss`: the triple loss of Sanh et al. 2019, §2-3, on the MLM positions:
   ``alpha_ce * KL(softmax(t/T) || softmax(s/T)) * T^2 + alpha_mlm * CE(s, labels) + alpha_cos * (1 - cos(h_s, h_t))``.
-* :func:`measure_throughput`: inference sequences per second on CPU (median of several timed runs after warm-up).
+* :func:`load_teacher`: a pre-trained teacher folder as the stock class its config names.
 """
 
 from __future__ import annotations
 
 import copy
 import logging
-import statistics
-import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from bert_pipeline.data.masking import IGNORE_INDEX
+from bert_pipeline.errors import PipelineError
+from bert_pipeline.model.objectives import masked_lm_forward
 
 log = logging.getLogger(__name__)
 
@@ -102,11 +105,6 @@ def build_student(teacher: nn.Module, student_layers: int) -> tuple[nn.Module, l
     return student, mapping
 
 
-def count_parameters(model: nn.Module) -> int:
-    """Number of distinct parameters (tied weights, such as BERT's MLM decoder and word embeddings, count once)."""
-    return sum(p.numel() for p in model.parameters())  # parameters() yields a shared tensor once
-
-
 # ------------------------------------------------------------------------------------------------- losses
 def kl_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor, temperature: float) -> torch.Tensor:
     """Soft-target loss ``KL(softmax(t/T) || softmax(s/T)) * T^2`` averaged over positions (Hinton et al. 2015, §2;
@@ -131,7 +129,7 @@ def mlm_loss(student_logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor
         student_logits: ``(n_positions, vocab_size)`` float logits.
         labels: ``(n_positions,)`` int64 original token ids (positions whose label is -100 are ignored).
     """
-    return F.cross_entropy(student_logits.float(), labels, ignore_index=-100)
+    return F.cross_entropy(student_logits.float(), labels, ignore_index=IGNORE_INDEX)
 
 
 def cosine_loss(student_hidden: torch.Tensor, teacher_hidden: torch.Tensor) -> torch.Tensor:
@@ -195,10 +193,6 @@ def distillation_loss(
 
 
 # ------------------------------------------------------------------------------------------------- model
-IGNORE_INDEX = -100
-"""Label of positions without an MLM prediction (Hugging Face convention)."""
-
-
 @dataclass
 class DistillOutput:
     """One distillation forward pass (0-d tensors). ``loss`` is the weighted triple loss that is optimised;
@@ -214,27 +208,6 @@ class DistillOutput:
     pair_loss: torch.Tensor | None = None  # no NSP/SOP objective in distillation (Sanh et al. 2019, §3)
     pair_correct: torch.Tensor | None = None
     pair_count: torch.Tensor | None = None
-
-
-def masked_position_forward(model: nn.Module, input_ids: torch.Tensor, labels: torch.Tensor,
-                            attention_mask: torch.Tensor | None = None,
-                            token_type_ids: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Encoder on every token, MLM head only on the predicted positions (as ``masked_lm_positions`` in Google's
-    BERT code).
-
-    Args:
-        model: a ``BertForPreTraining`` / ``BertForMaskedLM`` (``.bert`` encoder and ``.cls.predictions`` head).
-        input_ids, labels, attention_mask, token_type_ids: ``(batch, seq_len)`` int64; labels -100 where nothing is
-            predicted.
-
-    Returns:
-        ``(logits, last_hidden)``: ``(n_predicted, vocab_size)`` float32 logits in row-major order of the predicted
-        positions, and the ``(batch, seq_len, hidden_size)`` last hidden states.
-    """
-    hidden = model.bert(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
-                        return_dict=True).last_hidden_state
-    logits = model.cls.predictions(hidden[labels != IGNORE_INDEX]).float()
-    return logits, hidden
 
 
 class DistillationModel(nn.Module):
@@ -282,16 +255,15 @@ class DistillationModel(nn.Module):
         if next(teacher.parameters()).device != input_ids.device:
             teacher.to(input_ids.device)
         with torch.no_grad():
-            t_logits, t_hidden = masked_position_forward(teacher, input_ids, labels, attention_mask, token_type_ids)
-        s_logits, s_hidden = masked_position_forward(self.student, input_ids, labels, attention_mask,
-                                                     token_type_ids)
+            t_logits, t_out, _ = masked_lm_forward(teacher, input_ids, labels, attention_mask, token_type_ids)
+        s_logits, s_out, targets = masked_lm_forward(self.student, input_ids, labels, attention_mask, token_type_ids)
+        t_hidden, s_hidden = t_out.last_hidden_state, s_out.last_hidden_state
         if self.cos_positions == "masked":
             keep = labels != IGNORE_INDEX
         elif attention_mask is not None:
             keep = attention_mask.bool()
         else:
             keep = torch.ones_like(input_ids, dtype=torch.bool)
-        targets = labels[labels != IGNORE_INDEX]
         out = distillation_loss(s_logits, t_logits, targets, s_hidden[keep], t_hidden[keep], **self.loss_kwargs)
         correct = (s_logits.detach().argmax(-1) == targets).sum()
         count = torch.tensor(targets.numel(), device=targets.device)
@@ -299,56 +271,20 @@ class DistillationModel(nn.Module):
                              mlm_correct=correct, mlm_count=count)
 
 
-# --------------------------------------------------------------------------------------------- throughput
-@torch.inference_mode()
-def measure_throughput(
-    models: nn.Module | dict[str, nn.Module],
-    *,
-    batch_size: int = 32,
-    seq_len: int = 128,
-    warmup: int = 2,
-    runs: int = 5,
-    seed: int = 0,
-) -> dict[str, float] | dict[str, dict[str, float]]:
-    """Inference throughput of models' forward passes on CPU (pass ``model.base_model`` to time the encoder that
-    downstream tasks use, without the pre-training heads).
-
-    Runs ``model(input_ids, attention_mask, token_type_ids)`` on one fixed random batch ``(batch_size, seq_len)`` of
-    int64 ids (full attention), ``warmup`` untimed then ``runs`` timed rounds, in eval mode. Several models (a
-    dict) are timed in turn within each round, so a shared machine's changing load affects them alike.
-
-    Returns:
-        For one model: ``{"sequences_per_second": batch_size / median seconds, "median_seconds", "runs",
-        "batch_size", "seq_len"}``; for a dict: that mapping per name (wall-clock: write only to ``*-timing.json``).
+def load_teacher(folder: Path) -> nn.Module:
+    """The teacher as the stock class its config names (``BertForPreTraining`` or ``BertForMaskedLM``), in eval mode.
 
     Raises:
-        ValueError: ``runs`` < 1 or ``warmup`` < 0.
+        PipelineError: no model in ``folder`` or not a BERT pre-training model.
     """
-    if runs < 1 or warmup < 0:
-        raise ValueError(f"runs: expected >= 1 and warmup >= 0, got runs={runs}, warmup={warmup}")
-    named = models if isinstance(models, dict) else {"model": models}
-    modes = {name: m.training for name, m in named.items()}
-    gen = torch.Generator().manual_seed(seed)
-    vocab = min(m.config.vocab_size for m in named.values())
-    input_ids = torch.randint(1000 if vocab > 2000 else 1, vocab, (batch_size, seq_len), generator=gen)
-    batch = {
-        "input_ids": input_ids,
-        "attention_mask": torch.ones_like(input_ids),
-        "token_type_ids": torch.zeros_like(input_ids),
-    }
-    seconds: dict[str, list[float]] = {name: [] for name in named}
-    for m in named.values():
-        m.eval()
-    for round_index in range(warmup + runs):
-        for name, m in named.items():
-            start = time.perf_counter()
-            m(**batch)
-            if round_index >= warmup:
-                seconds[name].append(time.perf_counter() - start)
-    out = {}
-    for name, m in named.items():
-        m.train(modes[name])
-        median = statistics.median(seconds[name])
-        out[name] = {"sequences_per_second": batch_size / median, "median_seconds": median, "runs": runs,
-                     "batch_size": batch_size, "seq_len": seq_len}
-    return out if isinstance(models, dict) else out["model"]
+    from transformers import AutoConfig, BertForMaskedLM, BertForPreTraining
+
+    if not (folder / "config.json").is_file():
+        raise PipelineError(f"{folder}: no config.json: expected the pretrain stage's model (run `dvc repro pretrain`)")
+    config = AutoConfig.from_pretrained(str(folder))
+    classes = {"BertForPreTraining": BertForPreTraining, "BertForMaskedLM": BertForMaskedLM}
+    arch = (config.architectures or ["BertForPreTraining"])[0]
+    if config.model_type != "bert" or arch not in classes:
+        raise PipelineError(f"{folder}: expected a BertForPreTraining or BertForMaskedLM teacher, got {arch}")
+    teacher = classes[arch].from_pretrained(str(folder), attn_implementation="sdpa")
+    return teacher.eval()

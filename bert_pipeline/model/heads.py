@@ -16,9 +16,9 @@ import torch
 from transformers import AutoModelForSequenceClassification, BertForSequenceClassification
 from transformers.modeling_outputs import SequenceClassifierOutput
 
-log = logging.getLogger(__name__)
+from bert_pipeline.data.masking import IGNORE_INDEX
 
-IGNORE_INDEX = -100
+log = logging.getLogger(__name__)
 
 
 # ------------------------------------------------------------------------------------------------- NER

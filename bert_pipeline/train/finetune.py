@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import logging
 import math
-import time
 from collections.abc import Callable, Sequence
-from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,7 +24,6 @@ from transformers import (
     AutoConfig,
     AutoModelForQuestionAnswering,
     AutoModelForTokenClassification,
-    BertConfig,
     DataCollatorForTokenClassification,
     DataCollatorWithPadding,
     get_linear_schedule_with_warmup,
@@ -34,15 +31,13 @@ from transformers import (
 
 from bert_pipeline.evaluation import metrics as M
 from bert_pipeline.model import heads as H
+from bert_pipeline.model.configs import build_config
+from bert_pipeline.train.optim import make_optimizer
+from bert_pipeline.train.precision import autocast_for, resolve_precision
 
 log = logging.getLogger(__name__)
 
 MODEL_KEYS = ("input_ids", "attention_mask", "token_type_ids", "labels", "start_positions", "end_positions")
-
-# Turc et al. 2019 (BERT miniatures, heads = H/64, FFN = 4H); base/large from Devlin et al. 2019, §3.
-SIZES: dict[str, tuple[int, int]] = {"tiny": (2, 128), "mini": (4, 256), "small": (4, 512), "medium": (8, 512),
-                                     "base": (12, 768), "large": (24, 1024)}
-
 
 class FinetuneError(RuntimeError):
     """An expected fine-tuning failure; ``str(err)`` is one line naming the file or key."""
@@ -105,16 +100,11 @@ def subsample(ds: Dataset, n: int | None, seed: int) -> Dataset:
 
 # ------------------------------------------------------------------------------------------------ models
 def device_and_autocast(precision: str) -> tuple[torch.device, Callable[[], Any]]:
-    """The device (CUDA when present) and an autocast context factory for ``precision``.
-
-    ``auto`` = bf16 on a GPU that supports it, else fp32 (CPUs here have no bf16 units: autocast is slower).
-    """
+    """The device (CUDA when present) and an autocast context factory for ``precision``
+    (:func:`bert_pipeline.train.precision.resolve_precision`; ``auto`` never picks fp16 here: this loop does not
+    scale the loss)."""
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if precision == "auto":
-        precision = "bf16" if device.type == "cuda" and torch.cuda.is_bf16_supported() else "fp32"
-    if precision == "bf16":
-        return device, lambda: torch.autocast(device.type, dtype=torch.bfloat16)
-    return device, nullcontext
+    return device, autocast_for(resolve_precision(precision, device.type, fp16_fallback=False), device)
 
 
 def build_model(
@@ -132,9 +122,9 @@ def build_model(
         label_kw = {"num_labels": len(label_names), "id2label": dict(enumerate(label_names)),
                     "label2id": {n: i for i, n in enumerate(label_names)}}
     if init == "random" and size is not None:
-        layers, hidden = SIZES[size]
-        config = BertConfig(vocab_size=vocab_size, hidden_size=hidden, num_hidden_layers=layers,
-                            num_attention_heads=hidden // 64, intermediate_size=4 * hidden, **label_kw)
+        config = build_config(size, vocab_size, key="finetune.models")
+        for key, value in label_kw.items():
+            setattr(config, key, value)
     else:
         config = AutoConfig.from_pretrained(path, **label_kw)
     if kind == "classification":
@@ -253,16 +243,6 @@ def make_evaluator(kind: str, tokenizer, ds: Dataset, task: dict[str, Any], labe
 
 
 # ------------------------------------------------------------------------------------------------ the loop
-def parameter_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[str, Any]]:
-    """AdamW groups: decay on weight matrices, none on biases and LayerNorm weights."""
-    decay, no_decay = [], []
-    for name, p in model.named_parameters():
-        if not p.requires_grad:
-            continue
-        (no_decay if name.endswith("bias") or "LayerNorm" in name or "layer_norm" in name else decay).append(p)
-    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-
-
 def fit(
     model, features: list[dict[str, list[int]]], collate, s: TrainSettings, evaluate: Callable[[Any], dict[str, float]],
     main_metric: str, on_eval: Callable[[int, dict[str, float]], None] | None = None,
@@ -284,7 +264,7 @@ def fit(
     model.to(device)
     steps_per_epoch = math.ceil(len(features) / s.batch_size)
     total = steps_per_epoch * s.epochs
-    opt = torch.optim.AdamW(parameter_groups(model, s.weight_decay), lr=s.learning_rate, foreach=True)
+    opt = make_optimizer(model, "adamw", s.learning_rate, s.weight_decay, eps=1e-8, foreach=True)
     sched = get_linear_schedule_with_warmup(opt, int(s.warmup_ratio * total), total)
     checks = {max(1, round(steps_per_epoch * (k + 1) / s.evals_per_epoch)) for k in range(s.evals_per_epoch)}
     lengths = [len(f["input_ids"]) for f in features]
@@ -338,9 +318,127 @@ def fit(
     return FitResult(best_validation=best_metrics, best_step=best_step, steps=step, history=history)
 
 
-def timed(fn: Callable[[], Any]) -> tuple[Any, float, float]:
-    """``(fn(), wall seconds, process CPU seconds)`` (for timing files only). On a shared machine the CPU
-    seconds divided by the thread count estimate the wall time on idle cores."""
-    t0, c0 = time.perf_counter(), time.process_time()
-    out = fn()
-    return out, time.perf_counter() - t0, time.process_time() - c0
+# ------------------------------------------------------------------------------------------ one combination
+@dataclass(frozen=True)
+class MemberSpec:
+    """One family member to fine-tune: its folder (or hub name) ``path``; ``init`` ``pretrained`` (its weights)
+    or ``random`` (its architecture and tokenizer only, or the named ``size``); learning rate, pooling, and the
+    epochs caps that override the task's (``None``: no override)."""
+
+    path: str
+    init: str
+    size: str | None
+    learning_rate: float
+    pooling: str
+    epochs: int | None
+    low_resource_epochs: int | None
+
+
+@dataclass
+class FinetuneOutcome:
+    """What :func:`finetune_task` produced: the metrics record (quality only, byte-identical on CPU), the timing
+    record (wall and CPU seconds), and the first seed's model with its tokenizer (what the stage saves)."""
+
+    metrics: dict[str, Any]
+    timing: dict[str, Any]
+    model: Any
+    tokenizer: Any
+
+
+def summarize_seeds(per_seed: list[dict[str, float]]) -> dict[str, dict[str, Any]]:
+    """``{metric: {"mean", "seeds": [...]}}`` rounded to 6 decimals."""
+    out = {}
+    for key in sorted(per_seed[0]):
+        vals = [round(float(m[key]), 6) for m in per_seed]
+        out[key] = {"mean": round(sum(vals) / len(vals), 6), "seeds": vals}
+    return out
+
+
+def finetune_task(
+    task_dir: Path, member: MemberSpec, task: dict[str, Any], *, seeds: Sequence[int], data_seed: int,
+    precision: str, warmup_ratio: float, weight_decay: float, max_grad_norm: float, early_stopping_patience: int,
+    evals_per_epoch: int, eval_batch_size: int, low_resource_train_examples: int | None,
+    low_resource_epochs: int | None, on_eval: Callable[[str, int, dict[str, float]], None] | None = None,
+) -> FinetuneOutcome:
+    """Fine-tune ``member`` on the task in ``task_dir`` once per seed, with early stopping on the validation metric
+    (Devlin et al. 2019, §4 and A.3), and score the best weights on the test split; with
+    ``low_resource_train_examples``, again on that many labelled examples.
+
+    Args:
+        task_dir: a task folder (``DatasetDict`` + ``task.json``, :func:`load_task`).
+        task: the task's knobs (``max_*_examples``, ``max_length``, ``epochs``, ``batch_size``, QA's
+            ``doc_stride``, ``n_best``, ``max_answer_length``).
+        seeds: one run per seed; ``data_seed`` draws the ``max_*_examples`` subsets (:func:`subsample`).
+        low_resource_train_examples: ``None`` skips the low-resource runs; ``low_resource_epochs`` caps their
+            epochs (``member.low_resource_epochs`` wins, then this, then the full run's).
+        on_eval: called with ``(prefix, step, entry)`` at each validation check (``prefix`` e.g. ``seed42/``).
+
+    Raises:
+        FinetuneError: a missing task folder or split, or a non-finite loss.
+        PipelineError: the member's tokenizer cannot be loaded.
+    """
+    from bert_pipeline.data.tokenizer import load_tokenizer
+    from bert_pipeline.evaluation.speed import timed
+
+    dd, info = load_task(task_dir)
+    kind, label_names, main = info["kind"], info.get("label_names"), info["main_metric"]
+    tokenizer = load_tokenizer(member.path)
+    device, autocast = device_and_autocast(precision)
+    train = subsample(dd["train"], task["max_train_examples"], data_seed)
+    features = encode_train(kind, tokenizer, train, task)
+    heldout = {"validation": subsample(dd["validation"], task["max_validation_examples"], data_seed),
+               "test": subsample(dd["test"], task["max_test_examples"], data_seed)}
+    evaluators = {s: make_evaluator(kind, tokenizer, d, task, label_names, eval_batch_size, device, autocast)
+                  for s, d in heldout.items()}
+    collate = collator(kind, tokenizer)
+    log.info("%s on %s (%s): %d train examples (%d features), %d validation, %d test, seeds %s", member.path,
+             task_dir.name, kind, len(train), len(features), len(heldout["validation"]), len(heldout["test"]), seeds)
+
+    def one_run(seed: int, feats: list[dict[str, Any]], epochs: int, prefix: str = ""):
+        model = build_model(kind, member.path, member.init, member.size, member.pooling, label_names,
+                            len(tokenizer), seed)
+        settings = TrainSettings(
+            learning_rate=member.learning_rate, epochs=epochs, batch_size=task["batch_size"],
+            warmup_ratio=warmup_ratio, weight_decay=weight_decay, max_grad_norm=max_grad_norm,
+            patience=early_stopping_patience, evals_per_epoch=evals_per_epoch, eval_batch_size=eval_batch_size,
+            precision=precision, seed=seed)
+        report = (lambda step, entry: on_eval(f"{prefix}seed{seed}/", step, entry)) if on_eval else None
+        result = fit(model, feats, collate, settings, evaluators["validation"], main, report)
+        return model, result, evaluators["test"](model)
+
+    epochs = member.epochs or task["epochs"]
+    timing: dict[str, list[float]] = {key: [] for key in ("train_seconds", "train_cpu_seconds",
+                                                           "low_resource_train_seconds",
+                                                           "low_resource_train_cpu_seconds")}
+    validation, test, history, saved = [], [], [], None
+    for seed in seeds:
+        (model, result, test_metrics), wall, cpu = timed(lambda seed=seed: one_run(seed, features, epochs))
+        timing["train_seconds"].append(round(wall, 2))
+        timing["train_cpu_seconds"].append(round(cpu, 2))
+        validation.append(result.best_validation)
+        test.append(test_metrics)
+        history.append({"seed": seed, "best_step": result.best_step, "steps": result.steps, "history": result.history})
+        log.info("seed %d: test %s %.4f (%.0f s)", seed, main, test_metrics[main], wall)
+        saved = saved if saved is not None else model
+    low: dict[str, Any] | None = None
+    if low_resource_train_examples is not None:
+        n = min(low_resource_train_examples, len(dd["train"]))
+        small = encode_train(kind, tokenizer, subsample(dd["train"], n, data_seed), task)
+        low_test, low_epochs = [], member.low_resource_epochs or low_resource_epochs or epochs
+        for seed in seeds:
+            (_, _, test_metrics), wall, cpu = timed(lambda seed=seed: one_run(seed, small, low_epochs, "low_resource/"))
+            timing["low_resource_train_seconds"].append(round(wall, 2))
+            timing["low_resource_train_cpu_seconds"].append(round(cpu, 2))
+            low_test.append(test_metrics)
+            log.info("seed %d, %d examples: test %s %.4f", seed, n, main, test_metrics[main])
+        low = {"train_examples": n, "epochs": low_epochs, "test": summarize_seeds(low_test)}
+    metrics = {
+        "kind": kind, "main_metric": main, "silver": bool(info.get("silver")), "model_path": member.path,
+        "init": member.init, "seeds": list(seeds), "epochs": epochs, "train_examples": len(train),
+        "validation_examples": len(heldout["validation"]), "test_examples": len(heldout["test"]),
+        "test": summarize_seeds(test), "validation": summarize_seeds(validation), "low_resource": low, "runs": history,
+    }
+    timing_record = {"device": str(device), "threads": torch.get_num_threads(),
+                     "total_seconds": round(sum(timing["train_seconds"]) + sum(timing["low_resource_train_seconds"]), 2),
+                     **timing}
+    return FinetuneOutcome(metrics, timing_record, saved, tokenizer)

@@ -1,11 +1,11 @@
-"""The training loop shared by pre-training (and reusable by distillation): resumable, accelerate-driven.
+"""The training loop shared by pre-training and distillation: resumable, accelerate-driven.
 
 One code path for one CPU, one GPU, or several GPUs under ``accelerate launch`` / ``torchrun`` (DDP, or FSDP
 through an accelerate config): :class:`accelerate.Accelerator` owns devices, process groups, mixed precision
 and gradient scaling; this module owns the recipe (Devlin et al. 2019, Appendix A.2):
 
 - AdamW (Loshchilov & Hutter 2019) with weight decay on matrices only (no decay on biases and LayerNorm), or
-  LAMB (You et al. 2020) for large batches (:class:`Lamb`);
+  LAMB (You et al. 2020) for large batches (:mod:`bert_pipeline.train.optim`);
 - linear warmup then linear decay to 0 over ``max_steps`` (``transformers.get_linear_schedule_with_warmup``);
 - gradient accumulation, clipping of the global gradient norm;
 - a non-finite loss or gradient skips the update and is counted; more than ``max_bad_steps`` is an error;
@@ -33,104 +33,15 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
+from bert_pipeline.data.masking import IGNORE_INDEX
 from bert_pipeline.train.checkpoint import CheckpointManager, rng_state, set_rng_state
+from bert_pipeline.train.optim import make_optimizer
 
 log = logging.getLogger(__name__)
 
 
 class TrainingError(RuntimeError):
     """Training cannot continue (too many non-finite steps, empty data). ``str(err)`` is one line."""
-
-
-# ------------------------------------------------------------------------------------------- optimizers
-class Lamb(torch.optim.Optimizer):
-    """LAMB: layer-wise adaptive moments for large-batch training (You et al. 2020, Algorithm 2).
-
-    Per parameter tensor: Adam moments ``m``, ``v`` with bias correction, update
-    ``r = m_hat / (sqrt(v_hat) + eps) + weight_decay * w``, trust ratio ``phi(||w||) / ||r||`` with
-    ``phi`` = identity (1 when either norm is 0), ``w <- w - lr * trust * r``. As in the reference TensorFlow
-    implementation, groups with ``adapt=False`` (biases and LayerNorm, which also get no weight decay) use a trust
-    ratio of 1. Neither ``torch.optim`` nor ``transformers`` ships LAMB, and ``torch-optimizer`` is
-    unmaintained, so this is a small local implementation.
-
-    Args:
-        params: parameters or groups (a group may set ``weight_decay`` and ``adapt``).
-        lr: learning rate; betas: moment decay rates; eps: denominator term; weight_decay: decoupled decay.
-    """
-
-    def __init__(self, params, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-6,
-                 weight_decay: float = 0.01):
-        if lr <= 0 or not 0 <= betas[0] < 1 or not 0 <= betas[1] < 1 or eps <= 0:
-            raise ValueError(f"invalid LAMB hyper-parameters lr={lr} betas={betas} eps={eps}")
-        super().__init__(params, {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay,
-                                  "adapt": True})
-
-    @torch.no_grad()
-    def step(self, closure: Callable[[], float] | None = None):
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
-        for group in self.param_groups:
-            beta1, beta2 = group["betas"]
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                grad = p.grad.float()
-                state = self.state[p]
-                if not state:
-                    state["step"] = torch.zeros((), dtype=torch.float32)
-                    state["exp_avg"] = torch.zeros_like(p, dtype=torch.float32)
-                    state["exp_avg_sq"] = torch.zeros_like(p, dtype=torch.float32)
-                state["step"] += 1
-                step = float(state["step"])
-                m, v = state["exp_avg"], state["exp_avg_sq"]
-                m.mul_(beta1).add_(grad, alpha=1 - beta1)
-                v.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
-                m_hat = m / (1 - beta1**step)
-                v_hat = v / (1 - beta2**step)
-                update = m_hat / (v_hat.sqrt() + group["eps"])
-                weight = p.float()
-                if group["weight_decay"]:
-                    update.add_(weight, alpha=group["weight_decay"])
-                trust = 1.0
-                if group.get("adapt", True):
-                    w_norm, u_norm = weight.norm(), update.norm()
-                    if w_norm > 0 and u_norm > 0:
-                        trust = float(w_norm / u_norm)
-                p.add_((-group["lr"] * trust * update).to(p.dtype))
-        return loss
-
-
-def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
-    """Two groups: matrices (embeddings, projections) with ``weight_decay``; biases and LayerNorm (1-d) without.
-
-    The split of BERT's reference optimizer (``exclude_from_weight_decay=["LayerNorm", "bias"]``); the no-decay
-    group also has ``adapt=False`` for :class:`Lamb`. Tied parameters appear once.
-    """
-    decay, no_decay, seen = [], [], set()
-    for _, p in model.named_parameters():
-        if not p.requires_grad or id(p) in seen:
-            continue
-        seen.add(id(p))
-        (decay if p.ndim >= 2 else no_decay).append(p)
-    return [
-        {"params": decay, "weight_decay": weight_decay, "adapt": True},
-        {"params": no_decay, "weight_decay": 0.0, "adapt": False},
-    ]
-
-
-def make_optimizer(model: nn.Module, name: str, lr: float, weight_decay: float = 0.01,
-                   betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-6) -> torch.optim.Optimizer:
-    """``adamw`` (``torch.optim.AdamW``) or ``lamb`` (:class:`Lamb`) over :func:`parameter_groups`."""
-    groups = parameter_groups(model, weight_decay)
-    if name == "adamw":
-        for g in groups:
-            g.pop("adapt")
-        return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
-    if name == "lamb":
-        return Lamb(groups, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
-    raise ValueError(f"unknown optimizer {name!r}: expected adamw or lamb")
 
 
 # ---------------------------------------------------------------------------------------------- data
@@ -448,7 +359,7 @@ def train(
                 result.tokens += int(batch["attention_mask"].sum())
                 result.padded_tokens += batch["input_ids"].numel()
                 result.sequences += batch["input_ids"].shape[0]
-                npred = int((batch["labels"] != -100).sum())
+                npred = int((batch["labels"] != IGNORE_INDEX).sum())
                 result.predicted_tokens += npred
                 if flops_per_step is not None:
                     result.flops += flops_per_step(batch)
@@ -522,68 +433,3 @@ def train(
     progress.close()
     result.seconds = time.perf_counter() - t0
     return result
-
-
-# ---------------------------------------------------------------------------------------------- speed
-def measure_matmul_flops(device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32,
-                         size: int = 1024, seconds: float = 1.0) -> float:
-    """Measured peak matmul throughput (FLOP/s) of ``size x size`` products in ``dtype`` on ``device``.
-
-    The denominator of model FLOPs utilisation (MFU, Chowdhery et al. 2022, Appendix B) on machines whose
-    datasheet peak is unknown or unreachable (CPUs).
-    """
-    device = torch.device(device)
-    a = torch.randn(size, size, device=device).to(dtype)
-    b = torch.randn(size, size, device=device).to(dtype)
-    for _ in range(3):
-        a @ b
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    n, t0 = 0, time.perf_counter()
-    while time.perf_counter() - t0 < seconds:
-        a @ b
-        n += 1
-        if device.type == "cuda" and n % 10 == 0:
-            torch.cuda.synchronize()
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    return 2.0 * size**3 * n / (time.perf_counter() - t0)
-
-
-def cpu_has_fast_bf16() -> bool:
-    """Whether this CPU runs bf16 matmuls natively (AVX512-BF16 / AMX, as oneDNN reports it). Without them bf16
-    autocast is emulated and several times slower than fp32 (measured 7x on an AVX2 EPYC for a BERT-mini layer)."""
-    try:
-        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-    except (AttributeError, RuntimeError):
-        return False
-
-
-def make_accelerator(precision: str, cpu: bool | None = None):
-    """An ``accelerate.Accelerator`` for ``precision`` in ``auto | fp32 | bf16 | fp16``.
-
-    ``auto``: bf16 autocast on CPUs with native bf16 (:func:`cpu_has_fast_bf16`, else fp32) and on GPUs that support it
-    (fp16 with loss scaling on older GPUs). When not
-    launched by ``accelerate launch``/``torchrun``, any previous accelerate state is reset first, so a process
-    can build several (tests, benchmarks).
-    """
-    import os
-
-    from accelerate import Accelerator
-    from accelerate.state import AcceleratorState, GradientState, PartialState
-
-    if cpu is None:
-        cpu = not torch.cuda.is_available()
-    if precision == "auto":
-        if cpu:
-            precision = "bf16" if cpu_has_fast_bf16() else "fp32"
-        elif torch.cuda.is_bf16_supported():
-            precision = "bf16"
-        else:
-            precision = "fp16"
-    mixed = {"fp32": "no", "bf16": "bf16", "fp16": "fp16"}[precision]
-    if int(os.environ.get("WORLD_SIZE", "1")) == 1:
-        AcceleratorState._reset_state(reset_partial_state=True)
-        GradientState._reset_state()
-        PartialState._reset_state()
-    return Accelerator(mixed_precision=mixed, cpu=cpu)

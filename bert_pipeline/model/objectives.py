@@ -1,0 +1,119 @@
+"""BERT's pre-training objectives: MLM with the decoder on the masked positions only, plus NSP or SOP.
+
+- :func:`masked_lm_forward`: the encoder on every token and the MLM head (transform + vocabulary projection) only
+  on the positions that carry a label, as ``masked_lm_positions`` in Google's BERT code and NVIDIA's; the one
+  implementation that pre-training (:class:`MaskedPositionPretrainer`) and distillation
+  (:class:`bert_pipeline.model.distillation.DistillationModel`) share.
+- :class:`MaskedPositionPretrainer`: wraps a stock ``BertForPreTraining`` / ``BertForMaskedLM`` and computes the
+  same loss as the stock forward (Devlin et al. 2019, §3.1 and Appendix A.2). The wrapped model is saved with
+  ``save_pretrained`` as the standard class, so ``AutoModelForPreTraining`` / ``AutoModelForMaskedLM`` load it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+from transformers import BertForMaskedLM, BertForPreTraining, PreTrainedModel
+
+from bert_pipeline.data.masking import IGNORE_INDEX
+
+
+def masked_lm_forward(
+    model: PreTrainedModel,
+    input_ids: torch.Tensor,
+    labels: torch.Tensor,
+    attention_mask: torch.Tensor | None = None,
+    token_type_ids: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, Any, torch.Tensor]:
+    """MLM logits at the labelled positions only.
+
+    BERT predicts about 15% of the tokens (Devlin et al. 2019, §3.1), yet ``BertForPreTraining.forward`` projects
+    every position to the vocabulary: with a small model and an 8k vocabulary that ``(batch, seq_len, vocab)``
+    projection costs as much as the encoder. Here the encoder output is gathered at the positions whose label is
+    not ``IGNORE_INDEX`` before the head runs.
+
+    Args:
+        model: a ``BertForPreTraining`` / ``BertForMaskedLM`` (``.bert`` encoder, ``.cls.predictions`` head).
+        input_ids, labels, attention_mask, token_type_ids: ``(batch, seq_len)`` int64; ``labels`` holds the
+            original id where a prediction is made and ``IGNORE_INDEX`` (-100) elsewhere.
+
+    Returns:
+        ``(logits, outputs, targets)``: ``(n_predicted, vocab_size)`` float32 logits in row-major order of the
+        predicted positions, the encoder's outputs (``last_hidden_state`` ``(batch, seq_len, hidden)``,
+        ``pooler_output`` ``(batch, hidden)``), and the ``(n_predicted,)`` int64 target ids.
+    """
+    outputs = model.bert(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
+                         return_dict=True)
+    predicted = labels != IGNORE_INDEX  # (batch, seq_len) bool
+    logits = model.cls.predictions(outputs.last_hidden_state[predicted]).float()  # (n_predicted, vocab)
+    return logits, outputs, labels[predicted]
+
+
+@dataclass
+class PretrainOutput:
+    """Losses and counts of one pre-training forward pass (all tensors are 0-d).
+
+    ``loss`` = ``mlm_loss`` + ``pair_loss`` (the sum BERT optimises, Devlin et al. 2019 Appendix A.2);
+    ``mlm_loss`` is the mean cross-entropy (nats) over predicted positions; ``*_correct``/``*_count`` let
+    evaluation aggregate exact token-weighted accuracies across batches.
+    """
+
+    loss: torch.Tensor
+    mlm_loss: torch.Tensor
+    mlm_correct: torch.Tensor
+    mlm_count: torch.Tensor
+    pair_loss: torch.Tensor | None = None
+    pair_correct: torch.Tensor | None = None
+    pair_count: torch.Tensor | None = None
+
+
+class MaskedPositionPretrainer(nn.Module):
+    """A stock BERT pre-training model whose MLM decoder runs only on the predicted positions
+    (:func:`masked_lm_forward`). The loss is the stock forward's: mean cross-entropy over the predicted positions,
+    plus the pair (NSP/SOP) cross-entropy when the model has the pair head.
+
+    Args:
+        model: a ``BertForPreTraining`` (MLM + NSP/SOP head) or ``BertForMaskedLM`` (MLM only).
+    """
+
+    def __init__(self, model: PreTrainedModel):
+        super().__init__()
+        if not isinstance(model, (BertForPreTraining, BertForMaskedLM)):
+            raise TypeError(f"expected BertForPreTraining or BertForMaskedLM, got {type(model).__name__}")
+        self.model = model
+        self.has_pair_head = isinstance(model, BertForPreTraining)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        labels: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        next_sentence_label: torch.Tensor | None = None,
+        sentence_order_label: torch.Tensor | None = None,
+    ) -> PretrainOutput:
+        """Compute the pre-training loss.
+
+        Args:
+            input_ids, attention_mask, token_type_ids: ``(batch, seq_len)`` int64.
+            labels: ``(batch, seq_len)`` int64, the original token id at predicted positions, -100 elsewhere.
+            next_sentence_label / sentence_order_label: ``(batch,)`` int64 in {0, 1}; used when the model has
+                the pair head (at most one of them is given).
+        """
+        logits, outputs, targets = masked_lm_forward(self.model, input_ids, labels, attention_mask, token_type_ids)
+        mlm_loss = F.cross_entropy(logits, targets)
+        mlm_correct = (logits.argmax(-1) == targets).sum()
+        mlm_count = torch.tensor(targets.numel(), device=targets.device)
+        out = PretrainOutput(loss=mlm_loss, mlm_loss=mlm_loss, mlm_correct=mlm_correct, mlm_count=mlm_count)
+        pair_label = next_sentence_label if next_sentence_label is not None else sentence_order_label
+        if self.has_pair_head and pair_label is not None:
+            pair_logits = self.model.cls.seq_relationship(outputs.pooler_output).float()  # (batch, 2)
+            out.pair_loss = F.cross_entropy(pair_logits, pair_label.view(-1))
+            out.pair_correct = (pair_logits.argmax(-1) == pair_label.view(-1)).sum()
+            out.pair_count = torch.tensor(pair_label.numel(), device=pair_label.device)
+            out.loss = mlm_loss + out.pair_loss
+        return out

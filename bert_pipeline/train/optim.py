@@ -1,0 +1,112 @@
+"""Optimizers of the recipe: AdamW with weight decay on matrices only, or LAMB for large batches.
+
+One rule for the no-decay group (:func:`parameter_groups`) serves pre-training, distillation and fine-tuning.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+
+class Lamb(torch.optim.Optimizer):
+    """LAMB: layer-wise adaptive moments for large-batch training (You et al. 2020, Algorithm 2).
+
+    Per parameter tensor: Adam moments ``m``, ``v`` with bias correction, update
+    ``r = m_hat / (sqrt(v_hat) + eps) + weight_decay * w``, trust ratio ``phi(||w||) / ||r||`` with
+    ``phi`` = identity (1 when either norm is 0), ``w <- w - lr * trust * r``. As in the reference TensorFlow
+    implementation, groups with ``adapt=False`` (biases and LayerNorm, which also get no weight decay) use a trust
+    ratio of 1. Neither ``torch.optim`` nor ``transformers`` ships LAMB, and ``torch-optimizer`` is
+    unmaintained, so this is a small local implementation.
+
+    Args:
+        params: parameters or groups (a group may set ``weight_decay`` and ``adapt``).
+        lr: learning rate; betas: moment decay rates; eps: denominator term; weight_decay: decoupled decay.
+    """
+
+    def __init__(self, params, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-6,
+                 weight_decay: float = 0.01):
+        if lr <= 0 or not 0 <= betas[0] < 1 or not 0 <= betas[1] < 1 or eps <= 0:
+            raise ValueError(f"invalid LAMB hyper-parameters lr={lr} betas={betas} eps={eps}")
+        super().__init__(params, {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay,
+                                  "adapt": True})
+
+    @torch.no_grad()
+    def step(self, closure: Callable[[], float] | None = None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            beta1, beta2 = group["betas"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                grad = p.grad.float()
+                state = self.state[p]
+                if not state:
+                    state["step"] = torch.zeros((), dtype=torch.float32)
+                    state["exp_avg"] = torch.zeros_like(p, dtype=torch.float32)
+                    state["exp_avg_sq"] = torch.zeros_like(p, dtype=torch.float32)
+                state["step"] += 1
+                step = float(state["step"])
+                m, v = state["exp_avg"], state["exp_avg_sq"]
+                m.mul_(beta1).add_(grad, alpha=1 - beta1)
+                v.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+                m_hat = m / (1 - beta1**step)
+                v_hat = v / (1 - beta2**step)
+                update = m_hat / (v_hat.sqrt() + group["eps"])
+                weight = p.float()
+                if group["weight_decay"]:
+                    update.add_(weight, alpha=group["weight_decay"])
+                trust = 1.0
+                if group.get("adapt", True):
+                    w_norm, u_norm = weight.norm(), update.norm()
+                    if w_norm > 0 and u_norm > 0:
+                        trust = float(w_norm / u_norm)
+                p.add_((-group["lr"] * trust * update).to(p.dtype))
+        return loss
+
+
+def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
+    """Two groups: tensors of rank >= 2 (embeddings, projections) with ``weight_decay``; rank-1 tensors (biases and
+    LayerNorm scales/shifts) without.
+
+    On BERT-family models this is exactly the split of BERT's reference optimizer
+    (``exclude_from_weight_decay=["LayerNorm", "layer_norm", "bias"]``, google-research/bert ``optimization.py``),
+    decided by shape so that it holds for any naming (nanoGPT's rule). The no-decay group also has
+    ``adapt=False`` for :class:`Lamb`. Frozen parameters are left out; tied parameters appear once.
+    """
+    decay, no_decay, seen = [], [], set()
+    for _, p in model.named_parameters():
+        if not p.requires_grad or id(p) in seen:
+            continue
+        seen.add(id(p))
+        (decay if p.ndim >= 2 else no_decay).append(p)
+    return [
+        {"params": decay, "weight_decay": weight_decay, "adapt": True},
+        {"params": no_decay, "weight_decay": 0.0, "adapt": False},
+    ]
+
+
+def make_optimizer(model: nn.Module, name: str, lr: float, weight_decay: float = 0.01,
+                   betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-6,
+                   foreach: bool | None = None) -> torch.optim.Optimizer:
+    """``adamw`` (``torch.optim.AdamW``, decoupled weight decay: Loshchilov & Hutter 2019) or ``lamb``
+    (:class:`Lamb`) over :func:`parameter_groups`. ``foreach`` selects AdamW's multi-tensor implementation
+    (``None``: torch's choice).
+
+    Raises:
+        ValueError: an unknown ``name``.
+    """
+    groups = parameter_groups(model, weight_decay)
+    if name == "adamw":
+        for g in groups:
+            g.pop("adapt")
+        return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, foreach=foreach)
+    if name == "lamb":
+        return Lamb(groups, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
+    raise ValueError(f"unknown optimizer {name!r}: expected adamw or lamb")
