@@ -22,7 +22,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bert_pipeline.model.distillation import count_parameters, measure_throughput  # noqa: E402
+from bert_pipeline.evaluation.speed import measure_throughput  # noqa: E402
+from bert_pipeline.model.configs import count_parameters  # noqa: E402
 
 REFERENCE = {"parameter_reduction": 0.40, "speedup": 1.60, "score_share": 0.97}
 

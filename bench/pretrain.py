@@ -34,13 +34,15 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bert_pipeline.evaluation.speed import measure_matmul_flops  # noqa: E402
 from bert_pipeline.model.configs import (  # noqa: E402
-    MaskedPositionPretrainer,
     build_config,
     new_pretraining_model,
     training_flops_per_step,
 )
-from bert_pipeline.train.loop import make_accelerator, make_optimizer, measure_matmul_flops  # noqa: E402
+from bert_pipeline.model.objectives import MaskedPositionPretrainer  # noqa: E402
+from bert_pipeline.train.optim import make_optimizer  # noqa: E402
+from bert_pipeline.train.precision import make_accelerator  # noqa: E402
 
 
 def synthetic_tokenizer(vocab_size: int, folder: Path):

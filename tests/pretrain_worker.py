@@ -28,9 +28,11 @@ def main() -> None:
 
     from safetensors.torch import save_file
 
-    from bert_pipeline.model.configs import MaskedPositionPretrainer, new_pretraining_model
+    from bert_pipeline.model.configs import new_pretraining_model
+    from bert_pipeline.model.objectives import MaskedPositionPretrainer
     from bert_pipeline.train.checkpoint import CheckpointManager
-    from bert_pipeline.train.loop import Phase, TrainConfig, make_accelerator, phase_boundaries, train
+    from bert_pipeline.train.loop import Phase, TrainConfig, phase_boundaries, train
+    from bert_pipeline.train.precision import make_accelerator
     from tests.pretrain_fixtures import make_dataset, pad_collate, tiny_config
 
     fractions = [float(f) for f in args.phases.split(",")]

@@ -14,16 +14,16 @@ from transformers import (
     BertForPreTraining,
 )
 
+from bert_pipeline.evaluation.speed import measure_throughput
+from bert_pipeline.model.configs import count_parameters
 from bert_pipeline.model.distillation import (
     DistillationModel,
     build_student,
     cosine_loss,
-    count_parameters,
     default_student_layers,
     distillation_loss,
     kl_loss,
     layer_map,
-    measure_throughput,
     mlm_loss,
 )
 from stages.params import ParamsError, validate_params
@@ -202,7 +202,7 @@ def test_bad_loss_settings_raise(kwargs, match):
 # --------------------------------------------------------------------------------------------- throughput
 def test_throughput_reports_median_and_restores_mode():
     model = tiny_teacher(layers=2).train()
-    out = measure_throughput(model.base_model, batch_size=4, seq_len=16, warmup=1, runs=3)
+    out = measure_throughput({"model": model.base_model}, batch_size=4, seq_len=16, warmup=1, runs=3)["model"]
     assert out["batch_size"] == 4 and out["seq_len"] == 16 and out["runs"] == 3
     assert out["sequences_per_second"] == pytest.approx(4 / out["median_seconds"])
     assert model.training

@@ -15,8 +15,6 @@ from transformers import (
 )
 
 from bert_pipeline.model.configs import (
-    SIZES,
-    MaskedPositionPretrainer,
     ModelConfigError,
     build_config,
     load_pretraining_model,
@@ -24,6 +22,8 @@ from bert_pipeline.model.configs import (
     save_model,
     training_flops_per_step,
 )
+from bert_pipeline.model.objectives import MaskedPositionPretrainer
+from bert_pipeline.model.sizes import SIZES
 from tests.pretrain_fixtures import VOCAB_SIZE, make_instances, pad_collate, tiny_config
 
 

@@ -15,19 +15,18 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from bert_pipeline.model.configs import MaskedPositionPretrainer, PretrainOutput, new_pretraining_model
+from bert_pipeline.model.configs import new_pretraining_model
+from bert_pipeline.model.objectives import MaskedPositionPretrainer, PretrainOutput
 from bert_pipeline.train.loop import (
-    Lamb,
     Phase,
     TrainConfig,
     TrainingError,
     batch_indices,
-    make_accelerator,
-    make_optimizer,
-    parameter_groups,
     phase_boundaries,
     train,
 )
+from bert_pipeline.train.optim import Lamb, make_optimizer, parameter_groups
+from bert_pipeline.train.precision import make_accelerator
 from tests.conftest import REPO
 from tests.pretrain_fixtures import FIRST_WORD, make_dataset, pad_collate, tiny_config
 
@@ -203,10 +202,32 @@ def test_lamb_step_matches_algorithm():
 
 def test_auto_precision_is_bf16_only_on_cpus_with_native_bf16(monkeypatch):
     """bf16 autocast on a CPU without AVX512-BF16/AMX is emulated and several times slower than fp32."""
-    from bert_pipeline.train import loop as training
+    from bert_pipeline.train import precision
 
-    monkeypatch.setattr(training, "cpu_has_fast_bf16", lambda: False)
+    monkeypatch.setattr(precision, "cpu_has_fast_bf16", lambda: False)
     assert make_accelerator("auto", cpu=True).mixed_precision == "no"
-    monkeypatch.setattr(training, "cpu_has_fast_bf16", lambda: True)
+    monkeypatch.setattr(precision, "cpu_has_fast_bf16", lambda: True)
     assert make_accelerator("auto", cpu=True).mixed_precision == "bf16"
     assert make_accelerator("fp32", cpu=True).mixed_precision == "no"
+
+
+def test_one_meaning_of_auto_precision_for_every_stage(monkeypatch):
+    """Pre-training/distillation (accelerate, loss scaling) and fine-tuning (no scaler) resolve ``auto`` alike,
+    except that fine-tuning never falls back to fp16."""
+    from bert_pipeline.train import finetune, precision
+
+    monkeypatch.setattr(precision, "cpu_has_fast_bf16", lambda: False)
+    assert precision.resolve_precision("auto", "cpu") == "fp32"
+    monkeypatch.setattr(precision.torch.cuda, "is_bf16_supported", lambda *a, **k: False)
+    assert precision.resolve_precision("auto", "cuda") == "fp16"
+    assert precision.resolve_precision("auto", "cuda", fp16_fallback=False) == "fp32"
+    monkeypatch.setattr(precision.torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+    assert precision.resolve_precision("auto", "cuda") == "bf16"
+    assert precision.resolve_precision("bf16", "cpu") == "bf16"
+    with pytest.raises(ValueError, match="precision: expected auto"):
+        precision.resolve_precision("fp8", "cpu")
+    monkeypatch.setattr(precision, "cpu_has_fast_bf16", lambda: True)
+    device, autocast = finetune.device_and_autocast("auto")
+    assert device.type == "cpu"
+    with autocast():
+        assert torch.get_autocast_dtype("cpu") == torch.bfloat16 and torch.is_autocast_enabled("cpu")

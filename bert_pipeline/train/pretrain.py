@@ -1,0 +1,276 @@
+"""BERT pre-training end to end over the shared loop: open the instances of each phase, build or load the model,
+train (:func:`bert_pipeline.train.loop.train`), and report quality and speed.
+
+Devlin et al. 2019, §3.1 and Appendix A.2: MLM + NSP (or SOP, Lan et al. 2020; or MLM only, Liu et al. 2019),
+phases of increasing sequence length; domain-adaptive pre-training continues an existing checkpoint (Gururangan
+et al. 2020). Quality figures (held-out MLM loss/accuracy, pair accuracy, the unigram baseline, ``tokens_seen``)
+are deterministic on CPU; speed figures (tokens/s, MFU against the measured matmul peak) are wall-clock.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from bert_pipeline.data.masking import IGNORE_INDEX, PAIR_LABELS, collator_from_info, load_info
+from bert_pipeline.errors import PipelineError
+from bert_pipeline.model import configs
+from bert_pipeline.model.objectives import MaskedPositionPretrainer
+from bert_pipeline.train.checkpoint import CheckpointManager
+from bert_pipeline.train.loop import Phase, TrainConfig, TrainingError, TrainResult, phase_boundaries, train
+
+log = logging.getLogger(__name__)
+
+PLOT_COLUMNS = ["step", "train_loss", "learning_rate", "eval_mlm_loss", "eval_mlm_accuracy", "eval_pair_accuracy",
+                "eval_unigram_accuracy"]
+
+
+@dataclass(frozen=True)
+class PhaseSpec:
+    """One phase of BERT's two-phase schedule: ``max_seq_length`` of its instances, ``fraction`` of the steps, and a
+    per-process ``batch_size`` (``None``: the run's)."""
+
+    max_seq_length: int
+    fraction: float
+    batch_size: int | None = None
+
+
+@dataclass
+class PretrainingData:
+    """The opened instances: the phases to train on, the data's ``info.json``, its objective and pair-label key,
+    the folders read (for the checkpoint fingerprint) and the unigram baseline's token id."""
+
+    phases: list[Phase]
+    info: dict[str, Any]
+    objective: str
+    pair_key: str | None
+    folders: list[Path]
+    unigram_token_id: int
+
+    @property
+    def max_seq_length(self) -> int:
+        """The longest instance of any phase (tokens)."""
+        return max(phase.max_seq_length for phase in self.phases)
+
+
+def phase_data_dirs(data_dir: Path, info: dict[str, Any], lengths: Sequence[int]) -> list[tuple[int, Path]]:
+    """``(max_seq_length, folder)`` of each phase's data: ``data_dir/seq{L}/`` if present, else ``data_dir`` when
+    its ``info.json`` was built for ``L``. No phases: one phase on ``data_dir`` at its own ``max_seq_length``.
+
+    Raises:
+        PipelineError: a phase whose sequence length has no dataset.
+    """
+    if not lengths:
+        return [(int(info["max_seq_length"]), data_dir)]
+    out = []
+    for i, length in enumerate(lengths):
+        if (data_dir / f"seq{length}" / "info.json").exists():
+            out.append((length, data_dir / f"seq{length}"))
+        elif int(info["max_seq_length"]) == length:
+            out.append((length, data_dir))
+        else:
+            raise PipelineError(
+                f"pretrain.phases[{i}].max_seq_length: no data for {length} tokens (expected {data_dir}/seq{length}/ "
+                f"or {data_dir}/info.json with max_seq_length {length}, got {info['max_seq_length']})"
+            )
+    return out
+
+
+def unigram_token_id(train: Any, special_ids: set[int]) -> int:
+    """The most frequent MLM target of the training set (``masked_lm_ids``; non-special ``input_ids`` when masking
+    is dynamic): the "always predict the most frequent token" baseline."""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    column = "masked_lm_ids" if "masked_lm_ids" in train.column_names else "input_ids"
+    values = pc.list_flatten(train.data.table.column(column)).to_numpy(zero_copy_only=False).astype(np.int64)
+    counts = np.bincount(values)
+    for sid in special_ids:
+        if sid < counts.size:
+            counts[sid] = 0
+    return int(counts.argmax())
+
+
+def history_csv(history: list[dict[str, Any]], columns: Sequence[str]) -> str:
+    """CSV text of a training history (train rows and evaluation rows merged by step), one row per step, floats
+    with 6 significant digits, empty cells where a step has no value."""
+    by_step: dict[int, dict[str, Any]] = {}
+    for row in history:
+        by_step.setdefault(int(row["step"]), {}).update(row)
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=list(columns), extrasaction="ignore", lineterminator="\n")
+    writer.writeheader()
+    for step in sorted(by_step):
+        row = {k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in by_step[step].items()}
+        writer.writerow({k: row.get(k, "") for k in columns})
+    return buf.getvalue()
+
+
+def _open_split(folder: Path, split: str) -> Any:
+    import datasets
+
+    try:
+        dataset = datasets.load_from_disk(str(folder / split))
+    except (FileNotFoundError, ValueError) as exc:
+        raise PipelineError(f"{folder / split}: cannot open the {split} instances ({exc})") from None
+    except IndexError:  # datasets cannot open a dataset saved with zero shards
+        raise PipelineError(f"{folder / split}: empty {split} set (no instances)") from None
+    if len(dataset) == 0:
+        raise PipelineError(f"{folder / split}: empty {split} set (no instances)")
+    return dataset
+
+
+def open_pretraining_data(data_dir: Path, tokenizer: Any, *, init: str, phases: Sequence[PhaseSpec], max_steps: int,
+                          batch_size: int, num_processes: int, seed: int) -> PretrainingData:
+    """Open ``data_dir`` (built by :func:`bert_pipeline.data.shards.build_pretraining_data`) for pre-training.
+
+    Args:
+        tokenizer: the tokenizer the instances must have been built with (vocabulary size checked).
+        init: the start point; must be the one the data was built for (it decided the tokenizer).
+        phases: BERT's phases (``[]``: one phase at the data's own length); ``batch_size`` is per process.
+
+    Raises:
+        PipelineError: missing or empty data, data built for another start point or vocabulary, or a phase with
+            fewer instances than one global batch.
+    """
+    try:
+        info = load_info(data_dir)
+    except FileNotFoundError:
+        raise PipelineError(f"{data_dir}/info.json: not found (run create_pretraining_data first)") from None
+    if str(info.get("pretrain_init", init)) != init:
+        raise PipelineError(f"{data_dir}/info.json: built for pretrain.init={info['pretrain_init']!r}, but "
+                            f"pretrain.init is {init!r} (rerun create_pretraining_data)")
+    if int(info["vocab_size"]) != len(tokenizer):
+        raise PipelineError(f"{data_dir}/info.json: vocab_size {info['vocab_size']} does not match the tokenizer "
+                            f"{tokenizer.name_or_path} ({len(tokenizer)} tokens)")
+    dirs = phase_data_dirs(data_dir, info, [phase.max_seq_length for phase in phases])
+    bounds = phase_boundaries(max_steps, [phase.fraction for phase in phases] or [1.0])
+    out = []
+    for i, ((length, folder), (start, end)) in enumerate(zip(dirs, bounds, strict=True)):
+        train_set, validation_set = _open_split(folder, "train"), _open_split(folder, "validation")
+        phase_batch = phases[i].batch_size if phases and phases[i].batch_size else batch_size
+        if len(train_set) < phase_batch * num_processes:
+            raise PipelineError(f"{folder / 'train'}: {len(train_set)} instances, fewer than one global batch of "
+                                f"{phase_batch * num_processes} (pretrain.batch_size x compute.num_processes)")
+        collate = collator_from_info(folder, seed=seed, tokenizer=tokenizer)
+        out.append(Phase(f"seq{length}", start, end, train_set, validation_set, phase_batch, length, collate))
+    specials = {int(v) for v in info.get("special_ids", {}).values()} | set(tokenizer.all_special_ids)
+    return PretrainingData(out, info, info["objective"], PAIR_LABELS[info["objective"]], [f for _, f in dirs],
+                           unigram_token_id(out[0].train, specials))
+
+
+def build_pretraining_model(init: str, *, size: str, config: dict[str, Any], tokenizer: Any, max_seq_length: int,
+                            with_pair_head: bool, seed: int) -> Any:
+    """A new model of ``size`` (``init == "scratch"``, ``config`` fields overridden) or the checkpoint ``init``, as
+    ``BertForPreTraining`` (``with_pair_head``) or ``BertForMaskedLM``.
+
+    Raises:
+        PipelineError: a shape that cannot work, or a checkpoint that does not fit the tokenizer or the data.
+    """
+    try:
+        if init == "scratch":
+            bert_config = configs.build_config(size, len(tokenizer), dict(config), max_seq_length=max_seq_length,
+                                               pad_token_id=tokenizer.pad_token_id)
+            return configs.new_pretraining_model(bert_config, with_pair_head=with_pair_head, seed=seed)
+        if config:
+            log.warning("pretrain.model.config is ignored when pretrain.init is a checkpoint (%s)", init)
+        model = configs.load_pretraining_model(init, with_pair_head=with_pair_head, seed=seed)
+        configs.check_vocab(model.config, len(tokenizer), f"pretrain.init {init}")
+        configs.check_max_seq_length(model.config, max_seq_length, "create_pretraining_data")
+        return model
+    except configs.ModelConfigError as exc:
+        raise PipelineError(str(exc)) from None
+
+
+def _round(metrics: dict[str, Any]) -> dict[str, Any]:
+    return {k: (round(v, 6) if isinstance(v, float) else v) for k, v in metrics.items()}
+
+
+@dataclass
+class PretrainingOutcome:
+    """What :func:`run_pretraining` returns: the trained model (unwrapped), the loop's result, and the quality
+    (deterministic) and timing (wall-clock) records."""
+
+    model: Any
+    result: TrainResult
+    quality: dict[str, Any]
+    timing: dict[str, Any]
+
+
+def run_pretraining(model: Any, data: PretrainingData, config: TrainConfig, accelerator: Any,
+                    checkpoints: CheckpointManager, *, describe: dict[str, Any],
+                    on_log: Callable[[int, dict[str, Any]], None] | None = None) -> PretrainingOutcome:
+    """Train ``model`` on ``data`` with the masked-position objective, resuming from ``checkpoints``.
+
+    Args:
+        describe: fields copied into the quality record first (``init``, ``size``).
+        on_log: called on the main process with each history row.
+
+    Returns:
+        The outcome; ``quality`` and ``timing`` are complete on the main process only (``tokens_seen`` is a
+        collective over every process).
+
+    Raises:
+        PipelineError: the loop failed (too many non-finite steps, too little data).
+    """
+    from bert_pipeline.evaluation.speed import measure_matmul_flops
+
+    precision = accelerator.mixed_precision
+    peak = measure_matmul_flops(accelerator.device, torch.bfloat16 if precision == "bf16" else
+                                torch.float16 if precision == "fp16" else torch.float32)
+    wrapper = MaskedPositionPretrainer(model)
+
+    def flops(batch: dict[str, torch.Tensor]) -> float:
+        n, length = batch["input_ids"].shape
+        return configs.training_flops_per_step(model.config, n, length, int((batch["labels"] != IGNORE_INDEX).sum()),
+                                               full_decoder=False)
+
+    try:
+        result = train(wrapper, data.phases, data.phases[0].collate_fn, config, accelerator, checkpoints,
+                       unigram_token_id=data.unigram_token_id, on_log=on_log, flops_per_step=flops)
+    except TrainingError as exc:
+        raise PipelineError(str(exc)) from None
+    tokens_seen = result.tokens_seen(accelerator)
+    final, first = result.final_eval, result.first_eval
+    quality = {
+        **describe,
+        "objective": data.objective,
+        "parameters": configs.count_parameters(model),
+        "steps": config.max_steps,
+        "tokens_seen": tokens_seen,
+        "eval": _round({k.removeprefix("eval_"): v for k, v in final.items() if k != "step"}),
+        "first_eval": _round({k.removeprefix("eval_"): v for k, v in first.items() if k != "step"}),
+        "mlm_accuracy_over_unigram": round(final["eval_mlm_accuracy"] / max(final["eval_unigram_accuracy"], 1e-12), 4),
+        "eval_loss_decreased": (bool(final["eval_mlm_loss"] < first["eval_mlm_loss"])
+                                if first.get("step") != final.get("step") else None),
+        "final_train_loss": round([r for r in result.history if "train_loss" in r][-1]["train_loss"], 6),
+        "bad_steps": result.bad_steps,
+        "unigram_token_id": data.unigram_token_id,
+    }
+    seconds = max(result.seconds, 1e-9)
+    world = accelerator.num_processes
+    timing = {
+        "seconds": round(result.seconds, 3),
+        "resumed_from_step": result.resumed_from,
+        "tokens_per_second": round(result.tokens * world / seconds, 1),
+        "padded_tokens_per_second": round(result.padded_tokens * world / seconds, 1),
+        "sequences_per_second": round(result.sequences * world / seconds, 2),
+        "model_tflops_per_second": round(result.flops * world / seconds / 1e12, 4),
+        "matmul_peak_tflops": round(peak * world / 1e12, 4),
+        "mfu": round(result.flops / seconds / peak, 4),
+        "precision": precision,
+        "device": str(accelerator.device),
+        "num_processes": world,
+        "torch_threads": torch.get_num_threads(),
+    }
+    log.info("pretrain: eval MLM accuracy %.4f (unigram %.4f, %.2fx), loss %.4f -> %.4f, %.0f tokens/s, MFU %.3f",
+             final["eval_mlm_accuracy"], final["eval_unigram_accuracy"], quality["mlm_accuracy_over_unigram"],
+             first["eval_mlm_loss"], final["eval_mlm_loss"], timing["tokens_per_second"], timing["mfu"])
+    return PretrainingOutcome(accelerator.unwrap_model(wrapper).model, result, quality, timing)
