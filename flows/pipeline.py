@@ -18,7 +18,7 @@ GPU stage on its own device (``CUDA_VISIBLE_DEVICES``) and tagged ``gpu`` for th
 
 With a profile or params overrides the user's workspace is never touched (:mod:`flows.workspace`): the run happens
 in a temporary clone at ``HEAD`` sharing the DVC cache and is saved as a DVC experiment (``dvc exp show``).
-``promote`` (``python -m stages.promote`` as the last task) never runs for such a throwaway experiment.
+``promote`` (``bert-pipeline promote`` as the last task) never runs for such a throwaway experiment.
 """
 
 from __future__ import annotations
@@ -98,9 +98,10 @@ def push_outputs(root: str, stages: list[str], remote: str | None, tail_lines: i
 
 @task(name="promote")
 def promote(root: str, env: dict[str, str], tail_lines: int = 20) -> None:
-    """``python -m stages.promote``: register fine-tuned models and move the registry aliases."""
-    run_logged([sys.executable, "-m", "stages.promote"], root, get_run_logger(), tool_env(env), tail_lines,
-               what="stages.promote")
+    """``bert-pipeline promote`` (as ``python -m stages.cli promote``, this interpreter): register fine-tuned models
+    and move the registry aliases."""
+    run_logged([sys.executable, "-m", "stages.cli", "promote"], root, get_run_logger(), tool_env(env), tail_lines,
+               what="bert-pipeline promote")
 
 
 # -------------------------------------------------------------------------------------------------- glue
@@ -130,7 +131,7 @@ def collect_overrides(root: Path, profile: str | None, set_params: list[str] | N
     Raises:
         PipelineError: unknown profile. ParamsError: an override the schema rejects (one line naming the key).
     """
-    from stages.profile import load_profile, set_param_args
+    from stages.cli import load_profile, set_param_args
 
     overrides: list[str] = []
     if profile:
@@ -324,7 +325,7 @@ def pipeline(
         profile: name of a file in ``profiles/`` whose overrides apply (run becomes a DVC experiment).
         set_params: ``key=value`` overrides, as ``dvc exp run --set-param`` (run becomes a DVC experiment).
         push: ``dvc push`` the outputs to the DVC remote (workers always push; that is how they share data).
-        promote_models: run ``python -m stages.promote`` last (if the module exists); ignored with overrides.
+        promote_models: run ``bert-pipeline promote`` last (if the project has it); ignored with overrides.
         repo: the repository root.
         remote: DVC remote name (default: the repository's default remote).
         workers: clones that act as workers (a path each; independent stages run in parallel, data shared
@@ -364,14 +365,13 @@ def pipeline(
         env: dict[str, str] = {}
         if track if track is not None else orch.mlflow:
             uri = tracking.tracking_uri(root)
-            parent_env, flow_env = tracking.env_names()
-            experiment_name = os.environ.get("MLFLOW_EXPERIMENT_NAME", tracking.DEFAULT_EXPERIMENT)
+            experiment_name = os.environ.get(tracking.EXPERIMENT_ENV, tracking.EXPERIMENT)
             parent, exp_id = tracking.open_parent_run(uri, experiment_name, f"pipeline {_flow_run_name()}", {
                 "prefect_flow_run_id": flow_run_id, "git_rev": git_rev(workspace), "profile": profile or "",
                 "overrides": " ".join(overrides)})
             summary["mlflow_parent_run_id"] = parent
-            env = {parent_env: parent, flow_env: flow_run_id, "MLFLOW_TRACKING_URI": uri,
-                   "MLFLOW_EXPERIMENT_NAME": experiment_name}
+            env = {tracking.PARENT_RUN_ENV: parent, tracking.FLOW_RUN_ENV: flow_run_id, "MLFLOW_TRACKING_URI": uri,
+                   tracking.EXPERIMENT_ENV: experiment_name}
         retry = {"retries": orch.retries, "retry_delay_seconds": orch.retry_delay_seconds}
         devices = gpu_devices(gpus)
         if devices and graph.gpu:
@@ -410,10 +410,10 @@ def pipeline(
                 summary["experiment"] = save_experiment(
                     workspace, experiment or f"{profile or 'overrides'}-{_flow_run_name()}", logger)
             if promote_models:
-                if (workspace / "stages" / "promote.py").exists():
+                if (workspace / "stages" / "cli.py").exists():
                     promote(str(workspace), env, orch.log_tail_lines)
                 else:
-                    logger.warning("promote requested but stages/promote.py does not exist: skipped")
+                    logger.warning("promote requested but stages/cli.py does not exist: skipped")
         summary["ok"] = not failed
     finally:
         summary["stages"] = {s: {k: v for k, v in o.items() if k != "lock"} for s, o in outcome.items()}
@@ -463,7 +463,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="params override, as dvc exp run --set-param (repeatable)")
     parser.add_argument("--profile", help="a profile in profiles/ (run as a DVC experiment)")
     parser.add_argument("--push", action="store_true", help="dvc push outputs to the DVC remote")
-    parser.add_argument("--promote", action="store_true", help="run stages.promote last (not with overrides)")
+    parser.add_argument("--promote", action="store_true", help="run bert-pipeline promote last (not with overrides)")
     parser.add_argument("--remote", help="DVC remote name")
     parser.add_argument("--repo", default=".", help="repository root (default: the current directory)")
     parser.add_argument("--worker", action="append", dest="workers", metavar="DIR",

@@ -1,39 +1,27 @@
 """The flow's side of MLflow: one parent run per flow run; stage runs nest under it.
 
 The parent run id reaches the stage processes through an environment variable (never ``MLFLOW_RUN_ID``, which
-would make a stage resume the parent run instead of opening its own nested run). When the project has
-``stages/tracking.py`` its variable names are used, so the two sides cannot disagree.
+would make a stage resume the parent run instead of opening its own nested run). The variable names, the default
+experiment and the tracking URI rule are :mod:`bert_pipeline.mlops.tracking`'s, so the two sides cannot disagree.
 """
 
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 from typing import Any
+
+from bert_pipeline.mlops.tracking import (
+    EXPERIMENT,
+    EXPERIMENT_ENV,
+    FLOW_RUN_ENV,
+    PARENT_RUN_ENV,
+    tracking_uri,
+)
 
 log = logging.getLogger(__name__)
 
-PARENT_RUN_ENV = "BERT_PIPELINE_PARENT_RUN_ID"
-FLOW_RUN_ENV = "BERT_PIPELINE_FLOW_RUN_ID"
-DEFAULT_EXPERIMENT = "bert-pipeline"
-
-
-def env_names() -> tuple[str, str]:
-    """(parent run id variable, flow run id variable), from ``bert_pipeline.mlops.tracking`` when it defines them."""
-    try:
-        from bert_pipeline.mlops import tracking  # type: ignore[attr-defined]
-    except ImportError:
-        return PARENT_RUN_ENV, FLOW_RUN_ENV
-    flow_envs = getattr(tracking, "FLOW_RUN_ENVS", (FLOW_RUN_ENV,))
-    return getattr(tracking, "PARENT_RUN_ENV", PARENT_RUN_ENV), flow_envs[0]
-
-
-def tracking_uri(root: str | Path) -> str:
-    """``$MLFLOW_TRACKING_URI``, else the project's local store ``sqlite:///<root>/mlflow.db`` (absolute, so a
-    run in a temporary clone still records into the user's store)."""
-    import os
-
-    return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{Path(root).resolve() / 'mlflow.db'}"
+__all__ = ["EXPERIMENT", "EXPERIMENT_ENV", "FLOW_RUN_ENV", "PARENT_RUN_ENV", "child_runs", "close_parent_run",
+           "open_parent_run", "run_link", "tracking_uri"]
 
 
 def open_parent_run(uri: str, experiment: str, name: str, tags: dict[str, str]) -> tuple[str, str]:

@@ -1,7 +1,7 @@
 """End to end: the whole DVC graph under the `smoke` profile, run the documented way, in a temporary copy.
 
 This is the test CI relies on for "every stage works together". It copies the repository (tracked and
-untracked-but-not-ignored files) into a temporary git repository, runs `python -m stages.profile smoke`
+untracked-but-not-ignored files) into a temporary git repository, runs `bert-pipeline profile smoke` (as `python -m stages.cli profile smoke`)
 (`dvc exp run --temp` with the profile's overrides), applies the experiment and checks every stage's outputs.
 Archives come from the local archive store (downloaded once with pip if absent).
 """
@@ -54,7 +54,7 @@ def smoke_run(tmp_path_factory) -> Path:
     _run(["git", "init", "-q"], repo)
     _run(["git", "add", "-A"], repo)
     _run(["git", "-c", "user.name=e2e", "-c", "user.email=e2e@localhost", "commit", "-qm", "e2e"], repo)
-    _run([sys.executable, "-m", "stages.profile", "smoke", "-n", "smoke-e2e"], repo, env)
+    _run([sys.executable, "-m", "stages.cli", "profile", "smoke", "-n", "smoke-e2e"], repo, env)
     _run(["dvc", "exp", "apply", "smoke-e2e"], repo, env)
     return repo
 
@@ -253,7 +253,7 @@ def test_evaluate_outputs(smoke_run):
     tokens_seen = json.loads((smoke_run / "metrics/pretrain.json").read_text())["tokens_seen"]
     assert 0 < tokens_seen <= 6 * 8 * 128 and f"{tokens_seen:,} tokens seen" in summary  # smoke: 6 steps x 8 x 128
     assert 1.0 in [v for k, v in timing.items() if k.endswith(".relative_speed")]  # the reference member
-    # dvc repro never registers or promotes models (an explicit `python -m stages.promote` does)
+    # dvc repro never registers or promotes models (an explicit `bert-pipeline promote` does)
     from mlflow import MlflowClient
 
     uri = f"sqlite:///{smoke_run / 'mlflow.db'}"

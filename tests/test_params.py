@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 from bert_pipeline.io import flatten
+from stages.cli import available_profiles, load_profile, profile_command
 from stages.params import ParamsError, apply_overrides, load_params, validate_params
-from stages.profile import available_profiles, load_profile, profile_command
 from tests.conftest import REPO
 
 

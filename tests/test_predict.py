@@ -1,4 +1,4 @@
-"""``stages.predict`` on tiny models whose head biases determine the labels."""
+"""``bert-pipeline predict`` on tiny models whose head biases determine the labels."""
 
 from __future__ import annotations
 
@@ -8,14 +8,14 @@ import json
 import pytest
 
 from bert_pipeline.errors import PipelineError
-from stages.predict import main
+from stages.cli import main
 from tests.tiny_models import save_classifier, save_reader, save_tagger
 
 
 def _run(capsys, argv, stdin=None, monkeypatch=None):
     if stdin is not None:
         monkeypatch.setattr("sys.stdin", io.StringIO(stdin))
-    main(argv)
+    main(["predict", *argv])
     return [json.loads(line) for line in capsys.readouterr().out.splitlines()]
 
 
@@ -61,4 +61,4 @@ def test_qa_answer_is_a_context_span(tmp_path, capsys):
                            "who met bob in paris and london ?"])
     assert context[rec["start"]:rec["end"]] == rec["answer"] != ""
     with pytest.raises(PipelineError, match="needs --context"):
-        main([str(reader), "who?"])
+        main(["predict", str(reader), "who?"])

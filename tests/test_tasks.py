@@ -199,7 +199,7 @@ def test_reading_the_corpus_leaves_its_folder_untouched(tmp_path):
     a new file there makes `dvc status` report it modified and reruns the graph)."""
     from datasets import Dataset, DatasetDict
 
-    from stages.prepare_tasks import read_corpus_documents
+    from bert_pipeline.data.tasks import read_corpus_documents
 
     def split(ids, source):
         return Dataset.from_dict({"doc_id": ids, "source": [source] * len(ids), "text": ["A b. C d."] * len(ids),

@@ -1,7 +1,7 @@
 """Building the labelled task sets: sentiment (real labels), silver NER, cloze QA, and user task loaders.
 
 Every builder returns a ``datasets.DatasetDict`` with ``train``/``validation``/``test`` in the layouts of
-DESIGN.md: sentiment ``text``, ``label`` (ClassLabel); NER ``tokens``, ``ner_tags`` (Sequence of ClassLabel,
+ARCHITECTURE.md: sentiment ``text``, ``label`` (ClassLabel); NER ``tokens``, ``ner_tags`` (Sequence of ClassLabel,
 BIO); QA SQuAD v1.1 layout ``id``, ``context``, ``question``, ``answers{text, answer_start}``.
 
 Splits are made by *group* (film for sentiment, article for NER and QA) so no group is in two splits. NER and
@@ -26,6 +26,10 @@ from typing import Any
 import numpy as np
 from datasets import ClassLabel, Dataset, DatasetDict, Features, Value
 from datasets import Sequence as HFSequence
+
+from bert_pipeline.data.corpus import fix_news_mojibake
+from bert_pipeline.data.sources import NEWS_ARTICLES, ROTTEN_TOMATOES, SPACY_MODEL
+from bert_pipeline.errors import PipelineError
 
 log = logging.getLogger(__name__)
 
@@ -565,3 +569,162 @@ def label_counts(ds: Dataset, column: str) -> dict[str, int]:
     names = feat.feature.names
     c = Counter(t for seq in ds[column] for t in seq)
     return {names[k]: c[k] for k in sorted(c)}
+
+
+# --------------------------------------------------------------------------------------------- the task sets
+NEWS_SOURCE = "news_articles"
+"""The corpus source NER and QA are built from."""
+
+MAIN_METRIC = {"classification": "accuracy", "ner": "f1", "qa": "f1"}
+"""The metric early stopping, the report and the registry rank by, per task kind."""
+
+
+def read_corpus_documents(path: Path, source: str) -> list[Document]:
+    """The corpus documents of one ``source`` as :class:`Document` (train and validation).
+
+    Raises:
+        PipelineError: the corpus folder is missing or malformed (:func:`bert_pipeline.data.corpus.open_corpus`), or
+            holds no document of ``source`` in its validation split.
+    """
+    from bert_pipeline.data.corpus import open_corpus
+
+    dd = open_corpus(path)
+    docs = []
+    for split in ("train", "validation"):
+        ds = dd[split]
+        # in memory: a cache file beside the Arrow data would modify data/corpus, prepare_corpus's output
+        ds = ds.filter(lambda b: [s == source for s in b["source"]], batched=True, keep_in_memory=True)
+        for doc_id, text, sents in zip(ds["doc_id"], ds["text"], ds["sentences"], strict=True):
+            docs.append(Document(doc_id=doc_id, split=split, text=text, sentences=tuple(sents)))
+    if not any(d.split == "validation" for d in docs):
+        raise PipelineError(f"{path}: no {source!r} documents in the validation split (NER/QA need held-out articles)")
+    return docs
+
+
+_ROW = re.compile(r":row=(\d+)(?::|$)")
+
+
+def news_headlines(csv_path: Path, doc_ids: list[str]) -> dict[str, list[str]]:
+    """``{doc_id: [title, subtitle]}`` for corpus ids of the form
+    ``news_articles:NewsArticles.csv:row=N:article_id=K`` (``N`` the 0-based data row, as ``prepare_corpus``
+    writes it).
+
+    Raises:
+        PipelineError: an id without a row, or a row beyond the file.
+    """
+    import pandas as pd
+
+    df = pd.read_csv(csv_path, keep_default_na=False)
+    out = {}
+    for doc_id in doc_ids:
+        m = _ROW.search(doc_id)
+        if not m or int(m.group(1)) >= len(df):
+            raise PipelineError(f"{csv_path}: corpus doc_id {doc_id!r} names no row of this file")
+        row = df.iloc[int(m.group(1))]
+        # the corpus repaired the body's mojibake; repair the headlines the same way so entities match
+        out[doc_id] = [fix_news_mojibake(str(row[col]))[0] for col in ("title", "subtitle")]
+    return out
+
+
+def build_user_task(spec: Any) -> tuple[DatasetDict, dict[str, Any]]:
+    """Load one user task (files per split or a Hugging Face dataset); ``spec`` is one ``prepare_tasks.user_tasks``
+    entry (``name``, ``kind``, ``train``/``validation``/``test`` or ``hf_dataset``/``hf_config``, columns).
+
+    Raises:
+        PipelineError: a missing split file, or bad rows (one line naming file and row).
+    """
+    if spec.hf_dataset:
+        dd = load_hf_task(spec.hf_dataset, spec.hf_config)
+        info: dict[str, Any] = {}
+        if spec.kind == "ner":
+            info["label_names"] = dd["train"].features["ner_tags"].feature.names
+        elif spec.kind == "classification":
+            info["label_names"] = dd["train"].features[spec.label_column].names
+        return dd, info
+    paths = {s: getattr(spec, s) for s in SPLITS}
+    for split, p in paths.items():
+        if not p or not Path(p).exists():
+            raise PipelineError(f"prepare_tasks.user_tasks[{spec.name}].{split}: file {p!r} not found")
+    if spec.kind == "classification":
+        parts = {s: load_classification_file(p, spec.text_column, spec.label_column) for s, p in paths.items()}
+        names = sorted({n for d in parts.values() for n in d.features["label"].names})
+        for s, d in parts.items():
+            if d.features["label"].names != names:
+                raise PipelineError(f"{paths[s]}: labels {d.features['label'].names} differ from the other splits' {names}")
+        return DatasetDict(parts), {"label_names": names}
+    if spec.kind == "ner":
+        read = {s: load_conll(p) for s, p in paths.items()}
+        names = conll_label_names(*[tags for _, tags in read.values()])
+        return DatasetDict({s: ner_dataset(tok, tags, names, s) for s, (tok, tags) in read.items()}), {"label_names": names}
+    return DatasetDict({s: load_squad(p) for s, p in paths.items()}), {}
+
+
+def describe(dd: DatasetDict, kind: str) -> dict[str, Any]:
+    """Sizes, label counts and average lengths (words) per split."""
+    out: dict[str, Any] = {}
+    for split, ds in dd.items():
+        entry: dict[str, Any] = {"examples": len(ds)}
+        if kind == "classification":
+            entry["label_counts"] = label_counts(ds, "label")
+            lens = [len(t.split()) for t in ds["text"]]
+        elif kind == "ner":
+            entry["label_counts"] = label_counts(ds, "ner_tags")
+            lens = [len(t) for t in ds["tokens"]]
+        else:
+            lens = [len(c.split()) for c in ds["context"]]
+            entry["avg_question_words"] = round(sum(len(q.split()) for q in ds["question"]) / max(len(ds), 1), 2)
+        entry["avg_words"] = round(sum(lens) / max(len(lens), 1), 2)
+        out[split] = entry
+    return out
+
+
+def build_all(p: Any, raw: Path, corpus: Path) -> dict[str, tuple[DatasetDict, dict[str, Any]]]:
+    """Build every task: ``{name: (DatasetDict, task_info)}`` where task_info becomes ``task.json``.
+
+    Args:
+        p: the ``prepare_tasks`` params section (seed, held-out fraction, ``sentiment``/``ner``/``qa`` settings,
+            ``user_tasks``), typed by the stage's schema.
+        raw: the fetched raw-data folder; corpus: the corpus folder.
+
+    Raises:
+        PipelineError: bad input (one line naming the file or key), or a task with an empty split.
+    """
+    built: dict[str, tuple[DatasetDict, dict[str, Any]]] = {}
+    try:
+        rows = read_rotten_tomatoes(raw / ROTTEN_TOMATOES)
+        sent, info = build_sentiment(rows, p.sentiment.validation_fraction, p.sentiment.test_fraction, p.seed)
+        built["sentiment"] = (sent, {"kind": "classification", "label_names": list(SENTIMENT_LABELS),
+                                     "silver": False, "source": ROTTEN_TOMATOES, **info})
+        log.info("sentiment: %s", {k: len(v) for k, v in sent.items()})
+
+        docs = read_corpus_documents(corpus, NEWS_SOURCE)
+        tagger = spacy_tagger(raw / SPACY_MODEL, p.spacy_batch_size)
+        sizes = p.ner.sentences.model_dump()
+        ner, info = build_silver_ner(docs, tagger, p.ner.entity_types, p.ner.other_types, sizes, p.ner.min_words,
+                                       p.ner.max_words, p.heldout_validation_fraction, p.seed)
+        built["ner"] = (ner, {"kind": "ner", "silver": True, "source": f"{corpus} ({NEWS_SOURCE}), spaCy {SPACY_MODEL}",
+                              **info})
+        log.info("ner (silver): %s", {k: len(v) for k, v in ner.items()})
+
+        heads = news_headlines(raw / NEWS_ARTICLES, [d.doc_id for d in docs])
+        finder = spacy_entity_finder(raw / SPACY_MODEL, p.spacy_batch_size)
+        qa, info = build_cloze_qa(docs, heads, finder, p.qa.answer_types, p.qa.passage_words,
+                                    p.qa.max_questions_per_article, p.qa.questions.model_dump(), p.qa.placeholder,
+                                    p.heldout_validation_fraction, p.seed)
+        built["qa"] = (qa, {"kind": "qa", "silver": False, "cloze": True, "source": f"{NEWS_ARTICLES} + {corpus}",
+                            **info})
+        log.info("qa (cloze): %s", {k: len(v) for k, v in qa.items()})
+
+        for spec in p.user_tasks:
+            if spec.name in built:
+                raise PipelineError(f"prepare_tasks.user_tasks: name {spec.name!r} is taken by a default task")
+            dd, info = build_user_task(spec)
+            built[spec.name] = (dd, {"kind": spec.kind, "silver": False, "source": spec.hf_dataset or spec.train, **info})
+    except TaskDataError as exc:
+        raise PipelineError(str(exc)) from None
+    for name, (dd, info) in built.items():
+        missing = [s for s in SPLITS if s not in dd or len(dd[s]) == 0]
+        if missing:
+            raise PipelineError(f"{name}: split {missing[0]!r} is empty (check prepare_tasks params and the corpus)")
+        info["main_metric"] = MAIN_METRIC[info["kind"]]
+    return built

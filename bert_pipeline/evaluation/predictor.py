@@ -5,10 +5,8 @@ A folder written by ``finetune`` (``save_pretrained`` + tokenizer) says which he
 ``config.architectures``; :func:`load_predictor` picks the matching ``AutoModelFor*`` class. Token classification
 goes through Hugging Face's ``token-classification`` pipeline (``aggregation_strategy="first"``: a word takes
 its first sub-token's label, consecutive ``B-X I-X ...`` words merge into one entity). Transformers 5 has no
-question-answering pipeline, so the extractive-QA post-processing is ours: the standard span search of
-Devlin et al. 2019, §4.2 (best ``start_logit + end_logit`` with ``start <= end``, answer at most
-``max_answer_tokens`` long, inside the context), over windows of ``max_seq_length`` tokens that overlap by
-``doc_stride`` tokens when the context is long.
+question-answering pipeline, so extractive QA uses the windows and the n-best decoder that fine-tuning scores the
+test split with (:mod:`bert_pipeline.model.heads`): what is served is decoded the way it was scored.
 """
 
 from __future__ import annotations
@@ -23,8 +21,11 @@ from typing import Any
 import torch
 
 from bert_pipeline.errors import PipelineError
+from bert_pipeline.model.heads import decode_qa, load_sequence_classifier, prepare_qa_features
 
 log = logging.getLogger(__name__)
+
+MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
 KINDS = {
     "ForSequenceClassification": "sequence-classification",
@@ -82,8 +83,6 @@ def load_predictor(model_dir: Path) -> Predictor:
         cfg = json.loads((Path(model_dir) / "config.json").read_text(encoding="utf-8"))
         if kind == "sequence-classification" and cfg.get("classifier_pooling", "cls") != "cls":
             # finetune's mean-pooling head (bert_pipeline.model.heads) restores itself from config.classifier_pooling
-            from bert_pipeline.model.heads import load_sequence_classifier
-
             model = load_sequence_classifier(str(model_dir))
         else:
             model = cls.from_pretrained(model_dir)
@@ -141,42 +140,30 @@ def entities(pred: Predictor, texts: Sequence[str]) -> list[list[dict]]:
 
 @torch.no_grad()
 def answer(pred: Predictor, question: str, context: str, max_seq_length: int = 384, doc_stride: int = 128,
-           max_answer_tokens: int = 30) -> dict:
+           n_best: int = 20, max_answer_length: int = 30) -> dict:
     """The best answer span in ``context``: ``{"answer", "start", "end", "score"}`` (character offsets).
 
-    ``score`` is ``start_logit + end_logit`` of the span (Devlin et al. 2019, §4.2). Long contexts are split into
-    windows of ``max_seq_length`` tokens overlapping by ``doc_stride`` tokens; the best span over all windows wins.
+    The windows and the decoding are the ones fine-tuning scores the test split with
+    (:func:`bert_pipeline.model.heads.prepare_qa_features`, :func:`bert_pipeline.model.heads.decode_qa`): windows
+    of ``max_seq_length`` tokens overlapping by ``doc_stride`` tokens, n-best start/end pairs of at most
+    ``max_answer_length`` tokens. ``score`` is the span's ``start_logit + end_logit`` (a sum of two unnormalised
+    logits: comparable between spans of one model, not a probability).
+
+    Raises:
+        PipelineError: the question leaves no room for the context in ``max_seq_length`` tokens.
     """
     tok = pred.tokenizer
     max_seq_length = max_length(pred, max_seq_length)
-    room = max_seq_length - len(tok(question, add_special_tokens=False)["input_ids"]) - 3  # [CLS] q [SEP] c [SEP]
-    if room < 2:
-        raise PipelineError(f"question of {max_seq_length - room - 3} tokens leaves no room for the context "
-                         f"in {max_seq_length} tokens")
-    doc_stride = min(doc_stride, room - 1)  # the tokenizer needs stride < context tokens per window
-    enc = tok(question, context, truncation="only_second", max_length=max_seq_length, stride=doc_stride,
-              return_overflowing_tokens=True, return_offsets_mapping=True, padding=True, return_tensors="pt")
-    offsets = enc.pop("offset_mapping")
-    enc.pop("overflow_to_sample_mapping", None)
-    out = pred.model(**{k: v for k, v in enc.items() if k in ("input_ids", "attention_mask", "token_type_ids")})
-    best = {"answer": "", "start": 0, "end": 0, "score": float("-inf")}
-    for w in range(offsets.shape[0]):
-        seq_ids = enc.sequence_ids(w)
-        ctx = torch.tensor([s == 1 for s in seq_ids])
-        start, end = out.start_logits[w].float(), out.end_logits[w].float()
-        # span score matrix (seq, seq): start i, end j; keep i <= j < i + max_answer_tokens inside the context
-        scores = start[:, None] + end[None, :]
-        n = scores.shape[0]
-        idx = torch.arange(n)
-        valid = (idx[None, :] >= idx[:, None]) & (idx[None, :] - idx[:, None] < max_answer_tokens)
-        valid &= ctx[:, None] & ctx[None, :]
-        if not valid.any():
-            continue
-        scores = scores.masked_fill(~valid, float("-inf"))
-        flat = int(scores.argmax())
-        i, j = divmod(flat, n)
-        if float(scores[i, j]) > best["score"]:
-            s, e = int(offsets[w, i, 0]), int(offsets[w, j, 1])
-            best = {"answer": context[s:e], "start": s, "end": e, "score": float(scores[i, j])}
-    best["score"] = round(best["score"], 4) if best["score"] != float("-inf") else None
-    return best
+    try:
+        feats = prepare_qa_features(tok, [question], [context], None, max_seq_length, doc_stride)
+    except ValueError as exc:
+        raise PipelineError(f"--max-seq-length {max_seq_length}: {exc}") from None
+    windows = [{k: feats[k][i] for k in MODEL_INPUTS if k in feats} for i in range(len(feats["input_ids"]))]
+    out = pred.model(**tok.pad(windows, return_tensors="pt"))
+    lengths = [len(w["input_ids"]) for w in windows]
+    starts = [out.start_logits[i, :n].float().numpy() for i, n in enumerate(lengths)]
+    ends = [out.end_logits[i, :n].float().numpy() for i, n in enumerate(lengths)]
+    (span,) = decode_qa([context], feats["example_index"], feats["offset_mapping"], starts, ends, n_best,
+                        max_answer_length)
+    return {"answer": span.text, "start": span.start, "end": span.end,
+            "score": None if span.score is None else round(span.score, 4)}

@@ -1,43 +1,57 @@
-"""The family report: fine-tuning metrics files -> one comparison table, the lines that matter, a report card.
+"""The family report: fine-tuning metrics files -> one comparison table, the lines that matter, the Markdown page.
 
-Pure functions over plain data (parsed JSON, paths): :func:`load_finetune_results` reads
-``metrics/finetune/*.json`` (DESIGN.md's layout), :func:`table` builds the rows a person reads first (one per
-family member: parameters, each task's test score, the average, relative speed with the teacher = 1.0x),
-:func:`findings` the sentences that answer the family's questions (gain of pre-training over the same model
-from scratch, the student's share of the teacher's score and its speed-up), :func:`report_card` the provenance
-(git, ``dvc.lock``, data sources, hardware, library versions, wall time per stage), and :func:`render_summary`
-the Markdown of ``reports/summary.md``. Every number in the report names the file it came from.
-
-The report card follows nanochat's ``report.py`` (Karpathy 2025): one section per stage plus the environment.
+Pure functions over plain data (parsed JSON, paths): :func:`load_finetune_results` reads a folder of fine-tuning
+metrics files (the layout in ARCHITECTURE.md), :func:`table` builds the rows a person reads first (one per family
+member: parameters, each task's test score, the average, relative speed with the teacher = 1.0x),
+:func:`findings` the sentences that answer the family's questions (gain of pre-training over the same model from
+scratch, the student's share of the teacher's score and its speed-up), :func:`flat_metrics` the figures for
+``dvc metrics``, and :func:`render_summary` the Markdown page with the report card
+(:mod:`bert_pipeline.evaluation.provenance`). Every number in the report names the file it came from; the
+caller says where those files are (:class:`ReportSources`).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
-import os
-import platform
-import subprocess
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from bert_pipeline.errors import PipelineError
+from bert_pipeline.evaluation.provenance import render_report_card
 
 log = logging.getLogger(__name__)
 
 # Tasks in table order; others follow alphabetically. NER scores are agreement with spaCy's silver labels.
 TASK_ORDER = ("sentiment", "ner", "qa")
 SILVER_TASKS = frozenset({"ner"})
-LIBRARIES = ("torch", "transformers", "tokenizers", "datasets", "accelerate", "seqeval", "mlflow", "dvc", "prefect")
+
+
+@dataclass(frozen=True)
+class ReportSources:
+    """The files the report cites, as paths relative to the repository (the pipeline's layout, given by the stage).
+
+    ``finetune_metrics``: the folder of ``{model}-{task}.json`` fine-tuning metrics; ``finetuned_models``: the
+    folder of ``{model}-{task}/`` models; the others are single files.
+    """
+
+    finetune_metrics: str
+    finetuned_models: str
+    metrics_dir: str
+    pretrain: str
+    distill: str
+    corpus: str
+    tokenizer: str
+    evaluate: str
+    evaluate_timing: str
+    sources_json: str
 
 
 @dataclass(frozen=True)
 class FinetuneResult:
-    """One ``metrics/finetune/{model}-{task}.json``.
+    """One fine-tuning metrics file ``{model}-{task}.json``.
 
     Attributes:
         model: family member (``pretrained``, ``distilled``, ``scratch``, ``minilm``, ...).
@@ -98,7 +112,7 @@ def _means(block: Any, where: str) -> tuple[dict[str, float], dict[str, list[flo
 
 
 def parse_finetune_metrics(raw: Mapping[str, Any], source: str) -> FinetuneResult:
-    """Validate one parsed fine-tuning metrics file (DESIGN.md layout) into a :class:`FinetuneResult`.
+    """Validate one parsed fine-tuning metrics file (ARCHITECTURE.md layout) into a :class:`FinetuneResult`.
 
     Raises:
         PipelineError: a required key is missing or the main metric has no test mean.
@@ -128,7 +142,7 @@ def load_finetune_results(folder: Path) -> list[FinetuneResult]:
     """Read every ``{model}-{task}.json`` in ``folder`` (timing files excluded), sorted by file name.
 
     Raises:
-        PipelineError: no metrics files, unreadable JSON, or a file not in DESIGN.md's layout.
+        PipelineError: no metrics files, unreadable JSON, or a file not in ARCHITECTURE.md's layout.
     """
     files = sorted(p for p in Path(folder).glob("*.json") if not p.name.endswith("-timing.json"))
     if not files:
@@ -278,8 +292,8 @@ def find_key(obj: Any, key: str) -> Any:
 
 
 def tokens_seen_of(pretrain: Mapping[str, Any] | None, timing: Mapping[str, Any] | None = None) -> int | None:
-    """Tokens seen in pre-training: ``tokens_seen`` at any depth of ``metrics/pretrain.json``, else its top-level
-    ``tokens`` or ``train_tokens``, else ``tokens_per_second * seconds`` of ``metrics/pretrain-timing.json``
+    """Tokens seen in pre-training: ``tokens_seen`` at any depth of pre-training's metrics, else its top-level
+    ``tokens`` or ``train_tokens``, else ``tokens_per_second * seconds`` of its timing file
     (rounded to the nearest thousand, as that product is only as exact as the rounded rate); None when absent."""
     for value in (find_key(pretrain or {}, "tokens_seen"), (pretrain or {}).get("train_tokens"),
                   (pretrain or {}).get("tokens")):
@@ -298,7 +312,7 @@ def findings(
     student: str,
     scratch: str,
     tokens_seen: int | None,
-    pretrain_source: str = "metrics/pretrain.json",
+    sources: ReportSources,
 ) -> list[str]:
     """The sentences that matter, each with its source file.
 
@@ -322,11 +336,11 @@ def findings(
                     f"{100 * (a.low_resource_test[a.main_metric] - b.low_resource_test[b.main_metric]):+.1f} points"
                 )
     if gains:
-        cost = f" after {tokens_seen:,} tokens seen in pre-training ({pretrain_source})" if tokens_seen else ""
+        cost = f" after {tokens_seen:,} tokens seen in pre-training ({sources.pretrain})" if tokens_seen else ""
         lines.append(
             f"Pre-training gain of the teacher ({teacher}) over the same model from scratch ({scratch}): "
             + "; ".join(gains) + (f"; low-resource: {'; '.join(low)}" if low else "") + cost
-            + f" (metrics/finetune/{teacher}-*.json, metrics/finetune/{scratch}-*.json)."
+            + f" ({sources.finetune_metrics}/{teacher}-*.json, {sources.finetune_metrics}/{scratch}-*.json)."
         )
     shares = []
     for t in tasks:
@@ -339,20 +353,21 @@ def findings(
         if a_s is not None and a_t:
             text += f" ({100 * a_s / a_t:.0f}% on average)"
         if speed:
-            text += f" and is {speed:.1f}x as fast at batch 1 (metrics/evaluate-timing.json)"
+            text += f" and is {speed:.1f}x as fast at batch 1 ({sources.evaluate_timing})"
         pf = facts.get(student), facts.get(teacher)
         if pf[0] and pf[1]:
             text += f", with {100 * pf[0].parameters / pf[1].parameters:.0f}% of its encoder parameters"
-        lines.append(text + f" (metrics/finetune/{student}-*.json).")
+        lines.append(text + f" ({sources.finetune_metrics}/{student}-*.json).")
     return lines
 
 
-def upstream_findings(pretrain: Mapping[str, Any] | None, distill: Mapping[str, Any] | None) -> list[str]:
+def upstream_findings(pretrain: Mapping[str, Any] | None, distill: Mapping[str, Any] | None,
+                      sources: ReportSources) -> list[str]:
     """What the pre-training budget bought and what distillation kept, from the stages' quality metrics.
 
-    ``pretrain``: ``metrics/pretrain.json`` (``eval.mlm_accuracy``, ``eval.unigram_accuracy``, ``tokens_seen``,
-    ``size``, ``steps``); ``distill``: ``metrics/distill.json`` (``student``/``teacher`` blocks,
-    ``mlm_accuracy_share``, ``parameter_ratio``). Absent files or keys give no line.
+    ``pretrain``: pre-training's metrics (``eval.mlm_accuracy``, ``eval.unigram_accuracy``, ``tokens_seen``,
+    ``size``, ``steps``); ``distill``: distillation's (``student``/``teacher`` blocks, ``mlm_accuracy_share``,
+    ``parameter_ratio``). Absent files or keys give no line.
     """
     lines = []
     ev = (pretrain or {}).get("eval") or {}
@@ -362,14 +377,14 @@ def upstream_findings(pretrain: Mapping[str, Any] | None, distill: Mapping[str, 
             f"Pre-training ({pretrain.get('size', '?')}, {pretrain.get('steps', '?')} steps"
             + (f", {seen:,} tokens seen" if seen else "") + f"): held-out MLM accuracy "
             f"{100 * ev['mlm_accuracy']:.2f}% vs {100 * ev['unigram_accuracy']:.2f}% for always guessing the most "
-            f"frequent token ({ev['mlm_accuracy'] / ev['unigram_accuracy']:.2f}x) (metrics/pretrain.json).")
+            f"frequent token ({ev['mlm_accuracy'] / ev['unigram_accuracy']:.2f}x) ({sources.pretrain}).")
     st, te = (distill or {}).get("student") or {}, (distill or {}).get("teacher") or {}
     if st.get("mlm_accuracy") is not None and te.get("mlm_accuracy") is not None:
         lines.append(
             f"Distillation: the {st.get('layers', '?')}-layer student reaches {100 * st['mlm_accuracy']:.2f}% held-out "
             f"MLM accuracy vs {100 * te['mlm_accuracy']:.2f}% for the {te.get('layers', '?')}-layer teacher"
             + (f", with {100 * distill['parameter_ratio']:.1f}% of its parameters" if distill.get("parameter_ratio")
-               else "") + " (metrics/distill.json).")
+               else "") + f" ({sources.distill}).")
     return lines
 
 
@@ -385,137 +400,6 @@ def scalar_facts(obj: Mapping[str, Any], limit: int = 12) -> list[str]:
     return items[:limit]
 
 
-# ------------------------------------------------------------------------------------------ report card
-def git_state(repo: Path) -> dict[str, Any]:
-    """``{"commit": sha or None, "dirty": bool or None}`` of the git work tree at ``repo``."""
-    def git(*args: str) -> str | None:
-        try:
-            proc = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, timeout=30)
-        except (OSError, subprocess.TimeoutExpired):
-            return None
-        return proc.stdout if proc.returncode == 0 else None
-
-    commit = git("rev-parse", "HEAD")
-    status = git("status", "--porcelain", "--untracked-files=no")
-    return {"commit": commit.strip() if commit else None, "dirty": None if status is None else bool(status.strip())}
-
-
-def file_sha256(path: Path) -> str | None:
-    """Hex sha256 of a file, or None when it does not exist."""
-    try:
-        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-    except FileNotFoundError:
-        return None
-
-
-def hardware() -> dict[str, Any]:
-    """Platform, CPU model and count, memory (GB), torch threads and CUDA device (if any)."""
-    info: dict[str, Any] = {"platform": platform.platform(), "cpus": os.cpu_count(), "python": platform.python_version()}
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                info["cpu"] = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        info["cpu"] = platform.processor() or None
-    try:
-        import psutil
-
-        info["memory_gb"] = round(psutil.virtual_memory().total / 1e9, 1)
-    except ImportError:  # pragma: no cover
-        pass
-    import torch
-
-    info["torch_threads"] = torch.get_num_threads()
-    info["cuda"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
-    return info
-
-
-def library_versions(names: Iterable[str] = LIBRARIES) -> dict[str, str | None]:
-    """Installed versions of the libraries that shape the results (None when not installed)."""
-    out: dict[str, str | None] = {}
-    for name in names:
-        try:
-            out[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            out[name] = None
-    return out
-
-
-def stage_wall_times(metrics_dir: Path) -> dict[str, float]:
-    """Wall seconds per stage from ``metrics/**/*-timing.json`` and ``metrics/*-timing/*.json`` (a matrix stage,
-    e.g. ``finetune-timing/{model}-{task}.json``).
-
-    A file's figure is its ``wall_seconds`` (or ``seconds``, ``total_seconds``, ``train_seconds``) at top level;
-    it is named by its path without ``.json`` / ``-timing.json`` (``pretrain``, ``finetune-timing/minilm-qa``).
-    """
-    root = Path(metrics_dir)
-    files = set(root.rglob("*-timing.json")) | {p for d in root.glob("*-timing") if d.is_dir() for p in d.rglob("*.json")}
-    times: dict[str, float] = {}
-    for path in sorted(files):
-        try:
-            raw = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError):
-            continue
-        for key in ("wall_seconds", "seconds", "total_seconds", "train_seconds"):
-            value = raw.get(key) if isinstance(raw, Mapping) else None
-            if isinstance(value, int | float):
-                rel = path.relative_to(root).as_posix().removesuffix(".json").removesuffix("-timing")
-                times[rel] = float(value)
-                break
-    return times
-
-
-def data_sources(sources_json: Path) -> list[dict[str, str]]:
-    """``name``, ``version``, ``licence``, ``sha256`` of each source in ``data/raw/SOURCES.json`` ([] if absent)."""
-    try:
-        raw = json.loads(Path(sources_json).read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
-        return []
-    return [{k: str(s.get(k, "")) for k in ("name", "version", "licence", "sha256")} for s in raw.get("sources", [])]
-
-
-def report_card(repo: Path, metrics_dir: Path, sources_json: Path, tokens_seen: int | None) -> dict[str, Any]:
-    """The provenance of a run: git commit and dirty flag, ``dvc.lock`` sha256, data sources with versions and
-    licences, hardware, library versions, wall seconds per stage, tokens seen in pre-training.
-
-    ``dvc.lock`` is hashed as it stands while this stage runs (every upstream stage already recorded).
-    """
-    return {
-        "git": git_state(repo),
-        "dvc_lock_sha256": file_sha256(Path(repo) / "dvc.lock"),
-        "data_sources": data_sources(sources_json),
-        "hardware": hardware(),
-        "libraries": library_versions(),
-        "stage_wall_seconds": stage_wall_times(metrics_dir),
-        "tokens_seen": tokens_seen,
-    }
-
-
-def render_report_card(card: Mapping[str, Any]) -> str:
-    """The report card as Markdown bullet lists."""
-    git = card.get("git", {})
-    dirty = {True: "dirty (uncommitted changes)", False: "clean", None: "unknown"}[git.get("dirty")]
-    lines = ["## Report card", "",
-             f"- git commit: `{git.get('commit') or 'unknown'}`, work tree {dirty}",
-             f"- dvc.lock sha256: `{card.get('dvc_lock_sha256') or 'absent'}`"]
-    if card.get("tokens_seen"):
-        lines.append(f"- tokens seen in pre-training: {card['tokens_seen']:,} (metrics/pretrain.json)")
-    lines += ["", "Data sources (data/raw/SOURCES.json):", ""]
-    lines += [f"- {s['name']} {s['version']} — {s['licence']} (sha256 {s['sha256'][:12]}…)"
-              for s in card.get("data_sources", [])] or ["- (none recorded)"]
-    hw = card.get("hardware", {})
-    lines += ["", "Hardware: " + ", ".join(f"{k} {v}" for k, v in sorted(hw.items()) if v is not None), ""]
-    libs = card.get("libraries", {})
-    lines += ["Libraries: " + ", ".join(f"{k} {v}" for k, v in libs.items() if v), ""]
-    walls = card.get("stage_wall_seconds", {})
-    if walls:
-        lines += ["Wall time per stage (metrics/*-timing.json):", "", "| stage | seconds |", "| --- | ---: |"]
-        lines += [f"| {k} | {v:.1f} |" for k, v in walls.items()]
-        lines += [f"| **total** | {sum(walls.values()):.1f} |"]
-    return "\n".join(lines) + "\n"
-
-
 def render_summary(
     header: Sequence[str],
     rows: Sequence[Sequence[str]],
@@ -523,9 +407,10 @@ def render_summary(
     corpus: Mapping[str, Any] | None,
     tokenizer: Mapping[str, Any] | None,
     card: Mapping[str, Any] | None,
+    sources: ReportSources,
     speed_note: str = "",
 ) -> str:
-    """The whole ``reports/summary.md``: table, findings, corpus and tokenizer facts, sources, report card."""
+    """The whole summary page: table, findings, corpus and tokenizer facts, sources, report card."""
     out = ["# The model family", "",
            "Test-split scores in points (mean over fine-tuning seeds) of each task's main metric; NER is scored",
            "against spaCy's **silver** labels (agreement with spaCy, not accuracy). " + speed_note, "",
@@ -533,12 +418,12 @@ def render_summary(
     if lines:
         out += [f"- {line}" for line in lines] + [""]
     if corpus:
-        out += ["Corpus (metrics/corpus.json): " + ", ".join(scalar_facts(corpus)) + ".", ""]
+        out += [f"Corpus ({sources.corpus}): " + ", ".join(scalar_facts(corpus)) + ".", ""]
     if tokenizer:
-        out += ["Tokenizer (metrics/tokenizer.json): " + ", ".join(scalar_facts(tokenizer)) + ".", ""]
-    out += ["Sources: scores from `metrics/finetune/{model}-{task}.json`; parameters and size on disk from",
-            "`models/finetuned/{model}-{task}/` (`metrics/evaluate.json`); latency, throughput and relative speed from",
-            "`metrics/evaluate-timing.json`.", ""]
+        out += [f"Tokenizer ({sources.tokenizer}): " + ", ".join(scalar_facts(tokenizer)) + ".", ""]
+    out += [f"Sources: scores from `{sources.finetune_metrics}/{{model}}-{{task}}.json`; parameters and size on disk from",
+            f"`{sources.finetuned_models}/{{model}}-{{task}}/` (`{sources.evaluate}`); latency, throughput and relative "
+            "speed from", f"`{sources.evaluate_timing}`.", ""]
     if card:
-        out.append(render_report_card(card))
+        out.append(render_report_card(card, sources))
     return "\n".join(out).rstrip("\n") + "\n"

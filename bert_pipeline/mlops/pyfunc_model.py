@@ -3,7 +3,7 @@
 Two cases (see :mod:`bert_pipeline.mlops.registry`): extractive QA (transformers 5 removed the question-answering pipeline the
 flavour builds) and sentence classifiers with finetune's mean-pooling head (``config.classifier_pooling: mean``,
 a class of ``bert_pipeline.model.heads`` that the flavour would reload as the plain ``[CLS]``-pooler class). Logged with the
-fine-tuned folder as artifact ``model`` and ``stages/`` as code; MLflow executes this file to build the model,
+fine-tuned folder as artifact ``model`` and the ``bert_pipeline`` package as code; MLflow executes this file to build the model,
 nothing imports it.
 
 Input rows (a DataFrame, a list, or ``{"inputs": [...]}`` when served): sentence classification and NER take
@@ -35,7 +35,7 @@ def _text(row) -> str:
 
 
 class FinetunedModel(PythonModel):
-    """Serve a ``models/finetuned/{model}-{task}`` folder through :mod:`bert_pipeline.evaluation.predictor`."""
+    """Serve a fine-tuned ``{model}-{task}`` folder through :mod:`bert_pipeline.evaluation.predictor`."""
 
     def load_context(self, context):
         from bert_pipeline.evaluation.predictor import load_predictor

@@ -1,10 +1,10 @@
 """The MLflow model registry: one registered model per task, each fine-tuned family member a version, aliases
 ``candidate`` (the best of the current results) and ``champion`` (what ships).
 
-Used only by the explicit ``python -m stages.promote`` step, never inside a cached DVC stage: registering and
-moving aliases change shared state. Rules (DESIGN.md, "which model ships"):
+Used only by the explicit ``bert-pipeline promote`` step, never inside a cached DVC stage: registering and
+moving aliases change shared state. Rules (ARCHITECTURE.md, "who owns what"):
 
-- Every ``models/finetuned/{model}-{task}/`` becomes a version of registered model ``{task}``, logged with the
+- Every fine-tuned ``{model}-{task}/`` folder becomes a version of registered model ``{task}``, logged with the
   ``mlflow.transformers`` flavour and explicit ``pip_requirements`` (the inferred ones ask for torchvision and
   fail) when the flavour can hold it: token classifiers and ``[CLS]``-pooled sentence classifiers. Two cases it
   cannot hold go in as an ``mlflow.pyfunc`` model from code (:mod:`bert_pipeline.mlops.pyfunc_model`) wrapping the same folder:
@@ -39,6 +39,8 @@ CANDIDATE = "candidate"
 CHAMPION = "champion"
 WEIGHT_FILES = ("model.safetensors", "config.json", "tokenizer.json", "vocab.txt")
 PYFUNC_CODE = Path(__file__).with_name("pyfunc_model.py")
+LIBRARY_DIR = Path(__file__).resolve().parents[1]
+"""The ``bert_pipeline`` package, logged as the pyfunc model's code so a served version imports it."""
 
 
 @dataclass(frozen=True)
@@ -189,7 +191,7 @@ def log_version(client: Any, entry: Entry, uri: str) -> str:
 
             info = mlflow.pyfunc.log_model(
                 name="model", python_model=str(PYFUNC_CODE), artifacts={"model": str(entry.model_dir)},
-                code_paths=[str(Path(__file__).parent)], pip_requirements=pip_requirements(),
+                code_paths=[str(LIBRARY_DIR)], pip_requirements=pip_requirements(),
                 registered_model_name=entry.task,
             )
         else:

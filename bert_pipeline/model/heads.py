@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -139,11 +139,23 @@ def prepare_qa_features(
     return out
 
 
+class QaSpan(NamedTuple):
+    """A decoded answer: ``text`` = ``context[start:end]`` (character offsets, end exclusive) and its ``score``,
+    ``start_logit + end_logit`` of the span (None when no window had a valid span)."""
+
+    text: str
+    start: int
+    end: int
+    score: float | None
+
+
 def decode_qa(
     contexts: list[str], example_index: Sequence[int], offset_mapping: Sequence[Sequence[Any]],
     start_logits: Sequence[np.ndarray], end_logits: Sequence[np.ndarray], n_best: int, max_answer_length: int,
-) -> list[tuple[str, int, int]]:
-    """N-best span decoding over all windows of each example.
+) -> list[QaSpan]:
+    """N-best span decoding over all windows of each example (Devlin et al. 2019, §4.2; Hugging Face
+    ``run_qa.py``'s ``postprocess_qa_predictions``): the one decoder that scores the test split and serves
+    predictions.
 
     For each window, the ``n_best`` highest start and end logits are paired; a pair is valid when both tokens
     lie in the context, ``start <= end`` and it spans at most ``max_answer_length`` tokens. The pair with the
@@ -153,8 +165,7 @@ def decode_qa(
     Args:
         start_logits, end_logits: per window, float arrays ``(seq_len,)``.
     Returns:
-        per example ``(answer_text, start_char, end_char)`` into its context; ``("", 0, 0)`` when no window had
-        a valid span.
+        per example a :class:`QaSpan` into its context; ``QaSpan("", 0, 0, None)`` when no window had a valid span.
     """
     best: dict[int, tuple[float, int, int]] = {}
     for w, ex in enumerate(example_index):
@@ -175,10 +186,10 @@ def decode_qa(
     out = []
     for ex, ctx in enumerate(contexts):
         if ex in best:
-            _, a, b = best[ex]
-            out.append((ctx[a:b], a, b))
+            score, a, b = best[ex]
+            out.append(QaSpan(ctx[a:b], a, b, score))
         else:
-            out.append(("", 0, 0))
+            out.append(QaSpan("", 0, 0, None))
     return out
 
 

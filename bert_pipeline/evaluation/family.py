@@ -1,0 +1,248 @@
+"""Evaluating the model family as one: each member's inference cost, the sentiment confusion matrix, the NER
+per-type scores, and the inputs of the report (:mod:`bert_pipeline.evaluation.report`).
+
+:func:`evaluate_family` is the evaluate stage's work over folders the caller names (:class:`FamilyInputs`); it
+returns the page, the flat quality metrics, the timing record and the plot tables, and writes nothing.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bert_pipeline.errors import PipelineError
+from bert_pipeline.evaluation.predictor import class_probabilities, load_predictor
+from bert_pipeline.evaluation.provenance import report_card
+from bert_pipeline.evaluation.report import (
+    FinetuneResult,
+    ModelFacts,
+    ReportSources,
+    average_score,
+    by_model_task,
+    family_order,
+    findings,
+    load_finetune_results,
+    relative_speed,
+    render_summary,
+    table,
+    task_order,
+    tokens_seen_of,
+    upstream_findings,
+)
+from bert_pipeline.evaluation.speed import measure_speed, size_on_disk_mb
+from bert_pipeline.model.configs import count_parameters
+
+log = logging.getLogger(__name__)
+
+
+def read_json(path: Path) -> dict[str, Any] | None:
+    """Parsed JSON of ``path``, or None when the file does not exist.
+
+    Raises:
+        PipelineError: the file exists but is not valid JSON.
+    """
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except json.JSONDecodeError as exc:
+        raise PipelineError(f"{path}: invalid JSON ({exc.msg} at line {exc.lineno})") from None
+
+
+def model_folder(model: str, task: str, root: Path) -> Path:
+    """``root/{model}-{task}``, the fine-tuned folder a metrics file names.
+
+    Raises:
+        PipelineError: the folder is missing.
+    """
+    folder = root / f"{model}-{task}"
+    if not (folder / "config.json").exists():
+        raise PipelineError(f"{folder}: missing (a fine-tuning metrics file names {model}-{task}; expected a "
+                            "save_pretrained folder)")
+    return folder
+
+
+def load_test_split(task_dir: Path):
+    """The ``test`` split of a task folder (a ``datasets.Dataset``).
+
+    Raises:
+        PipelineError: not a saved DatasetDict with a test split.
+    """
+    from datasets import load_from_disk
+
+    try:
+        return load_from_disk(str(task_dir))["test"]
+    except (FileNotFoundError, KeyError, ValueError) as exc:
+        raise PipelineError(f"{task_dir}: expected a saved DatasetDict with a test split ({exc})") from None
+
+
+def csv_text(header: list[str], rows: list[list[Any]]) -> str:
+    """CSV text with ``\\n`` line ends."""
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(header)
+    writer.writerows(rows)
+    return buf.getvalue()
+
+
+def sentiment_confusion(models: list[str], finetuned: Path, task_dir: Path, max_examples: int | None,
+                        seq_length: int) -> dict[str, list[list[str]]]:
+    """Per model, ``[actual, predicted]`` label names for the sentiment test examples (first ``max_examples``)."""
+    if not any((finetuned / f"{m}-sentiment").exists() for m in models):
+        return {}
+    ds = load_test_split(task_dir)
+    if max_examples is not None:
+        ds = ds.select(range(min(max_examples, len(ds))))
+    names = ds.features["label"].names if hasattr(ds.features["label"], "names") else None
+    texts, gold = list(ds["text"]), list(ds["label"])
+    out = {}
+    for m in models:
+        folder = finetuned / f"{m}-sentiment"
+        if not folder.exists():
+            continue
+        pred = load_predictor(folder)
+        # label ids are the dataset's ClassLabel ids (finetune trains on them); names from the dataset if it has them
+        label = names or [pred.model.config.id2label[i] for i in range(pred.model.config.num_labels)]
+        guess = class_probabilities(pred, texts, max_seq_length=seq_length).argmax(dim=-1).tolist()
+        out[m] = [[label[g], label[p]] for g, p in zip(gold, guess, strict=True)]
+        log.info("%s-sentiment: %d test predictions", m, len(guess))
+    return out
+
+
+def ner_per_type(index: dict[tuple[str, str], FinetuneResult], models: list[str]) -> list[list[Any]]:
+    """Rows ``[model, type, f1 points, "TYPE model"]`` from the ``f1_TYPE`` test means of ``{model}-ner``."""
+    rows = []
+    for m in models:
+        r = index.get((m, "ner"))
+        if r is None:
+            continue
+        for key in sorted(k for k in r.test if k.startswith("f1_")):
+            rows.append([m, key[3:], round(100 * r.test[key], 2), f"{key[3:]} {m}"])
+    return rows
+
+
+def flat_metrics(index: dict[tuple[str, str], FinetuneResult], facts: dict[str, ModelFacts], models: list[str],
+                 tasks: list[str], teacher: str, student: str, scratch: str) -> dict[str, float]:
+    """Flat ``{key: number}`` of the deterministic figures: every test mean, averages, parameters, MB on disk,
+    pre-training gain over scratch and the student's share of the teacher's score per task."""
+    out: dict[str, float] = {}
+    for (m, t), r in index.items():
+        for metric, value in r.test.items():
+            out[f"{m}.{t}.{metric}"] = round(value, 6)
+        if r.low_resource_test.get(r.main_metric) is not None:
+            out[f"{m}.{t}.low_resource_{r.main_metric}"] = round(r.low_resource_test[r.main_metric], 6)
+    for m in models:
+        scores = [index[m, t].score for t in tasks if (m, t) in index]
+        if len(scores) == len(tasks):
+            out[f"{m}.average"] = round(sum(scores) / len(scores), 6)
+        if m in facts:
+            out[f"{m}.parameters"] = facts[m].parameters
+            out[f"{m}.size_mb"] = round(facts[m].size_mb, 3)
+    for t in tasks:
+        if (teacher, t) in index and (scratch, t) in index:
+            out[f"gain_over_scratch.{t}"] = round(index[teacher, t].score - index[scratch, t].score, 6)
+        if (teacher, t) in index and (student, t) in index and index[teacher, t].score > 0:
+            out[f"student_share.{t}"] = round(index[student, t].score / index[teacher, t].score, 6)
+    return out
+
+
+@dataclass(frozen=True)
+class FamilyInputs:
+    """Where the family's results are: fine-tuning metrics and models, the task sets, the upstream metrics files
+    (``metrics_dir`` holds ``pretrain.json``, ``distill.json``, ``corpus.json``, ``tokenizer.json`` and the timing
+    files), the raw data's ``SOURCES.json``, and the repository (git, ``dvc.lock``)."""
+
+    finetune_metrics: Path
+    finetuned: Path
+    tasks: Path
+    metrics_dir: Path
+    sources_json: Path
+    repo: Path
+    sources: ReportSources
+
+
+@dataclass
+class FamilyEvaluation:
+    """What :func:`evaluate_family` produced (nothing is written): the Markdown page, the flat quality metrics, the
+    timing record, and the plot tables (``confusion``: per model ``[actual, predicted]`` rows)."""
+
+    summary: str
+    flat: dict[str, float]
+    timing: dict[str, Any]
+    confusion: dict[str, list[list[str]]]
+    ner_per_type: list[list[Any]]
+    score_vs_speed: list[list[Any]] = field(default_factory=list)
+
+
+def evaluate_family(inputs: FamilyInputs, *, teacher: str, student: str, scratch: str, speed_task: str,
+                    seq_length: int, latency_examples: int, throughput_batch_size: int, warmup_runs: int,
+                    timed_runs: int, num_threads: int, confusion_max_examples: int | None) -> FamilyEvaluation:
+    """Compare the family: test scores from the metrics files, CPU speed of each member's ``speed_task`` model
+    (:func:`bert_pipeline.evaluation.speed.measure_speed`), the confusion matrix of every sentiment model, the
+    findings and the report card.
+
+    Raises:
+        PipelineError: no metrics files, a malformed one, or a fine-tuned folder missing.
+    """
+    start = time.perf_counter()
+    results = load_finetune_results(inputs.finetune_metrics)
+    index = by_model_task(results)
+    models = family_order({m for m, _ in index}, teacher, student, scratch)
+    tasks = task_order({t for _, t in index})
+    reference = teacher if teacher in models else models[0]
+    if reference != teacher:
+        log.warning("no fine-tuning metrics of %s (evaluate.teacher): speeds relative to %s", teacher, reference)
+
+    texts = None
+    facts: dict[str, ModelFacts] = {}
+    speeds = {}
+    for m in models:
+        task = speed_task if (m, speed_task) in index else next(t for t in tasks if (m, t) in index)
+        folder = model_folder(m, task, inputs.finetuned)
+        pred = load_predictor(folder)
+        if texts is None:
+            texts = [str(x) for x in load_test_split(inputs.tasks / speed_task)["text"][
+                : max(latency_examples, throughput_batch_size)]]
+        speed = measure_speed(pred.model, pred.tokenizer, texts, seq_length, latency_examples, throughput_batch_size,
+                              warmup_runs, timed_runs, num_threads)
+        speeds[m] = speed
+        facts[m] = ModelFacts(count_parameters(pred.model.base_model), size_on_disk_mb(folder), speed.latency_ms,
+                              speed.throughput)
+        log.info("%s: %.1f ms/example (b=1), %.0f examples/s (b=%d)", m, speed.latency_ms, speed.throughput,
+                 throughput_batch_size)
+
+    confusion = sentiment_confusion(models, inputs.finetuned, inputs.tasks / "sentiment", confusion_max_examples,
+                                    seq_length)
+    pretrain = read_json(inputs.metrics_dir / "pretrain.json")
+    tokens_seen = tokens_seen_of(pretrain, read_json(inputs.metrics_dir / "pretrain-timing.json"))
+    header, rows = table(results, facts, teacher, student, scratch, reference)
+    lines = findings(results, facts, teacher, student, scratch, tokens_seen, inputs.sources)
+    lines += upstream_findings(pretrain, read_json(inputs.metrics_dir / "distill.json"), inputs.sources)
+    card = report_card(inputs.repo, inputs.metrics_dir, inputs.sources_json, tokens_seen)
+    lengths = "/".join(str(n) for n in sorted({s.seq_length for s in speeds.values()}))
+    note = (f"Speed: CPU, {num_threads} thread(s), inputs padded to {lengths} tokens, median of "
+            f"{timed_runs} runs after {warmup_runs} warm-up; throughput at batch {throughput_batch_size}; "
+            f"relative speed: {reference} = 1.0x.")
+    summary = render_summary(header, rows, lines, read_json(inputs.metrics_dir / "corpus.json"),
+                             read_json(inputs.metrics_dir / "tokenizer.json"), card, inputs.sources, note)
+
+    flat = flat_metrics(index, facts, models, tasks, teacher, student, scratch)
+    for m, pairs in confusion.items():  # the saved (first-seed) model on the confusion matrix's examples
+        flat[f"{m}.sentiment.confusion_examples"] = len(pairs)
+        flat[f"{m}.sentiment.confusion_accuracy"] = round(sum(a == b for a, b in pairs) / max(len(pairs), 1), 6)
+    timing: dict[str, Any] = {}
+    for m, s in speeds.items():
+        timing[f"{m}.latency_ms_b1"] = round(s.latency_ms, 3)
+        timing[f"{m}.throughput_b{s.batch_size}"] = round(s.throughput, 2)
+        timing[f"{m}.relative_speed"] = round(relative_speed(facts, m, reference) or 0.0, 3)
+    timing["wall_seconds"] = round(time.perf_counter() - start, 2)
+    score_vs_speed = [[m, round(100 * avg, 2) if (avg := average_score(index, m, tasks)) is not None else "",
+                       round(relative_speed(facts, m, reference) or 0.0, 3), round(facts[m].latency_ms or 0, 3),
+                       round(facts[m].throughput or 0, 2)] for m in models]
+    return FamilyEvaluation(summary, flat, timing, confusion, ner_per_type(index, models), score_vs_speed)

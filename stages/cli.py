@@ -1,0 +1,221 @@
+"""``bert-pipeline``: the pipeline's tools that are not DVC stages, behind one console script.
+
+    bert-pipeline profile smoke [--print] [-n NAME]    # run the graph under profiles/smoke.yaml as a DVC experiment
+    bert-pipeline promote [--tasks sentiment] [--force]  # register fine-tuned models, move candidate/champion
+    bert-pipeline predict models/finetuned/minilm-sentiment "A gripping, funny film."   # one JSON line per input
+
+(``python -m stages.cli ...`` is the same command.) ``profile`` validates the profile's overrides against the schema
+first (a bad key fails before DVC starts), then runs ``dvc exp run --temp --set-param ...``: the run happens in a
+temporary copy, ``params.yaml`` is never edited and ``dvc exp show`` lists it. ``promote`` is the explicit,
+never-cached step that changes the shared registry (:mod:`bert_pipeline.mlops.registry`): run it after
+``dvc repro`` on results you mean to keep, never from a throwaway ``dvc exp run``. ``predict`` reads a fine-tuned
+folder: sentiment ``{"text", "label", "probability"}``; NER ``{"text", "entities": [{"type", "text", "start", "end",
+"score"}]}`` (character offsets); QA (``--context`` required, each input a question) ``{"question", "answer",
+"start", "end", "score"}``. Texts come from the arguments, else one per line on stdin.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from bert_pipeline.console import run_main
+from bert_pipeline.errors import PipelineError
+from bert_pipeline.io import flatten
+from stages.params import DEFAULT_PARAMS, load_params, read_yaml
+
+log = logging.getLogger(__name__)
+
+PROFILES_DIR = Path("profiles")
+
+
+# ------------------------------------------------------------------------------------------------ profile
+def available_profiles(profiles_dir: Path = PROFILES_DIR) -> list[str]:
+    """Names of the profiles in ``profiles_dir`` (file stems of ``*.yaml``)."""
+    return sorted(p.stem for p in profiles_dir.glob("*.yaml"))
+
+
+def load_profile(name: str, profiles_dir: Path = PROFILES_DIR) -> dict[str, Any]:
+    """Return the flattened dotted-key overrides of profile ``name``.
+
+    Raises:
+        PipelineError: unknown profile name or a file that is not a mapping.
+    """
+    path = profiles_dir / f"{name}.yaml"
+    if not path.exists():
+        raise PipelineError(f"unknown profile {name!r}: expected one of {', '.join(available_profiles(profiles_dir))}")
+    raw = read_yaml(path) or {}
+    if not isinstance(raw, dict):
+        raise PipelineError(f"{path}: expected a mapping of params overrides, got {type(raw).__name__}")
+    return flatten(raw)
+
+
+def set_param_args(overrides: dict[str, Any]) -> list[str]:
+    """``--set-param key=value`` arguments for ``dvc exp run`` (values as JSON, which DVC's YAML parser reads)."""
+    args: list[str] = []
+    for key, value in overrides.items():
+        args += ["--set-param", f"{key}={json.dumps(value)}"]
+    return args
+
+
+def profile_command(name: str, extra: list[str] | None = None, params_path: Path = DEFAULT_PARAMS) -> list[str]:
+    """The ``dvc exp run`` command for profile ``name``, after validating the merged params.
+
+    Raises:
+        PipelineError: unknown profile.
+        ParamsError: the profile names a key the schema does not have, or gives a wrong type.
+    """
+    overrides = load_profile(name)
+    load_params(params_path, overrides)  # fail early with the schema's one-line message
+    return ["dvc", "exp", "run", "--temp", *set_param_args(overrides), *(extra or [])]
+
+
+def run_profile(args: argparse.Namespace, extra: list[str]) -> None:
+    cmd = profile_command(args.name, [a for a in extra if a != "--"])
+    if args.print:
+        sys.stdout.write(shlex.join(cmd) + "\n")
+        return
+    log.info("running: %s", shlex.join(cmd))
+    proc = subprocess.run(cmd)
+    if proc.returncode != 0:
+        raise PipelineError(f"profile {args.name}: dvc exp run failed with exit code {proc.returncode}")
+
+
+# ------------------------------------------------------------------------------------------------ promote
+def saved_seed(source: str) -> int | None:
+    """The seed whose weights the fine-tuned folder holds: ``saved_seed`` (or ``seed``) in the metrics file,
+    else the first of its ``seeds`` (finetune saves the first seed's model)."""
+    raw = json.loads(Path(source).read_text(encoding="utf-8"))
+    value = raw.get("saved_seed", raw.get("seed"))
+    if value is None and isinstance(raw.get("seeds"), list) and raw["seeds"]:
+        value = raw["seeds"][0]
+    return int(value) if isinstance(value, int) else None
+
+
+def entries_by_task(teacher: str, student: str, scratch: str, only: list[str] | None, data_seed: int = 0) -> dict:
+    """Per task, the registrable :class:`bert_pipeline.mlops.registry.Entry` list in family order.
+
+    Raises:
+        PipelineError: a requested task has no results, or a metrics file's model folder is missing.
+    """
+    from bert_pipeline.evaluation.report import by_model_task, family_order, load_finetune_results, task_order
+    from bert_pipeline.mlops.registry import Entry, split_sha256
+    from stages.finetune import METRICS, MODELS_OUT, TASKS
+
+    index = by_model_task(load_finetune_results(METRICS))
+    tasks = task_order({t for _, t in index})
+    for t in only or []:
+        if t not in tasks:
+            raise PipelineError(f"--tasks: no {METRICS}/*-{t}.json (tasks with results: {', '.join(tasks)})")
+    out: dict[str, list[Entry]] = {}
+    for t in only or tasks:
+        entries = []
+        for m in family_order({m for m, tt in index if tt == t}, teacher, student, scratch):
+            r = index[m, t]
+            scored = json.loads(Path(r.source).read_text(encoding="utf-8")).get("test_examples")
+            split = split_sha256(TASKS / t / "test", scored if isinstance(scored, int) else None, data_seed)
+            folder = MODELS_OUT / f"{m}-{t}"
+            if not (folder / "config.json").exists():
+                raise PipelineError(f"{folder}: missing (named by {r.source})")
+            entries.append(Entry(m, t, folder, saved_seed(r.source), r.main_metric, r.score, split, r.source))
+        out[t] = entries
+    return out
+
+
+def run_promote(args: argparse.Namespace) -> None:
+    from mlflow import MlflowClient
+
+    from bert_pipeline.mlops.registry import promote_task
+    from bert_pipeline.mlops.tracking import tracking_uri
+
+    params = load_params()
+    p = params.evaluate
+    uri = tracking_uri()
+    client = MlflowClient(tracking_uri=uri, registry_uri=uri)
+    for entries in entries_by_task(p.teacher, p.student, p.scratch, args.tasks, params.finetune.data_seed).values():
+        decision = promote_task(client, entries, uri, force=args.force)
+        sys.stdout.write(decision.line() + "\n")
+
+
+# ------------------------------------------------------------------------------------------------ predict
+def predict_lines(args: argparse.Namespace, texts: list[str]) -> list[dict]:
+    """The output records for ``texts`` (see the module docstring).
+
+    Raises:
+        PipelineError: a QA model without ``--context``, or a folder that is not a fine-tuned model.
+    """
+    from bert_pipeline.evaluation.predictor import answer, classify, entities, load_predictor
+
+    pred = load_predictor(args.model_dir)
+    if pred.kind == "sequence-classification":
+        return [{"text": t, **r} for t, r in zip(texts, classify(pred, texts, max_seq_length=args.max_seq_length),
+                                                  strict=True)]
+    if pred.kind == "token-classification":
+        return [{"text": t, "entities": e} for t, e in zip(texts, entities(pred, texts), strict=True)]
+    if not args.context:
+        raise PipelineError(f"{args.model_dir}: a question-answering model needs --context \"PASSAGE\"")
+    return [{"question": q, **answer(pred, q, args.context, args.max_seq_length, args.doc_stride, args.n_best,
+                                     args.max_answer_length)} for q in texts]
+
+
+def run_predict(args: argparse.Namespace) -> None:
+    texts = args.texts or [line.strip() for line in sys.stdin if line.strip()]
+    if not texts:
+        raise PipelineError("no input: give texts as arguments or one per line on stdin")
+    for record in predict_lines(args, texts):
+        sys.stdout.write(json.dumps(record, ensure_ascii=False) + "\n")
+
+
+# ---------------------------------------------------------------------------------------------------- main
+def parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
+    """The ``bert-pipeline`` argument parser (one sub-command per tool) and its ``predict`` sub-parser."""
+    top = argparse.ArgumentParser(prog="bert-pipeline", description=__doc__.split("\n\n")[0],
+                                  formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = top.add_subparsers(dest="command", required=True, metavar="{profile,promote,predict}")
+    prof = sub.add_parser("profile", help="run the pipeline under profiles/NAME.yaml as a DVC experiment",
+                          description="Other options (e.g. -n NAME) go to dvc exp run.")
+    prof.add_argument("name", help=f"profile name (a file in {PROFILES_DIR}/)")
+    prof.add_argument("--print", action="store_true", help="print the dvc command instead of running it")
+    prom = sub.add_parser("promote", help="register fine-tuned models; move candidate and champion per task")
+    prom.add_argument("--tasks", nargs="+", help="only these tasks (default: every task with results)")
+    prom.add_argument("--force", action="store_true",
+                      help="promote the candidate even when the test split changed since the champion was scored")
+    pred = sub.add_parser("predict", help="one JSON line per input from a fine-tuned model folder")
+    pred.add_argument("model_dir", type=Path, help="a fine-tuned model folder (models/finetuned/{model}-{task})")
+    pred.add_argument("texts", nargs="*", help="texts (QA: questions); read from stdin, one per line, when absent")
+    pred.add_argument("--context", help="the passage QA answers from (required for a QA model)")
+    pred.add_argument("--max-seq-length", type=int, default=384, help="tokens per window (default 384)")
+    pred.add_argument("--doc-stride", type=int, default=128, help="QA window overlap in tokens (default 128)")
+    pred.add_argument("--n-best", type=int, default=20, help="QA start/end candidates per window (default 20)")
+    pred.add_argument("--max-answer-length", type=int, default=30, help="QA answer tokens at most (default 30)")
+    return top, pred
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    top, predict_parser = parser()
+    if argv[:1] == ["predict"]:  # texts and options in any order, as `bert-pipeline predict DIR --context C Q`
+        run_predict(predict_parser.parse_intermixed_args(argv[1:]))
+        return
+    args, extra = top.parse_known_args(argv)
+    if args.command == "profile":
+        run_profile(args, extra)
+    elif extra:
+        top.error(f"unrecognized arguments: {' '.join(extra)}")
+    else:
+        run_promote(args)
+
+
+def console() -> None:
+    """Entry point of the ``bert-pipeline`` console script."""
+    run_main(main)
+
+
+if __name__ == "__main__":
+    console()
