@@ -4,7 +4,11 @@ Every stage loads its params through :func:`load_params`. Any problem (unknown k
 value out of range) raises :class:`ParamsError` whose message is one line naming the dotted key and what was
 expected, e.g. ``params.yaml: prepare_corpus.min_words: expected int >= 0, got "ten"``.
 
-Sections are added here as stages are built; a stage's own module never defines a second config system.
+The schema is the only config, by one rule: every key of a stage's section is required (``params.yaml`` states
+the whole configuration; no default here can disagree with it), while the entries a user adds to a list or mapping
+(corpus sources, user tasks, ``finetune.models`` and ``finetune.tasks`` entries, ``pretrain.phases``) have defaults
+for their optional keys and ``params.yaml`` lists only what differs. A stage's own module never defines a second
+config system. Sections come in pipeline order, ``orchestration`` last.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from bert_pipeline.errors import PipelineError
 from bert_pipeline.io import flatten
+from bert_pipeline.model.sizes import SIZES
 
 DEFAULT_PARAMS = Path("params.yaml")
 
@@ -75,113 +80,13 @@ class PrepareCorpusParams(Section):
 
     sources: list[CorpusSource] = Field(min_length=1)
     min_words: Annotated[int, annotated_types.Ge(0)]
-    max_documents_per_source: Annotated[int, annotated_types.Ge(1)] | None = None
+    max_documents_per_source: Annotated[int, annotated_types.Ge(1)] | None
     validation_fraction: Annotated[float, annotated_types.Gt(0.0), annotated_types.Lt(1.0)]
     split_seed: int
-    sentence_splitter: Literal["spacy_senter", "spacy_parser"] = "spacy_senter"
-    chunk_chars: Annotated[int, annotated_types.Ge(1000), annotated_types.Le(1_000_000)] = 100_000
-    batch_size: Annotated[int, annotated_types.Ge(1)] = 64
-    num_proc: Annotated[int, annotated_types.Ge(1)] = 1
-
-
-# ------------------------------------------------------------------------------------------------ distill
-class DistillParams(Section):
-    """``distill``: a DistilBERT-style student from the pre-trained teacher (Sanh et al. 2019).
-
-    ``student_layers: null`` means half the teacher's layers; the upper bound (the teacher's depth) is only known
-    when the stage reads ``models/pretrained/`` and is checked there. Loss weights are DistilBERT's defaults.
-    """
-
-    student_layers: Annotated[int, annotated_types.Ge(1)] | None = None
-    temperature: Annotated[float, annotated_types.Gt(0.0)] = 2.0
-    alpha_ce: Annotated[float, annotated_types.Ge(0.0)] = 5.0
-    alpha_mlm: Annotated[float, annotated_types.Ge(0.0)] = 2.0
-    alpha_cos: Annotated[float, annotated_types.Ge(0.0)] = 1.0
-    cos_positions: Literal["tokens", "masked"] = "tokens"
-    learning_rate: Annotated[float, annotated_types.Gt(0.0)] = 5e-4
-    weight_decay: Annotated[float, annotated_types.Ge(0.0)] = 0.01
-    warmup_steps: Annotated[int, annotated_types.Ge(0)] = 0
-    max_steps: Annotated[int, annotated_types.Ge(1)]
+    sentence_splitter: Literal["spacy_senter", "spacy_parser"]
+    chunk_chars: Annotated[int, annotated_types.Ge(1000), annotated_types.Le(1_000_000)]
     batch_size: Annotated[int, annotated_types.Ge(1)]
-    gradient_accumulation_steps: Annotated[int, annotated_types.Ge(1)] = 1
-    max_grad_norm: Annotated[float, annotated_types.Gt(0.0)] = 1.0
-    max_bad_steps: Annotated[int, annotated_types.Ge(0)] = 10
-    logging_steps: Annotated[int, annotated_types.Ge(1)] = 10
-    eval_steps: Annotated[int, annotated_types.Ge(1)]
-    eval_batch_size: Annotated[int, annotated_types.Ge(1)] = 64
-    eval_batches: Annotated[int, annotated_types.Ge(1)] | None = None
-    final_eval_batches: Annotated[int, annotated_types.Ge(1)] | None = None
-    save_steps: Annotated[int, annotated_types.Ge(1)]
-    save_total_limit: Annotated[int, annotated_types.Ge(1)] = 2
-    precision: Literal["auto", "fp32", "bf16"] = "auto"
-    seed: int = 42
-    throughput_runs: Annotated[int, annotated_types.Ge(1)] = 5
-    throughput_warmup: Annotated[int, annotated_types.Ge(0)] = 2
-
-    @model_validator(mode="after")
-    def _some_loss(self) -> DistillParams:
-        if self.alpha_ce == 0 and self.alpha_mlm == 0 and self.alpha_cos == 0:
-            raise ValueError("distill.alpha_ce, distill.alpha_mlm, distill.alpha_cos: expected at least one > 0, got all 0")
-        return self
-
-
-# ------------------------------------------------------------------------------- create_pretraining_data
-Probability = Annotated[float, annotated_types.Ge(0.0), annotated_types.Le(1.0)]
-
-
-class CreatePretrainingDataParams(Section):
-    """``create_pretraining_data``: sentence pairs and MLM masks (Devlin et al. 2019, §3.1, Appendix A.1).
-
-    ``objective``: ``nsp`` (BERT), ``sop`` (ALBERT) or ``none`` (RoBERTa, packed sentences, no pair label).
-    ``mask_token_prob`` + ``random_token_prob`` must be <= 1; the rest of the chosen tokens keep their id.
-    ``masking``: ``static`` (``dupe_factor`` copies, each with its own mask) or ``dynamic`` (unmasked instances,
-    the collator masks every batch anew). ``shard_size`` is in documents per shard (bounds memory per worker).
-    """
-
-    max_seq_length: Annotated[int, annotated_types.Ge(5), annotated_types.Le(65536)] = 128
-    short_seq_prob: Probability = 0.1
-    objective: Literal["nsp", "sop", "none"] = "nsp"
-    masked_lm_prob: Probability = 0.15
-    max_predictions_per_seq: Annotated[int, annotated_types.Ge(1)] = 20
-    mask_token_prob: Probability = 0.8
-    random_token_prob: Probability = 0.1
-    whole_word_masking: bool = False
-    masking: Literal["static", "dynamic"] = "static"
-    dupe_factor: Annotated[int, annotated_types.Ge(1)] = 5
-    seed: Annotated[int, annotated_types.Ge(0)] = 12345
-    shard_size: Annotated[int, annotated_types.Ge(1)] = 256
-    num_proc: Annotated[int, annotated_types.Ge(1)] = 2
-
-    @model_validator(mode="after")
-    def _keep_share(self) -> CreatePretrainingDataParams:
-        total = self.mask_token_prob + self.random_token_prob
-        if total > 1.0 + 1e-9:
-            raise ValueError(
-                "create_pretraining_data.mask_token_prob + random_token_prob: expected <= 1 (the rest keeps the "
-                f"token, so mask/random/keep sum to 1), got {total:g}"
-            )
-        return self
-# ----------------------------------------------------------------------------------------------- evaluate
-class EvaluateParams(Section):
-    """``evaluate``: the family's roles, how CPU inference speed is measured, how many test examples the plots use.
-
-    Speed (Dehghani et al. 2022, "The Efficiency Misnomer": report latency and throughput, batch and length):
-    each member's fine-tuned ``speed_task`` model on CPU with ``num_threads`` threads, inputs padded to
-    ``seq_length`` tokens; latency = ms per example at batch 1 over ``latency_examples`` examples, throughput =
-    examples/s at batch ``throughput_batch_size``; each the median of ``timed_runs`` runs after ``warmup_runs``.
-    """
-
-    teacher: str = Field(default="pretrained", min_length=1)
-    student: str = Field(default="distilled", min_length=1)
-    scratch: str = Field(default="scratch", min_length=1)
-    speed_task: str = Field(default="sentiment", min_length=1)
-    seq_length: Annotated[int, annotated_types.Ge(8), annotated_types.Le(512)] = 64
-    latency_examples: Annotated[int, annotated_types.Ge(1)] = 8
-    throughput_batch_size: Annotated[int, annotated_types.Ge(1)] = 32
-    warmup_runs: Annotated[int, annotated_types.Ge(0)] = 1
-    timed_runs: Annotated[int, annotated_types.Ge(1)] = 3
-    num_threads: Annotated[int, annotated_types.Ge(1)] = 1
-    confusion_max_examples: Annotated[int, annotated_types.Ge(1)] | None = 300
+    num_proc: Annotated[int, annotated_types.Ge(1)]
 
 
 # ---------------------------------------------------------------------------------------- train_tokenizer
@@ -193,16 +98,16 @@ class TrainTokenizerParams(Section):
     without it ``[PAD] [UNK] [CLS] [SEP] [MASK]`` take 0..4. ``vocab_size`` counts the special tokens.
     """
 
-    vocab_size: Annotated[int, annotated_types.Ge(6)] = 8192
-    min_frequency: Annotated[int, annotated_types.Ge(1)] = 2
-    limit_alphabet: Annotated[int, annotated_types.Ge(1)] | None = 1000
-    lowercase: bool = True
-    strip_accents: bool | None = None
-    handle_chinese_chars: bool = True
-    max_input_chars_per_word: Annotated[int, annotated_types.Ge(1)] = 100
-    bert_id_layout: bool = True
-    model_max_length: Annotated[int, annotated_types.Ge(8)] = 512
-    batch_size: Annotated[int, annotated_types.Ge(1)] = 1000
+    vocab_size: Annotated[int, annotated_types.Ge(6)]
+    min_frequency: Annotated[int, annotated_types.Ge(1)]
+    limit_alphabet: Annotated[int, annotated_types.Ge(1)] | None
+    lowercase: bool
+    strip_accents: bool | None
+    handle_chinese_chars: bool
+    max_input_chars_per_word: Annotated[int, annotated_types.Ge(1)]
+    bert_id_layout: bool
+    model_max_length: Annotated[int, annotated_types.Ge(8)]
+    batch_size: Annotated[int, annotated_types.Ge(1)]
 
     @model_validator(mode="after")
     def _room_for_special_tokens(self) -> TrainTokenizerParams:
@@ -215,20 +120,170 @@ class TrainTokenizerParams(Section):
         return self
 
 
-# ------------------------------------------------------------------------------------------ orchestration
-class OrchestrationParams(Section):
-    """``orchestration``: how the Prefect flow (``flows/pipeline.py``) runs the DVC stages.
+# ------------------------------------------------------------------------------- create_pretraining_data
+SizeName = Literal[tuple(SIZES)]  # type: ignore[valid-type]  # the names of bert_pipeline.model.sizes
 
-    No stage reads it, so changing it never invalidates a stage. ``gpu_stages`` are glob patterns over stage
-    addresses (``finetune@*``): those stages are tagged ``gpu`` (a Prefect concurrency limit equal to the
-    pool's GPU count) and each gets its own ``CUDA_VISIBLE_DEVICES``.
+Probability = Annotated[float, annotated_types.Ge(0.0), annotated_types.Le(1.0)]
+
+
+class CreatePretrainingDataParams(Section):
+    """``create_pretraining_data``: sentence pairs and MLM masks (Devlin et al. 2019, §3.1, Appendix A.1).
+
+    ``objective``: ``nsp`` (BERT), ``sop`` (ALBERT) or ``none`` (RoBERTa, packed sentences, no pair label).
+    ``mask_token_prob`` + ``random_token_prob`` must be <= 1; the rest of the chosen tokens keep their id.
+    ``masking``: ``static`` (``dupe_factor`` copies, each with its own mask) or ``dynamic`` (unmasked instances,
+    the collator masks every batch anew). ``shard_size`` is in documents per shard (bounds memory per worker).
     """
 
-    retries: Annotated[int, annotated_types.Ge(0)] = 2
-    retry_delay_seconds: Annotated[int, annotated_types.Ge(0)] = 30
-    log_tail_lines: Annotated[int, annotated_types.Ge(1)] = 20
-    gpu_stages: list[str] = Field(default_factory=list)
-    mlflow: bool = True
+    max_seq_length: Annotated[int, annotated_types.Ge(5), annotated_types.Le(65536)]
+    short_seq_prob: Probability
+    objective: Literal["nsp", "sop", "none"]
+    masked_lm_prob: Probability
+    max_predictions_per_seq: Annotated[int, annotated_types.Ge(1)]
+    mask_token_prob: Probability
+    random_token_prob: Probability
+    whole_word_masking: bool
+    masking: Literal["static", "dynamic"]
+    dupe_factor: Annotated[int, annotated_types.Ge(1)]
+    seed: Annotated[int, annotated_types.Ge(0)]
+    shard_size: Annotated[int, annotated_types.Ge(1)]
+    num_proc: Annotated[int, annotated_types.Ge(1)]
+
+    @model_validator(mode="after")
+    def _keep_share(self) -> CreatePretrainingDataParams:
+        total = self.mask_token_prob + self.random_token_prob
+        if total > 1.0 + 1e-9:
+            raise ValueError(
+                "create_pretraining_data.mask_token_prob + random_token_prob: expected <= 1 (the rest keeps the "
+                f"token, so mask/random/keep sum to 1), got {total:g}"
+            )
+        return self
+
+
+# ----------------------------------------------------------------------------------------------- pretrain
+class PretrainModelParams(Section):
+    """``pretrain.model``: ``size`` by name (:data:`bert_pipeline.model.sizes.SIZES`: tiny, mini, small, medium as in Turc et al.
+    2019; base, large as in Devlin et al. 2019) and any ``BertConfig`` field in ``config`` (``vocab_size`` comes from
+    the tokenizer). Ignored except for ``config`` dropout fields when ``pretrain.init`` is a checkpoint.
+    """
+
+    size: SizeName
+    config: dict[str, Any]
+
+
+class PretrainPhase(Section):
+    """One phase of BERT's two-phase schedule (Devlin et al. 2019, Appendix A.2: seq 128 for 90% of the steps,
+    then 512): ``max_seq_length`` of the instances (create_pretraining_data builds one dataset per length, under
+    ``data/pretraining/seq{max_seq_length}/`` when there are several), ``fraction`` of ``max_steps`` and an
+    optional per-process ``batch_size`` (default ``pretrain.batch_size``)."""
+
+    max_seq_length: Annotated[int, annotated_types.Ge(8), annotated_types.Le(65536)]
+    fraction: Annotated[float, annotated_types.Gt(0.0), annotated_types.Le(1.0)]
+    batch_size: Annotated[int, annotated_types.Ge(1)] | None = None
+
+
+class ComputeParams(Section):
+    """``pretrain.compute``: ``num_processes`` > 1 runs the stage under ``accelerate launch`` (DDP, or FSDP with
+    ``accelerate_config``, a YAML file of ``accelerate config``); ``num_workers`` data-loading processes."""
+
+    num_processes: Annotated[int, annotated_types.Ge(1)]
+    accelerate_config: str | None
+    num_workers: Annotated[int, annotated_types.Ge(0)]
+
+
+class PretrainParams(Section):
+    """``pretrain``: BERT pre-training (MLM + NSP/SOP, or MLM only: the objective is create_pretraining_data's).
+
+    ``init``: ``scratch`` (a new model of ``model.size``, tokenizer ``models/tokenizer/``) or the folder (or hub name)
+    of a BERT checkpoint to continue pre-training (Gururangan et al. 2020); this one key also decides the tokenizer
+    the instances are built with (:attr:`tokenizer_path`). ``batch_size`` is per process and micro-batch: the
+    optimizer sees ``batch_size * gradient_accumulation_steps * compute.num_processes`` sequences per step.
+    ``phases: []`` means one phase on ``data/pretraining/``. ``precision``: see
+    :mod:`bert_pipeline.train.precision` (``auto``: bf16 where the device runs it natively, fp16 on older GPUs,
+    else fp32).
+    """
+
+    init: str = Field(min_length=1)
+    model: PretrainModelParams
+    optimizer: Literal["adamw", "lamb"]
+    learning_rate: Annotated[float, annotated_types.Gt(0.0)]
+    weight_decay: Annotated[float, annotated_types.Ge(0.0)]
+    adam_epsilon: Annotated[float, annotated_types.Gt(0.0)]
+    warmup_steps: Annotated[int, annotated_types.Ge(0)]
+    max_steps: Annotated[int, annotated_types.Ge(1)]
+    batch_size: Annotated[int, annotated_types.Ge(1)]
+    gradient_accumulation_steps: Annotated[int, annotated_types.Ge(1)]
+    max_grad_norm: Annotated[float, annotated_types.Gt(0.0)]
+    precision: Literal["auto", "fp32", "bf16", "fp16"]
+    phases: list[PretrainPhase]
+    save_steps: Annotated[int, annotated_types.Ge(1)]
+    save_total_limit: Annotated[int, annotated_types.Ge(1)]
+    eval_steps: Annotated[int, annotated_types.Ge(1)]
+    eval_batch_size: Annotated[int, annotated_types.Ge(1)]
+    max_eval_batches: Annotated[int, annotated_types.Ge(1)] | None
+    logging_steps: Annotated[int, annotated_types.Ge(1)]
+    max_bad_steps: Annotated[int, annotated_types.Ge(0)]
+    seed: int
+    compute: ComputeParams
+
+    @property
+    def tokenizer_path(self) -> Path:
+        """The tokenizer that builds the instances and that pre-training uses, decided by ``init`` alone
+        (ARCHITECTURE.md, "data contracts"): ``models/tokenizer`` (train_tokenizer's output) for ``scratch``, else
+        the checkpoint folder (or hub name) itself."""
+        return Path("models/tokenizer") if self.init == "scratch" else Path(self.init)
+
+    @model_validator(mode="after")
+    def _phases_and_steps(self) -> PretrainParams:
+        if self.phases and abs(sum(p.fraction for p in self.phases) - 1.0) > 1e-6:
+            total = sum(p.fraction for p in self.phases)
+            raise ValueError(f"pretrain.phases: expected fractions summing to 1, got {total:g}")
+        if self.warmup_steps > self.max_steps:
+            raise ValueError(f"pretrain.warmup_steps: expected <= max_steps ({self.max_steps}), got {self.warmup_steps}")
+        return self
+
+
+# ------------------------------------------------------------------------------------------------ distill
+class DistillParams(Section):
+    """``distill``: a DistilBERT-style student from the pre-trained teacher (Sanh et al. 2019).
+
+    ``student_layers: null`` means half the teacher's layers; the upper bound (the teacher's depth) is only known
+    when the stage reads ``models/pretrained/`` and is checked there. Loss weights are DistilBERT's defaults.
+    """
+
+    student_layers: Annotated[int, annotated_types.Ge(1)] | None
+    temperature: Annotated[float, annotated_types.Gt(0.0)]
+    alpha_ce: Annotated[float, annotated_types.Ge(0.0)]
+    alpha_mlm: Annotated[float, annotated_types.Ge(0.0)]
+    alpha_cos: Annotated[float, annotated_types.Ge(0.0)]
+    cos_positions: Literal["tokens", "masked"]
+    learning_rate: Annotated[float, annotated_types.Gt(0.0)]
+    weight_decay: Annotated[float, annotated_types.Ge(0.0)]
+    warmup_steps: Annotated[int, annotated_types.Ge(0)]
+    max_steps: Annotated[int, annotated_types.Ge(1)]
+    batch_size: Annotated[int, annotated_types.Ge(1)]
+    gradient_accumulation_steps: Annotated[int, annotated_types.Ge(1)]
+    max_grad_norm: Annotated[float, annotated_types.Gt(0.0)]
+    max_bad_steps: Annotated[int, annotated_types.Ge(0)]
+    logging_steps: Annotated[int, annotated_types.Ge(1)]
+    eval_steps: Annotated[int, annotated_types.Ge(1)]
+    eval_batch_size: Annotated[int, annotated_types.Ge(1)]
+    eval_batches: Annotated[int, annotated_types.Ge(1)] | None
+    final_eval_batches: Annotated[int, annotated_types.Ge(1)] | None
+    save_steps: Annotated[int, annotated_types.Ge(1)]
+    save_total_limit: Annotated[int, annotated_types.Ge(1)]
+    precision: Literal["auto", "fp32", "bf16"]
+    seed: int
+    throughput_runs: Annotated[int, annotated_types.Ge(1)]
+    throughput_warmup: Annotated[int, annotated_types.Ge(0)]
+
+    @model_validator(mode="after")
+    def _some_loss(self) -> DistillParams:
+        if self.alpha_ce == 0 and self.alpha_mlm == 0 and self.alpha_cos == 0:
+            raise ValueError("distill.alpha_ce, distill.alpha_mlm, distill.alpha_cos: expected at least one > 0, got all 0")
+        return self
+
+
 # ------------------------------------------------------------------------------------------ prepare_tasks
 class SentimentTaskParams(Section):
     """``prepare_tasks.sentiment``: Rotten Tomatoes snippets split by film (fractions of examples)."""
@@ -285,11 +340,11 @@ class PrepareTasksParams(Section):
 
     seed: int
     heldout_validation_fraction: Annotated[float, annotated_types.Gt(0.0), annotated_types.Lt(1.0)]
-    spacy_batch_size: Annotated[int, annotated_types.Ge(1)] = 64
+    spacy_batch_size: Annotated[int, annotated_types.Ge(1)]
     sentiment: SentimentTaskParams
     ner: NerTaskParams
     qa: QaTaskParams
-    user_tasks: list[UserTask] = Field(default_factory=list)
+    user_tasks: list[UserTask]
 
 
 # ------------------------------------------------------------------------------------------------ finetune
@@ -303,7 +358,7 @@ class FinetuneModel(Section):
 
     path: str = Field(min_length=1)
     init: Literal["pretrained", "random"] = "pretrained"
-    size: Literal["tiny", "mini", "small", "medium", "base", "large"] | None = None
+    size: SizeName | None = None
     learning_rate: Annotated[float, annotated_types.Gt(0.0), annotated_types.Lt(1.0)]
     pooling: Literal["cls", "mean"] = "cls"
     epochs: Annotated[int, annotated_types.Ge(1)] | None = None
@@ -311,7 +366,8 @@ class FinetuneModel(Section):
 
 
 class FinetuneTask(Section):
-    """Per-task fine-tuning knobs (``doc_stride``, ``n_best``, ``max_answer_length`` are used by QA only).
+    """Per-task fine-tuning knobs. ``doc_stride``, ``n_best``, ``max_answer_length`` are QA's (required for a QA
+    task, checked when its ``task.json`` says so).
     ``max_*_examples`` draw a seeded subset (``finetune.data_seed``); null = the whole split (``max_test_examples``
     is for the smoke profile: the default scores the whole test split)."""
 
@@ -321,9 +377,9 @@ class FinetuneTask(Section):
     max_length: Annotated[int, annotated_types.Ge(16)]
     epochs: Annotated[int, annotated_types.Ge(1)]
     batch_size: Annotated[int, annotated_types.Ge(1)]
-    doc_stride: Annotated[int, annotated_types.Ge(0)] = 64
-    n_best: Annotated[int, annotated_types.Ge(1)] = 20
-    max_answer_length: Annotated[int, annotated_types.Ge(1)] = 30
+    doc_stride: Annotated[int, annotated_types.Ge(0)] | None = None
+    n_best: Annotated[int, annotated_types.Ge(1)] | None = None
+    max_answer_length: Annotated[int, annotated_types.Ge(1)] | None = None
 
 
 class FinetuneParams(Section):
@@ -331,101 +387,59 @@ class FinetuneParams(Section):
 
     seeds: list[int] = Field(min_length=1)
     data_seed: int
-    precision: Literal["auto", "fp32", "bf16"] = "auto"
-    warmup_ratio: Annotated[float, annotated_types.Ge(0.0), annotated_types.Lt(1.0)] = 0.1
-    weight_decay: Annotated[float, annotated_types.Ge(0.0)] = 0.01
-    max_grad_norm: Annotated[float, annotated_types.Gt(0.0)] = 1.0
-    early_stopping_patience: Annotated[int, annotated_types.Ge(1)] = 1
-    evals_per_epoch: Annotated[int, annotated_types.Ge(1)] = 1
-    eval_batch_size: Annotated[int, annotated_types.Ge(1)] = 64
-    num_threads: Annotated[int, annotated_types.Ge(1)] | None = None
-    low_resource_train_examples: Annotated[int, annotated_types.Ge(1)] = 500
-    low_resource_epochs: Annotated[int, annotated_types.Ge(1)] | None = None
-    low_resource_tasks: list[str] = Field(default_factory=list)
+    precision: Literal["auto", "fp32", "bf16"]
+    warmup_ratio: Annotated[float, annotated_types.Ge(0.0), annotated_types.Lt(1.0)]
+    weight_decay: Annotated[float, annotated_types.Ge(0.0)]
+    max_grad_norm: Annotated[float, annotated_types.Gt(0.0)]
+    early_stopping_patience: Annotated[int, annotated_types.Ge(1)]
+    evals_per_epoch: Annotated[int, annotated_types.Ge(1)]
+    eval_batch_size: Annotated[int, annotated_types.Ge(1)]
+    num_threads: Annotated[int, annotated_types.Ge(1)] | None
+    low_resource_train_examples: Annotated[int, annotated_types.Ge(1)]
+    low_resource_epochs: Annotated[int, annotated_types.Ge(1)] | None
+    low_resource_tasks: list[str]
     user_model: FinetuneModel
     models: dict[str, FinetuneModel] = Field(min_length=1)
     tasks: dict[str, FinetuneTask] = Field(min_length=1)
 
 
-# ----------------------------------------------------------------------------------------------- pretrain
-class PretrainModelParams(Section):
-    """``pretrain.model``: ``size`` by name (``bert_pipeline.model.configs.SIZES``: tiny, mini, small, medium as in Turc et al.
-    2019; base, large as in Devlin et al. 2019) and any ``BertConfig`` field in ``config`` (``vocab_size`` comes from
-    the tokenizer). Ignored except for ``config`` dropout fields when ``pretrain.init`` is a checkpoint.
+# ----------------------------------------------------------------------------------------------- evaluate
+class EvaluateParams(Section):
+    """``evaluate``: the family's roles, how CPU inference speed is measured, how many test examples the plots use.
+
+    Speed (Dehghani et al. 2022, "The Efficiency Misnomer": report latency and throughput, batch and length):
+    each member's fine-tuned ``speed_task`` model on CPU with ``num_threads`` threads, inputs padded to
+    ``seq_length`` tokens; latency = ms per example at batch 1 over ``latency_examples`` examples, throughput =
+    examples/s at batch ``throughput_batch_size``; each the median of ``timed_runs`` runs after ``warmup_runs``.
     """
 
-    size: Literal["tiny", "mini", "small", "medium", "base", "large"] = "mini"
-    config: dict[str, Any] = Field(default_factory=dict)
+    teacher: str = Field(min_length=1)
+    student: str = Field(min_length=1)
+    scratch: str = Field(min_length=1)
+    speed_task: str = Field(min_length=1)
+    seq_length: Annotated[int, annotated_types.Ge(8), annotated_types.Le(512)]
+    latency_examples: Annotated[int, annotated_types.Ge(1)]
+    throughput_batch_size: Annotated[int, annotated_types.Ge(1)]
+    warmup_runs: Annotated[int, annotated_types.Ge(0)]
+    timed_runs: Annotated[int, annotated_types.Ge(1)]
+    num_threads: Annotated[int, annotated_types.Ge(1)]
+    confusion_max_examples: Annotated[int, annotated_types.Ge(1)] | None
 
 
-class PretrainPhase(Section):
-    """One phase of BERT's two-phase schedule (Devlin et al. 2019, Appendix A.2: seq 128 for 90% of the steps,
-    then 512): ``max_seq_length`` of the instances (create_pretraining_data builds one dataset per length, under
-    ``data/pretraining/seq{max_seq_length}/`` when there are several), ``fraction`` of ``max_steps`` and an
-    optional per-process ``batch_size`` (default ``pretrain.batch_size``)."""
+# ------------------------------------------------------------------------------------------ orchestration
+class OrchestrationParams(Section):
+    """``orchestration``: how the Prefect flow (``flows/pipeline.py``) runs the DVC stages.
 
-    max_seq_length: Annotated[int, annotated_types.Ge(8), annotated_types.Le(65536)]
-    fraction: Annotated[float, annotated_types.Gt(0.0), annotated_types.Le(1.0)]
-    batch_size: Annotated[int, annotated_types.Ge(1)] | None = None
-
-
-class ComputeParams(Section):
-    """``pretrain.compute``: ``num_processes`` > 1 runs the stage under ``accelerate launch`` (DDP, or FSDP with
-    ``accelerate_config``, a YAML file of ``accelerate config``); ``num_workers`` data-loading processes."""
-
-    num_processes: Annotated[int, annotated_types.Ge(1)] = 1
-    accelerate_config: str | None = None
-    num_workers: Annotated[int, annotated_types.Ge(0)] = 0
-
-
-class PretrainParams(Section):
-    """``pretrain``: BERT pre-training (MLM + NSP/SOP, or MLM only: the objective is create_pretraining_data's).
-
-    ``init``: ``scratch`` (a new model of ``model.size``, tokenizer ``models/tokenizer/``) or the folder (or hub name)
-    of a BERT checkpoint to continue pre-training (Gururangan et al. 2020); this one key also decides the tokenizer
-    the instances are built with (DESIGN.md). ``batch_size`` is per process and micro-batch: the optimizer sees
-    ``batch_size * gradient_accumulation_steps * compute.num_processes`` sequences per step. ``phases: []`` means one
-    phase on ``data/pretraining/``. ``precision: auto`` is bf16 autocast on CPUs and bf16-capable GPUs, else fp16.
+    No stage reads it, so changing it never invalidates a stage. ``gpu_stages`` are glob patterns over stage
+    addresses (``finetune@*``): those stages are tagged ``gpu`` (a Prefect concurrency limit equal to the
+    pool's GPU count) and each gets its own ``CUDA_VISIBLE_DEVICES``.
     """
 
-    init: str = Field(default="scratch", min_length=1)
-    model: PretrainModelParams = Field(default_factory=PretrainModelParams)
-    optimizer: Literal["adamw", "lamb"] = "adamw"
-    learning_rate: Annotated[float, annotated_types.Gt(0.0)] = 1e-3
-    weight_decay: Annotated[float, annotated_types.Ge(0.0)] = 0.01
-    adam_epsilon: Annotated[float, annotated_types.Gt(0.0)] = 1e-6
-    warmup_steps: Annotated[int, annotated_types.Ge(0)] = 0
-    max_steps: Annotated[int, annotated_types.Ge(1)]
-    batch_size: Annotated[int, annotated_types.Ge(1)]
-    gradient_accumulation_steps: Annotated[int, annotated_types.Ge(1)] = 1
-    max_grad_norm: Annotated[float, annotated_types.Gt(0.0)] = 1.0
-    precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"
-    phases: list[PretrainPhase] = Field(default_factory=list)
-    save_steps: Annotated[int, annotated_types.Ge(1)]
-    save_total_limit: Annotated[int, annotated_types.Ge(1)] = 2
-    eval_steps: Annotated[int, annotated_types.Ge(1)]
-    eval_batch_size: Annotated[int, annotated_types.Ge(1)] = 64
-    max_eval_batches: Annotated[int, annotated_types.Ge(1)] | None = None
-    logging_steps: Annotated[int, annotated_types.Ge(1)] = 10
-    max_bad_steps: Annotated[int, annotated_types.Ge(0)] = 10
-    seed: int = 42
-    compute: ComputeParams = Field(default_factory=ComputeParams)
-
-    @property
-    def tokenizer_path(self) -> Path:
-        """The tokenizer that builds the instances and that pre-training uses, decided by ``init`` alone
-        (ARCHITECTURE.md, "data contracts"): ``models/tokenizer`` (train_tokenizer's output) for ``scratch``, else
-        the checkpoint folder (or hub name) itself."""
-        return Path("models/tokenizer") if self.init == "scratch" else Path(self.init)
-
-    @model_validator(mode="after")
-    def _phases_and_steps(self) -> PretrainParams:
-        if self.phases and abs(sum(p.fraction for p in self.phases) - 1.0) > 1e-6:
-            total = sum(p.fraction for p in self.phases)
-            raise ValueError(f"pretrain.phases: expected fractions summing to 1, got {total:g}")
-        if self.warmup_steps > self.max_steps:
-            raise ValueError(f"pretrain.warmup_steps: expected <= max_steps ({self.max_steps}), got {self.warmup_steps}")
-        return self
+    retries: Annotated[int, annotated_types.Ge(0)]
+    retry_delay_seconds: Annotated[int, annotated_types.Ge(0)]
+    log_tail_lines: Annotated[int, annotated_types.Ge(1)]
+    gpu_stages: list[str]
+    mlflow: bool
 
 
 # -------------------------------------------------------------------------------------------------- root
@@ -434,14 +448,14 @@ class Params(Section):
 
     fetch_data: FetchDataParams
     prepare_corpus: PrepareCorpusParams
-    distill: DistillParams
-    create_pretraining_data: CreatePretrainingDataParams
-    evaluate: EvaluateParams
     train_tokenizer: TrainTokenizerParams
-    orchestration: OrchestrationParams
+    create_pretraining_data: CreatePretrainingDataParams
     pretrain: PretrainParams
+    distill: DistillParams
     prepare_tasks: PrepareTasksParams
     finetune: FinetuneParams
+    evaluate: EvaluateParams
+    orchestration: OrchestrationParams
 
     @model_validator(mode="after")
     def _cross_checks(self) -> Params:

@@ -72,7 +72,7 @@ def _params(repo_root: Path, **over):
     ft["tasks"] = {
         "sentiment": {"max_train_examples": 48, "max_length": 16, "epochs": 4, "batch_size": 8},
         "ner": {"max_length": 16, "epochs": 1, "batch_size": 4},
-        "qa": {"max_length": 24, "doc_stride": 8, "epochs": 1, "batch_size": 4, "max_answer_length": 5},
+        "qa": {"max_length": 24, "doc_stride": 8, "epochs": 1, "batch_size": 4, "n_best": 20, "max_answer_length": 5},
     }
     ft.update(over)
     return validate_params(raw).finetune
@@ -144,6 +144,14 @@ def test_ner_and_qa_run_with_scratch_model(workdir, repo_root, task):
     else:
         assert set(m["test"]) == {"exact_match", "f1"}
     assert (workdir / f"models/finetuned/tinyscratch-{task}/config.json").exists()
+
+
+def test_qa_task_without_its_decoding_knobs_is_one_line(workdir, repo_root):
+    p = _params(repo_root, seeds=[3])
+    tasks = dict(p.tasks) | {"qa": p.tasks["qa"].model_copy(update={"n_best": None})}
+    with pytest.raises(PipelineError, match=r"^finetune.tasks.qa.n_best: required for a QA task, got null$"):
+        finetune.run("tinyscratch", "qa", p.model_copy(update={"tasks": tasks}))
+    assert not (workdir / "models/finetuned/tinyscratch-qa").exists()
 
 
 def test_scratch_from_tokenizer_folder_takes_the_teacher_size(workdir, repo_root):

@@ -37,6 +37,9 @@ from bert_pipeline.train.precision import autocast_for, resolve_precision
 
 log = logging.getLogger(__name__)
 
+QA_KEYS = ("doc_stride", "n_best", "max_answer_length")
+"""The task knobs extractive QA needs (windows and n-best decoding)."""
+
 MODEL_KEYS = ("input_ids", "attention_mask", "token_type_ids", "labels", "start_positions", "end_positions")
 
 class FinetuneError(RuntimeError):
@@ -382,6 +385,9 @@ def finetune_task(
 
     dd, info = load_task(task_dir)
     kind, label_names, main = info["kind"], info.get("label_names"), info["main_metric"]
+    missing = [k for k in QA_KEYS if kind == "qa" and task.get(k) is None]
+    if missing:
+        raise FinetuneError(f"finetune.tasks.{task_dir.name}.{missing[0]}: required for a QA task, got null")
     tokenizer = load_tokenizer(member.path)
     device, autocast = device_and_autocast(precision)
     train = subsample(dd["train"], task["max_train_examples"], data_seed)
