@@ -1,4 +1,4 @@
-"""Synthetic pre-training instances in the ``data/pretraining/`` contract (DESIGN.md), for fast tests.
+"""Synthetic pre-training instances in the ``data/pretraining/`` contract (ARCHITECTURE.md), for fast tests.
 
 Instances are unpadded ``[CLS] A [SEP] B [SEP]`` with ``token_type_ids`` 0/1, static MLM masks
 (``masked_lm_positions``/``masked_lm_ids``, 80% ``[MASK]``) and a pair label. Each instance draws its words from one

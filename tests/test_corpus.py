@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from bert_pipeline.console import run_main
-from bert_pipeline.data import corpus as C
+from bert_pipeline.data import corpus
 from bert_pipeline.data.sources import NEWS_ARTICLES, SPACY_MODEL
 from bert_pipeline.errors import PipelineError
 from stages import prepare_corpus
@@ -28,32 +28,32 @@ from tests.conftest import REPO
 # ------------------------------------------------------------------------------------------ normalise
 def test_normalise_nfc_controls_and_whitespace():
     raw = "\ufeffCafe\u0301 \x00bar\x07\t\tbaz\u00a0qux\u200b!\r\n\r\n  Second\u00adline \x1b[0m end  \n"
-    assert C.normalise(raw) == "Café bar baz qux!\nSecondline [0m end"
+    assert corpus.normalise(raw) == "Café bar baz qux!\nSecondline [0m end"
 
 
 def test_normalise_is_idempotent_and_keeps_line_breaks():
     text = "One  two\n\n\n three\t four \n\nfive"
-    once = C.normalise(text)
+    once = corpus.normalise(text)
     assert once == "One two\nthree four\nfive"
-    assert C.normalise(once) == once
+    assert corpus.normalise(once) == once
 
 
 def test_normalise_composes_to_nfc_so_hashes_match():
     decomposed, composed = "Zu\u0308rich cafe\u0301", "Z\u00fcrich caf\u00e9"
-    assert C.text_hash(C.normalise(decomposed)) == C.text_hash(C.normalise(composed))
+    assert corpus.text_hash(corpus.normalise(decomposed)) == corpus.text_hash(corpus.normalise(composed))
 
 
 # ------------------------------------------------------------------------------------------- decoding
 def test_decode_counts_each_invalid_byte_but_not_existing_replacement_chars():
-    text, n = C.decode_bytes(b"caf\xe9 \xff\xfe ok \xef\xbf\xbd \xe2\x82")
+    text, n = corpus.decode_bytes(b"caf\xe9 \xff\xfe ok \xef\xbf\xbd \xe2\x82")
     assert text == "caf\ufffd \ufffd\ufffd ok \ufffd \ufffd\ufffd"
     assert n == 5  # \xe9, \xff, \xfe and the truncated 2-byte start of a 3-byte character; the U+FFFD is valid
 
 
 def test_incremental_decoding_across_block_boundaries():
     data = "naïve — 東京 €".encode() + b"\x80" + b"end"
-    counter = C.ReadCounter()
-    pieces = list(C.iter_decoded(io.BytesIO(data), counter, block_bytes=1))
+    counter = corpus.ReadCounter()
+    pieces = list(corpus.iter_decoded(io.BytesIO(data), counter, block_bytes=1))
     assert "".join(pieces) == "naïve — 東京 €\ufffdend"
     assert counter.replaced_bytes == 1
 
@@ -64,10 +64,10 @@ def test_blocks_stream_with_bounded_memory(tmp_path):
     with open(path, "w") as fh:
         for _ in range(3_000):  # ~9 MB file
             fh.write(block)
-    counter = C.ReadCounter()
+    counter = corpus.ReadCounter()
     tracemalloc.start()
     n = 0
-    for index, text in C.iter_blocks(path, counter, block_bytes=64 * 1024):
+    for index, text in corpus.iter_blocks(path, counter, block_bytes=64 * 1024):
         assert index == n and text.count("\n") == 2
         n += 1
     _, peak = tracemalloc.get_traced_memory()
@@ -94,7 +94,7 @@ def test_blocks_stream_with_bounded_memory(tmp_path):
     ],
 )
 def test_news_mojibake_rules(raw, fixed):
-    out, n = C.fix_news_mojibake(raw)
+    out, n = corpus.fix_news_mojibake(raw)
     assert out == fixed
     assert (n > 0) == (raw != fixed)
 
@@ -104,7 +104,7 @@ def _reader(docs):
     def read(counter):
         counter.replaced_bytes += 2
         for i, text in enumerate(docs):
-            yield C.RawDocument(f"src:f.txt:row={i}", "ignored", text)
+            yield corpus.RawDocument(f"src:f.txt:row={i}", "ignored", text)
 
     return read
 
@@ -112,7 +112,7 @@ def _reader(docs):
 def test_clean_drops_short_and_exact_duplicates_first_wins():
     a = ["one two three four", "one  two\tthree\nfour", "tiny", "", "Cafe\u0301 is open today", "five six seven eight"]
     b = ["Café is open today", "brand new words here"]
-    result = C.clean_documents([("a", _reader(a)), ("b", _reader(b))], min_words=3)
+    result = corpus.clean_documents([("a", _reader(a)), ("b", _reader(b))], min_words=3)
     assert [(d.doc_id, d.source, d.text) for d in result.documents] == [
         ("src:f.txt:row=0", "a", "one two three four"),
         ("src:f.txt:row=4", "a", "Café is open today"),
@@ -128,7 +128,7 @@ def test_clean_drops_short_and_exact_duplicates_first_wins():
 
 def test_max_documents_per_source_counts_kept_documents():
     docs = ["x", "a b", "a b", "c d", "e f", "g h"]
-    result = C.clean_documents([("s", _reader(docs))], min_words=2, max_documents_per_source=3)
+    result = corpus.clean_documents([("s", _reader(docs))], min_words=2, max_documents_per_source=3)
     assert [d.text for d in result.documents] == ["a b", "c d", "e f"]
     assert result.stats["s"].read == 5
 
@@ -136,13 +136,13 @@ def test_max_documents_per_source_counts_kept_documents():
 # ------------------------------------------------------------------------------------------ the split
 def test_split_is_stable_when_documents_are_added():
     ids = [f"news:NewsArticles.csv:row={i}" for i in range(2_000)]
-    before = {d: C.split_of(d, 1234, 0.1) for d in ids}
+    before = {d: corpus.split_of(d, 1234, 0.1) for d in ids}
     more = ids + [f"user:extra/{i}.txt" for i in range(2_000)]
-    after = {d: C.split_of(d, 1234, 0.1) for d in reversed(more)}
+    after = {d: corpus.split_of(d, 1234, 0.1) for d in reversed(more)}
     assert all(after[d] == before[d] for d in ids)
     share = sum(v == "validation" for v in after.values()) / len(after)
     assert 0.085 < share < 0.115
-    other_seed = {d: C.split_of(d, 4321, 0.1) for d in ids}
+    other_seed = {d: corpus.split_of(d, 4321, 0.1) for d in ids}
     assert sum(other_seed[d] != before[d] for d in ids) > 100
 
 
@@ -156,10 +156,10 @@ def test_file_sources_doc_ids_and_formats(tmp_path):
     (tmp_path / "txt/a.txt").write_bytes(b"Latin-1 caf\xe9 here")
     (tmp_path / "d.jsonl").write_text(json.dumps({"body": "json one"}) + "\n\n" + json.dumps({"body": "json two"}) + "\n")
     pq.write_table(pa.table({"body": ["pq one", None, "pq three"]}), tmp_path / "t.parquet")
-    counter = C.ReadCounter()
+    counter = corpus.ReadCounter()
 
     def ids(**kw):
-        return [(d.doc_id, d.text) for d in C.read_files(root=tmp_path, counter=counter, **kw)]
+        return [(d.doc_id, d.text) for d in corpus.read_files(root=tmp_path, counter=counter, **kw)]
 
     assert ids(name="b", pattern="txt/*.txt", fmt="txt", unit="block") == [
         ("b:txt/a.txt:block=0", "Latin-1 caf\ufffd here"),
@@ -179,18 +179,18 @@ def test_file_sources_doc_ids_and_formats(tmp_path):
 
 
 def test_parse_doc_id_round_trips_the_locators():
-    ref = C.parse_doc_id("news_articles:NewsArticles.csv:row=17:article_id=18")
-    assert ref == C.DocRef("news_articles", "NewsArticles.csv", {"row": "17", "article_id": "18"})
-    assert C.parse_doc_id("mine:books/a.txt").locators == {}
-    assert C.parse_doc_id("wiki:wikitext/wikitext-2-raw-v1:train:row=9") == C.DocRef(
+    ref = corpus.parse_doc_id("news_articles:NewsArticles.csv:row=17:article_id=18")
+    assert ref == corpus.DocRef("news_articles", "NewsArticles.csv", {"row": "17", "article_id": "18"})
+    assert corpus.parse_doc_id("mine:books/a.txt").locators == {}
+    assert corpus.parse_doc_id("wiki:wikitext/wikitext-2-raw-v1:train:row=9") == corpus.DocRef(
         "wiki", "wikitext/wikitext-2-raw-v1:train", {"row": "9"})
     with pytest.raises(ValueError, match="not a doc id"):
-        C.parse_doc_id("no-colon")
+        corpus.parse_doc_id("no-colon")
 
 
 def test_packaged_news_articles(raw_data):
-    counter = C.ReadCounter()
-    docs = list(C.read_packaged("news_articles", raw_data, counter))
+    counter = corpus.ReadCounter()
+    docs = list(corpus.read_packaged("news_articles", raw_data, counter))
     assert len(docs) == 3824
     assert docs[0].doc_id == "news_articles:NewsArticles.csv:row=0:article_id=1"
     assert docs[0].text.startswith("Michigan billionaire education activist Betsy DeVos")
@@ -198,23 +198,23 @@ def test_packaged_news_articles(raw_data):
     assert "Betsy DeVos Confirmed as Education Secretary" not in docs[0].text  # the title stays out of the body
     assert len({d.doc_id for d in docs}) == len(docs)
     assert counter.replaced_bytes == 0 and counter.mojibake_fixed > 5_000
-    assert all(C.parse_doc_id(d.doc_id).locators["article_id"] == str(i + 1) for i, d in enumerate(docs[:50]))
+    assert all(corpus.parse_doc_id(d.doc_id).locators["article_id"] == str(i + 1) for i, d in enumerate(docs[:50]))
     with pytest.raises(PipelineError, match="unknown packaged source 'nope'"):
-        list(C.read_packaged("nope", raw_data, counter))
+        list(corpus.read_packaged("nope", raw_data, counter))
     with pytest.raises(PipelineError, match=r"NewsArticles.csv: packaged source 'news_articles' not found"):
-        list(C.read_packaged("news_articles", raw_data / "missing", counter))
+        list(corpus.read_packaged("news_articles", raw_data / "missing", counter))
 
 
 @pytest.mark.parametrize("name", ["parliament_speeches", "health_tweets", "convention_speeches", "debates",
                                   "headlines", "hamlet"])
 def test_other_packaged_sources_read(raw_data, name):
-    docs = list(C.read_packaged(name, raw_data, C.ReadCounter()))
+    docs = list(corpus.read_packaged(name, raw_data, corpus.ReadCounter()))
     expected = {"parliament_speeches": 1000, "health_tweets": 63326, "convention_speeches": 189, "debates": 1122,
                 "headlines": 4080, "hamlet": 1}[name]
     assert len(docs) == expected
     assert len({d.doc_id for d in docs}) == expected
     assert all(d.source == name and d.doc_id.startswith(name + ":") for d in docs)
-    assert sum(C.count_words(d.text) for d in docs) > 20_000
+    assert sum(corpus.count_words(d.text) for d in docs) > 20_000
 
 
 # ------------------------------------------------------------------------------------------- the stage
@@ -274,11 +274,11 @@ def test_stage_outputs_and_byte_identical_rerun(workdir, capsys):
     assert (metrics["read"], metrics["documents"], metrics["duplicates_dropped"], metrics["dropped_short"]) == (
         43, 41, 1, 1)
     assert metrics["replaced_bytes"] == 2 and metrics["per_source"]["stories"]["replaced_bytes"] == 2
-    corpus = datasets.load_from_disk("data/corpus")
-    rows = [r for split in ("train", "validation") for r in corpus[split]]
-    assert {s: corpus[s].num_rows for s in corpus} == {
+    saved = datasets.load_from_disk("data/corpus")
+    rows = [r for split in ("train", "validation") for r in saved[split]]
+    assert {s: saved[s].num_rows for s in saved} == {
         s: metrics["per_split"][s]["documents"] for s in ("train", "validation")}
-    assert corpus["train"].num_rows > 0 and corpus["validation"].num_rows > 0
+    assert saved["train"].num_rows > 0 and saved["validation"].num_rows > 0
     by_id = {r["doc_id"]: r for r in rows}
     assert by_id["stories:user/stories.txt:block=7"]["sentences"] == [
         "Story 7 begins here.", "Mr. Brown met Dr. Green at 5 p.m. in Washington, D.C. on day 7.",
@@ -286,8 +286,8 @@ def test_stage_outputs_and_byte_identical_rerun(workdir, capsys):
     assert "caf\ufffd \ufffd." in by_id["stories:user/bad.txt:block=0"]["text"]
     assert sum(len(r["sentences"]) for r in rows) == metrics["sentences"]
     assert [len(r["sentences"]) for r in rows if "stories.txt" in r["doc_id"]] == [4] * 40
-    assert sum(C.count_words(r["text"]) for r in rows) == metrics["words"]
-    assert all(C.split_of(i, 7, 0.3) == s for s in corpus for i in corpus[s]["doc_id"])
+    assert sum(corpus.count_words(r["text"]) for r in rows) == metrics["words"]
+    assert all(corpus.split_of(i, 7, 0.3) == s for s in saved for i in saved[s]["doc_id"])
 
     os.rename("data/corpus", "data/corpus-first")
     code, err = _run(workdir, _params(sources), capsys)
@@ -351,4 +351,4 @@ def test_wrong_params_type_via_cli(tmp_path):
 
 
 def test_news_path_constant_matches_packaged_table():
-    assert C.PACKAGED["news_articles"].path == NEWS_ARTICLES
+    assert corpus.PACKAGED["news_articles"].path == NEWS_ARTICLES

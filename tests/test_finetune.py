@@ -12,9 +12,9 @@ import torch
 from datasets import DatasetDict
 from transformers import BertConfig, BertModel, BertTokenizerFast
 
-from bert_pipeline.data import tasks as T
+from bert_pipeline.data import tasks
 from bert_pipeline.errors import PipelineError
-from bert_pipeline.train import finetune as TT
+from bert_pipeline.train import finetune as finetune_lib
 from stages import finetune
 from stages.params import read_yaml, validate_params
 
@@ -41,7 +41,7 @@ def _make_tasks(root: Path) -> None:
         word = "good" if i % 2 else "bad"
         return {"text": f"the film was very {word}" if i % 3 else f"{word} film", "label": i % 2, "film": f"f{i}"}
 
-    feats = T.classification_features(T.SENTIMENT_LABELS)
+    feats = tasks.classification_features(tasks.SENTIMENT_LABELS)
     from datasets import Dataset, Value
     feats["film"] = Value("string")
     dd = DatasetDict({s: Dataset.from_list([sent(i) for i in range(n)], features=feats)
@@ -49,16 +49,16 @@ def _make_tasks(root: Path) -> None:
     dd.save_to_disk(str(root / "sentiment"))
     (root / "sentiment/task.json").write_text(json.dumps({"kind": "classification", "label_names": ["negative", "positive"],
                                                           "main_metric": "accuracy", "silver": False}))
-    names = T.ner_label_names(["PERSON", "GPE"])
+    names = tasks.ner_label_names(["PERSON", "GPE"])
     toks = [["anna", "smith", "met", "the", "film", "in", "paris", "."]] * 12
     tags = [["B-PERSON", "I-PERSON", "O", "O", "O", "O", "B-GPE", "O"]] * 12
-    DatasetDict({s: T.ner_dataset(toks, tags, names, s) for s in T.SPLITS}).save_to_disk(str(root / "ner"))
+    DatasetDict({s: tasks.ner_dataset(toks, tags, names, s) for s in tasks.SPLITS}).save_to_disk(str(root / "ner"))
     (root / "ner/task.json").write_text(json.dumps({"kind": "ner", "label_names": names, "main_metric": "f1",
                                                     "silver": True}))
     ctx = "anna smith met the film in paris . " * 3
     rows = [{"id": f"q{i}", "title": "", "context": ctx, "question": "@placeholder met the film in paris",
              "answers": {"text": ["anna smith"], "answer_start": [0]}} for i in range(12)]
-    DatasetDict({s: Dataset.from_list(rows, features=T.QA_FEATURES) for s in T.SPLITS}).save_to_disk(str(root / "qa"))
+    DatasetDict({s: Dataset.from_list(rows, features=tasks.QA_FEATURES) for s in tasks.SPLITS}).save_to_disk(str(root / "qa"))
     (root / "qa/task.json").write_text(json.dumps({"kind": "qa", "main_metric": "f1", "silver": False}))
 
 
@@ -148,9 +148,9 @@ def test_ner_and_qa_run_with_scratch_model(workdir, repo_root, task):
 
 def test_qa_task_without_its_decoding_knobs_is_one_line(workdir, repo_root):
     p = _params(repo_root, seeds=[3])
-    tasks = dict(p.tasks) | {"qa": p.tasks["qa"].model_copy(update={"n_best": None})}
+    without_n_best = dict(p.tasks) | {"qa": p.tasks["qa"].model_copy(update={"n_best": None})}
     with pytest.raises(PipelineError, match=r"^finetune.tasks.qa.n_best: required for a QA task, got null$"):
-        finetune.run("tinyscratch", "qa", p.model_copy(update={"tasks": tasks}))
+        finetune.run("tinyscratch", "qa", p.model_copy(update={"tasks": without_n_best}))
     assert not (workdir / "models/finetuned/tinyscratch-qa").exists()
 
 
@@ -167,12 +167,12 @@ def test_scratch_from_tokenizer_folder_takes_the_teacher_size(workdir, repo_root
 
 
 def test_scratch_weights_are_random_not_loaded(workdir):
-    a = TT.build_model("ner", "tinymodel", "random", None, "cls", ["O", "B-X", "I-X"], 41, seed=5)
-    b = TT.build_model("ner", "tinymodel", "pretrained", None, "cls", ["O", "B-X", "I-X"], 41, seed=5)
+    a = finetune_lib.build_model("ner", "tinymodel", "random", None, "cls", ["O", "B-X", "I-X"], 41, seed=5)
+    b = finetune_lib.build_model("ner", "tinymodel", "pretrained", None, "cls", ["O", "B-X", "I-X"], 41, seed=5)
     loaded = BertModel.from_pretrained("tinymodel").embeddings.word_embeddings.weight
     assert torch.equal(b.bert.embeddings.word_embeddings.weight, loaded)
     assert not torch.equal(a.bert.embeddings.word_embeddings.weight, loaded)
-    c = TT.build_model("ner", "tinymodel", "random", "tiny", "cls", ["O", "B-X", "I-X"], 41, seed=5)
+    c = finetune_lib.build_model("ner", "tinymodel", "random", "tiny", "cls", ["O", "B-X", "I-X"], 41, seed=5)
     assert c.config.num_hidden_layers == 2 and c.config.hidden_size == 128 and c.config.vocab_size == 41
 
 
@@ -191,7 +191,7 @@ def test_length_grouped_batches_cover_every_example_once():
     import numpy as np
 
     lengths = [5, 1, 9, 3, 7, 2, 8, 4, 6, 10]
-    batches = TT.length_grouped_batches(lengths, 3, np.random.default_rng(0), mega=2)
+    batches = finetune_lib.length_grouped_batches(lengths, 3, np.random.default_rng(0), mega=2)
     flat = sorted(i for b in batches for i in b)
     assert flat == list(range(10)) and max(len(b) for b in batches) == 3
     for b in batches:  # within a mega-batch, sorted longest first

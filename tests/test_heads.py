@@ -7,8 +7,8 @@ import pytest
 import torch
 from transformers import BertConfig, BertTokenizerFast
 
-from bert_pipeline.evaluation import metrics as M
-from bert_pipeline.model import heads as H
+from bert_pipeline.evaluation import metrics as task_metrics
+from bert_pipeline.model import heads
 
 WORDS = ["the", "cat", "sat", "on", "mat", "in", "zoe", "koln", "rhine", "river", "near", "big", "dog", "##s",
          "answer", "is", "here", "paris", "a", ".", ",", "é"]
@@ -28,12 +28,12 @@ def test_label_alignment_words_of_one_two_and_five_pieces(tokenizer):
     enc = tokenizer([words], is_split_into_words=True)
     pieces = tokenizer.convert_ids_to_tokens(enc["input_ids"][0])
     assert pieces == ["[CLS]", "cat", "dog", "##s", "x", "##q", "##z", "##v", "##w", "[SEP]"]
-    aligned = H.align_word_labels(enc.word_ids(0), labels)
+    aligned = heads.align_word_labels(enc.word_ids(0), labels)
     assert aligned == [-100, 3, 1, -100, 2, -100, -100, -100, -100, -100]
-    feats = H.tokenize_ner(tokenizer, [words], [labels], max_length=32)
+    feats = heads.tokenize_ner(tokenizer, [words], [labels], max_length=32)
     assert feats["labels"][0] == aligned
     # back to words: first sub-token's prediction per word; truncated words get the O label (0)
-    assert H.word_predictions(enc.word_ids(0), [9, 3, 1, 8, 2, 8, 8, 8, 8, 9], 4) == [3, 1, 2, 0]
+    assert heads.word_predictions(enc.word_ids(0), [9, 3, 1, 8, 2, 8, 8, 8, 8, 9], 4) == [3, 1, 2, 0]
 
 
 # -------------------------------------------------------------------------------------------------- QA
@@ -49,7 +49,7 @@ def test_qa_answer_only_in_second_window_found_and_mapped_to_characters(tokenize
     # question = 8 tokens, so a 32-token window holds 21 context tokens; stride 8 -> windows start at 0 and 13.
     # The context has 28 (27) tokens with "paris" last: it lies only in the second window.
     context, answer = _qa_example(prefix, repeats)
-    feats = H.prepare_qa_features(tokenizer, ["where is the answer"], [context], [answer], max_length=32, doc_stride=8)
+    feats = heads.prepare_qa_features(tokenizer, ["where is the answer"], [context], [answer], max_length=32, doc_stride=8)
     n_windows = len(feats["input_ids"])
     assert n_windows == 2 and feats["example_index"] == [0, 0]
     # the answer is not in the first window: it points to [CLS]
@@ -68,22 +68,22 @@ def test_qa_answer_only_in_second_window_found_and_mapped_to_characters(tokenize
     ends[w][e] += 5.0
     starts[0][0] += 50.0  # a huge [CLS] score must not win: SQuAD v1.1 always has an answer
     ends[0][0] += 50.0
-    (text, a, b, _), = H.decode_qa([context], feats["example_index"], feats["offset_mapping"], starts, ends, 20, 30)
+    (text, a, b, _), = heads.decode_qa([context], feats["example_index"], feats["offset_mapping"], starts, ends, 20, 30)
     assert (text, a, b) == ("paris", answer["answer_start"][0], answer["answer_start"][0] + 5)
 
 
 def test_qa_decoding_respects_max_answer_length_and_order(tokenizer):
     context = "the cat sat on the mat near the rhine river"
-    feats = H.prepare_qa_features(tokenizer, ["where"], [context], None, max_length=64, doc_stride=16)
+    feats = heads.prepare_qa_features(tokenizer, ["where"], [context], None, max_length=64, doc_stride=16)
     n = len(feats["input_ids"][0])
     ctx = [k for k, o in enumerate(feats["offset_mapping"][0]) if o is not None]
     s_log, e_log = np.zeros(n), np.zeros(n)
     s_log[ctx[1]], e_log[ctx[-1]] = 10.0, 10.0  # "cat" .. "river": 9 tokens
     e_log[ctx[0]] = 9.0  # end before start: invalid
     e_log[ctx[3]] = 5.0  # "cat sat on": 3 tokens
-    (text, _, _, _), = H.decode_qa([context], [0], feats["offset_mapping"], [s_log], [e_log], 20, 30)
+    (text, _, _, _), = heads.decode_qa([context], [0], feats["offset_mapping"], [s_log], [e_log], 20, 30)
     assert text == "cat sat on the mat near the rhine river"
-    (text, _, _, _), = H.decode_qa([context], [0], feats["offset_mapping"], [s_log], [e_log], 20, 3)
+    (text, _, _, _), = heads.decode_qa([context], [0], feats["offset_mapping"], [s_log], [e_log], 20, 3)
     assert text == "cat sat on"
 
 
@@ -92,7 +92,7 @@ def test_mean_pooling_ignores_padding_and_cls_head_differs(tokenizer):
     cfg = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
                      intermediate_size=64, num_labels=2)
     torch.manual_seed(0)
-    model = H.MeanPoolingBertForSequenceClassification(cfg).eval()
+    model = heads.MeanPoolingBertForSequenceClassification(cfg).eval()
     short = tokenizer(["the cat"], return_tensors="pt")
     padded = tokenizer(["the cat"], padding="max_length", max_length=12, return_tensors="pt")
     with torch.no_grad():
@@ -102,29 +102,29 @@ def test_mean_pooling_ignores_padding_and_cls_head_differs(tokenizer):
     assert torch.allclose(a, b, atol=1e-5)
     assert out.loss.item() == pytest.approx(torch.nn.functional.cross_entropy(a, torch.tensor([1])).item(), rel=1e-5)
     with pytest.raises(ValueError, match="mean"):
-        H.sequence_classifier_class("mean", "roberta")
+        heads.sequence_classifier_class("mean", "roberta")
 
 
 # --------------------------------------------------------------------------------------------- metrics
 def test_squad_normalisation_em_f1_hand_worked():
-    assert M.normalize_answer("The  Eiffel-Tower!") == "eiffeltower"
-    assert M.normalize_answer("a cat, an owl and THE dog") == "cat owl and dog"
-    assert M.exact_match("the Rhine.", "Rhine") == 1.0
+    assert task_metrics.normalize_answer("The  Eiffel-Tower!") == "eiffeltower"
+    assert task_metrics.normalize_answer("a cat, an owl and THE dog") == "cat owl and dog"
+    assert task_metrics.exact_match("the Rhine.", "Rhine") == 1.0
     # pred "river rhine bank" vs gold "the rhine river": overlap 2, P = 2/3, R = 2/2 -> F1 = 0.8
-    assert M.token_f1("river rhine bank", "the rhine river") == pytest.approx(0.8)
-    assert M.token_f1("paris", "london") == 0.0
+    assert task_metrics.token_f1("river rhine bank", "the rhine river") == pytest.approx(0.8)
+    assert task_metrics.token_f1("paris", "london") == 0.0
     # question 1: EM 1 (second gold matches), question 2: EM 0, F1 = max(0.8, 0) -> means 0.5 and 0.9
-    got = M.squad_metrics(["Rhine", "river rhine bank"], [["Danube", "the Rhine"], ["the rhine river", "x"]])
+    got = task_metrics.squad_metrics(["Rhine", "river rhine bank"], [["Danube", "the Rhine"], ["the rhine river", "x"]])
     assert got == {"exact_match": 0.5, "f1": pytest.approx(0.9)}
 
 
 def test_classification_and_ner_metrics_hand_worked():
     # gold 0 0 1 1, pred 0 1 1 1: acc 3/4; F1(0) = 2/3, F1(1) = 0.8 -> macro 0.7333
-    got = M.classification_metrics([0, 0, 1, 1], [0, 1, 1, 1], 2)
+    got = task_metrics.classification_metrics([0, 0, 1, 1], [0, 1, 1, 1], 2)
     assert got["accuracy"] == 0.75 and got["macro_f1"] == pytest.approx((2 / 3 + 0.8) / 2)
     gold = [["B-PER", "I-PER", "O", "B-LOC"], ["B-ORG", "O"]]
     pred = [["B-PER", "I-PER", "O", "B-ORG"], ["B-ORG", "O"]]
-    got = M.ner_metrics(gold, pred)  # 2 of 3 predicted entities right, 2 of 3 gold found
+    got = task_metrics.ner_metrics(gold, pred)  # 2 of 3 predicted entities right, 2 of 3 gold found
     assert got["precision"] == pytest.approx(2 / 3) and got["recall"] == pytest.approx(2 / 3)
     assert got["f1_PER"] == 1.0 and got["f1_LOC"] == 0.0 and got["f1_ORG"] == pytest.approx(2 / 3)
 
@@ -132,7 +132,7 @@ def test_classification_and_ner_metrics_hand_worked():
 def test_long_question_is_cut_and_stride_capped(tokenizer):
     question = " ".join(["the big cat sat on the mat ."] * 6)  # 48 tokens
     context, answer = _qa_example("", 3)
-    feats = H.prepare_qa_features(tokenizer, [question], [context], [answer], max_length=32, doc_stride=16)
+    feats = heads.prepare_qa_features(tokenizer, [question], [context], [answer], max_length=32, doc_stride=16)
     assert all(len(ids) <= 32 for ids in feats["input_ids"])
     q_len = feats["input_ids"][0].index(tokenizer.sep_token_id) - 1
     assert q_len == 16  # max_length // 2

@@ -284,7 +284,7 @@ def _quote_state(segment: str, open_quote: bool) -> bool:
 # ------------------------------------------------------------------------------------------------ readers
 @dataclass(frozen=True)
 class CsvSpec:
-    """A packaged CSV source: file under ``data/raw/``, its text column, an optional id column for the doc id."""
+    """A packaged CSV source: file under the raw-data folder, its text column, an optional id column for the doc id."""
 
     path: str
     text_column: str

@@ -15,12 +15,12 @@ Public API (used by :mod:`bert_pipeline.data.shards` and the pre-training loop):
 - :func:`mask_batch`: the vectorised numpy masking of a padded ``(batch, seq_len)`` id matrix.
 - :func:`mask_ragged`: the same rules on unpadded instances (flat ids + offsets), returning BERT's
   ``masked_lm_positions`` / ``masked_lm_ids`` (static masking in ``create_pretraining_data``).
-- :class:`PretrainingCollator`: pads instances (rows of ``data/pretraining/{train,validation}``) into Hugging Face's
+- :class:`PretrainingCollator`: pads instances (rows of a :mod:`bert_pipeline.data.shards` split) into Hugging Face's
   batch ``input_ids``, ``token_type_ids``, ``attention_mask``, ``labels`` (-100 where nothing is predicted) and the
   pair label ``next_sentence_label`` (NSP) or ``sentence_order_label`` (SOP) when present. Rows that carry
   ``masked_lm_positions`` (static masking) are padded as they are; rows without them (``masking: dynamic``) are
   masked by the collator with its own seeded generator, a new mask per call.
-- :func:`collator_from_info`: builds the collator from ``data/pretraining/info.json`` and the tokenizer folder
+- :func:`collator_from_info`: builds the collator from a dataset's ``info.json`` and the tokenizer folder
   recorded there, so the rules used at training time are the ones the data was built with.
 
 Every random choice takes a ``numpy.random.Generator``; the same generator state gives the same mask.
@@ -91,7 +91,7 @@ class MaskingRules:
         return max(0.0, 1.0 - self.mask_token_prob - self.random_token_prob)
 
     def to_dict(self) -> dict[str, Any]:
-        """The rules as a JSON-able mapping (recorded in ``data/pretraining/info.json``)."""
+        """The rules as a JSON-able mapping (recorded in the dataset's ``info.json``)."""
         return {
             "masked_lm_prob": self.masked_lm_prob,
             "max_predictions_per_seq": self.max_predictions_per_seq,
@@ -398,7 +398,7 @@ def mask_ragged(
 class PretrainingCollator:
     """Pad pre-training instances into Hugging Face's batch; mask them when they are unmasked (dynamic masking).
 
-    Input rows (mappings, e.g. rows of ``datasets.load_from_disk("data/pretraining/train")``) hold
+    Input rows (mappings, e.g. rows of ``datasets.load_from_disk(split_dir)``) hold
     ``input_ids`` and ``token_type_ids`` (unpadded sequences), optionally ``masked_lm_positions`` and
     ``masked_lm_ids`` (static masking) and ``next_sentence_label`` / ``sentence_order_label``.
 

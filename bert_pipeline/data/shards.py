@@ -275,7 +275,7 @@ def _write_dataset_meta(job: ShardJob) -> None:
 
 
 def load_split(split_dir: str | Path):
-    """All shards of ``data/pretraining/<split>`` as one memory-mapped ``datasets.Dataset``."""
+    """All shards of one split folder as one memory-mapped ``datasets.Dataset``."""
     import datasets
 
     return datasets.load_from_disk(str(split_dir))

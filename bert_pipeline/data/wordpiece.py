@@ -201,7 +201,7 @@ def iter_text_batches(dataset: Any, column: str = "text", batch_size: int = 1000
 def rust_parallelism(enabled: bool = True) -> Iterator[None]:
     """Turn ``tokenizers``' own (Rayon) thread parallelism on or off inside the block, then restore the setting.
 
-    The package default (``stages/__init__``) is off, so that processes forked later (``datasets.map(num_proc=..)``)
+    The package default (``bert_pipeline/__init__``) is off, so that processes forked later (``datasets.map(num_proc=..)``)
     do not inherit a thread pool; a stage that forks nothing may turn it on around its heavy calls. Training
     results do not depend on it (the pair counts are sums; see :func:`train_wordpiece`).
     """

@@ -2,9 +2,9 @@
 
     with stage_run("pretrain", params=section_dict) as run:
         run.log_metrics({"train_loss": 2.3}, step=10)
-        run.log_model_pointer("models/pretrained")
+        run.log_model_pointer(model_dir)
 
-- Experiment ``bert-pipeline`` (DESIGN.md; ``MLFLOW_EXPERIMENT_NAME`` overrides); tags ``stage``, ``git_revision``, ``git_dirty``, ``params_hash`` and,
+- Experiment ``bert-pipeline`` (ARCHITECTURE.md; ``MLFLOW_EXPERIMENT_NAME`` overrides); tags ``stage``, ``git_revision``, ``git_dirty``, ``params_hash`` and,
   under Prefect, ``prefect_flow_run_id`` (from ``BERT_PIPELINE_FLOW_RUN_ID``, else ``PREFECT__FLOW_RUN_ID``).
 - Nested under a parent run only when the orchestrator passes its id explicitly in
   ``BERT_PIPELINE_PARENT_RUN_ID`` (never ``MLFLOW_RUN_ID``, which would resume the parent run instead).

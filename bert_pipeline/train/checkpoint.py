@@ -1,6 +1,6 @@
 """Resumable training checkpoints: atomic, fingerprinted, pruned, loaded with ``weights_only=True``.
 
-Layout under a stage's folder (``checkpoints/{stage}/``, declared ``persist: true, cache: false`` in dvc.yaml)::
+Layout under a stage's checkpoint folder (a DVC output declared ``persist: true, cache: false``)::
 
     step-00000500/state.pt     torch.save of plain containers and tensors (model, optimizer, scheduler, RNG, ...)
     step-00000500/meta.json    {"step", "fingerprint", "state_bytes", ...}, written last

@@ -19,7 +19,7 @@ from bert_pipeline.model.distillation import DistillationModel, build_student, d
 log = logging.getLogger(__name__)
 
 HISTORY_COLUMNS = ["step", "train_loss", "learning_rate", "eval_mlm_loss", "eval_mlm_accuracy"]
-"""Columns of the distillation curve (``plots/distill.csv``)."""
+"""Columns of the distillation curve (a DVC plot)."""
 
 
 def resolve_student_layers(student_layers: int | None, teacher_layers: int, teacher_dir: Path) -> int:

@@ -29,8 +29,8 @@ from transformers import (
     get_linear_schedule_with_warmup,
 )
 
-from bert_pipeline.evaluation import metrics as M
-from bert_pipeline.model import heads as H
+from bert_pipeline.evaluation import metrics as task_metrics
+from bert_pipeline.model import heads
 from bert_pipeline.model.configs import build_config
 from bert_pipeline.train.optim import make_optimizer
 from bert_pipeline.train.precision import autocast_for, resolve_precision
@@ -75,7 +75,7 @@ class FitResult:
 
 # --------------------------------------------------------------------------------------------- task data
 def load_task(path: str | Path) -> tuple[DatasetDict, dict[str, Any]]:
-    """Load ``data/tasks/{task}/`` (a DatasetDict and ``task.json``).
+    """Load a task folder written by :func:`bert_pipeline.data.tasks.build_all` (a DatasetDict and ``task.json``).
 
     Raises:
         FinetuneError: the folder, a split or ``task.json`` is missing.
@@ -132,7 +132,7 @@ def build_model(
         config = AutoConfig.from_pretrained(path, **label_kw)
     if kind == "classification":
         config.classifier_pooling = pooling
-        cls = H.sequence_classifier_class(pooling, config.model_type)
+        cls = heads.sequence_classifier_class(pooling, config.model_type)
     elif kind == "ner":
         cls = AutoModelForTokenClassification
     else:
@@ -149,9 +149,9 @@ def encode_train(kind: str, tokenizer, ds: Dataset, task: dict[str, Any]) -> lis
         enc = tokenizer(list(ds["text"]), truncation=True, max_length=task["max_length"])
         enc["labels"] = list(ds["label"])
     elif kind == "ner":
-        enc = H.tokenize_ner(tokenizer, list(ds["tokens"]), list(ds["ner_tags"]), task["max_length"])
+        enc = heads.tokenize_ner(tokenizer, list(ds["tokens"]), list(ds["ner_tags"]), task["max_length"])
     else:
-        enc = H.prepare_qa_features(tokenizer, list(ds["question"]), list(ds["context"]), list(ds["answers"]), task["max_length"],
+        enc = heads.prepare_qa_features(tokenizer, list(ds["question"]), list(ds["context"]), list(ds["answers"]), task["max_length"],
                                     task["doc_stride"])
     keys = [k for k in MODEL_KEYS if k in enc]
     return [{k: enc[k][i] for k in keys} for i in range(len(enc["input_ids"]))]
@@ -218,7 +218,7 @@ def make_evaluator(kind: str, tokenizer, ds: Dataset, task: dict[str, Any], labe
 
         def run(model):
             logits = forward_all(model, feats, collate, batch_size, device, autocast)
-            return M.classification_metrics(labels, [int(np.argmax(x)) for x in logits], len(label_names))
+            return task_metrics.classification_metrics(labels, [int(np.argmax(x)) for x in logits], len(label_names))
         return run
     if kind == "ner":
         enc = tokenizer(list(ds["tokens"]), is_split_into_words=True, truncation=True, max_length=task["max_length"])
@@ -228,20 +228,20 @@ def make_evaluator(kind: str, tokenizer, ds: Dataset, task: dict[str, Any], labe
 
         def run(model):
             logits = forward_all(model, feats, collate, batch_size, device, autocast)
-            pred = [[label_names[p] for p in H.word_predictions(word_ids[i], np.argmax(x, -1), len(gold[i]))]
+            pred = [[label_names[p] for p in heads.word_predictions(word_ids[i], np.argmax(x, -1), len(gold[i]))]
                     for i, x in enumerate(logits)]
-            return M.ner_metrics(gold, pred)
+            return task_metrics.ner_metrics(gold, pred)
         return run
-    enc = H.prepare_qa_features(tokenizer, list(ds["question"]), list(ds["context"]), None, task["max_length"], task["doc_stride"])
+    enc = heads.prepare_qa_features(tokenizer, list(ds["question"]), list(ds["context"]), None, task["max_length"], task["doc_stride"])
     feats = [{k: enc[k][i] for k in ("input_ids", "attention_mask", "token_type_ids") if k in enc}
              for i in range(len(enc["input_ids"]))]
     contexts, refs = list(ds["context"]), [a["text"] for a in list(ds["answers"])]
 
     def run(model):
         out = forward_all(model, feats, collate, batch_size, device, autocast)
-        preds = H.decode_qa(contexts, enc["example_index"], enc["offset_mapping"], [o[0] for o in out],
+        preds = heads.decode_qa(contexts, enc["example_index"], enc["offset_mapping"], [o[0] for o in out],
                             [o[1] for o in out], task["n_best"], task["max_answer_length"])
-        return M.squad_metrics([p[0] for p in preds], refs)
+        return task_metrics.squad_metrics([p[0] for p in preds], refs)
     return run
 
 
