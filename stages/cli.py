@@ -175,8 +175,8 @@ def run_predict(args: argparse.Namespace) -> None:
 # ---------------------------------------------------------------------------------------------------- main
 def parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     """The ``bert-pipeline`` argument parser (one sub-command per tool) and its ``predict`` sub-parser."""
-    top = argparse.ArgumentParser(prog="bert-pipeline", description=__doc__.split("\n\n")[0],
-                                  formatter_class=argparse.RawDescriptionHelpFormatter)
+    top = argparse.ArgumentParser(prog="bert-pipeline", description="The BERT pipeline's tools that are not DVC "
+                                  "stages (python -m stages.NAME runs those).")
     sub = top.add_subparsers(dest="command", required=True, metavar="{profile,promote,predict}")
     prof = sub.add_parser("profile", help="run the pipeline under profiles/NAME.yaml as a DVC experiment",
                           description="Other options (e.g. -n NAME) go to dvc exp run.")
