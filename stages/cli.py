@@ -88,14 +88,6 @@ def run_profile(args: argparse.Namespace, extra: list[str]) -> None:
 
 
 # ------------------------------------------------------------------------------------------------ promote
-def saved_seed(source: str) -> int | None:
-    """The seed whose weights the fine-tuned folder holds: ``saved_seed`` (or ``seed``) in the metrics file,
-    else the first of its ``seeds`` (finetune saves the first seed's model)."""
-    raw = json.loads(Path(source).read_text(encoding="utf-8"))
-    value = raw.get("saved_seed", raw.get("seed"))
-    if value is None and isinstance(raw.get("seeds"), list) and raw["seeds"]:
-        value = raw["seeds"][0]
-    return int(value) if isinstance(value, int) else None
 
 
 def entries_by_task(teacher: str, student: str, scratch: str, only: list[str] | None, data_seed: int = 0) -> dict:
@@ -118,12 +110,13 @@ def entries_by_task(teacher: str, student: str, scratch: str, only: list[str] | 
         entries = []
         for m in family_order({m for m, tt in index if tt == t}, teacher, student, scratch):
             r = index[m, t]
-            scored = json.loads(Path(r.source).read_text(encoding="utf-8")).get("test_examples")
-            split = split_sha256(TASKS / t / "test", scored if isinstance(scored, int) else None, data_seed)
+            record = json.loads(Path(r.source).read_text(encoding="utf-8"))
+            split = split_sha256(TASKS / t / "test", record["test_examples"], data_seed)
             folder = MODELS_OUT / f"{m}-{t}"
             if not (folder / "config.json").exists():
                 raise PipelineError(f"{folder}: missing (named by {r.source})")
-            entries.append(Entry(m, t, folder, saved_seed(r.source), r.main_metric, r.score, split, r.source))
+            # finetune saves the first seed's model
+            entries.append(Entry(m, t, folder, record["seeds"][0], r.main_metric, r.score, split, r.source))
         out[t] = entries
     return out
 

@@ -75,7 +75,7 @@ def main() -> None:
             outcome = run_distillation(
                 teacher, layers, train_set, validation_set, collate, config=config,
                 accelerator=make_accelerator(p.precision), checkpoints=CheckpointManager(CHECKPOINT_DIR, fp, keep=p.save_total_limit),
-                batch_size=p.batch_size, max_seq_length=int(info.get("max_seq_length", 0)),
+                batch_size=p.batch_size, max_seq_length=int(info["max_seq_length"]),
                 loss=p.model_dump(include=LOSS_KEYS), final_eval_batches=p.final_eval_batches,
                 throughput_runs=p.throughput_runs, throughput_warmup=p.throughput_warmup,
                 on_log=lambda step, row: run.log_metrics({k: v for k, v in row.items() if k != "step"}, step=step))
