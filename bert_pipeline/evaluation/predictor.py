@@ -72,8 +72,9 @@ def load_predictor(model_dir: Path) -> Predictor:
         AutoModelForQuestionAnswering,
         AutoModelForSequenceClassification,
         AutoModelForTokenClassification,
-        AutoTokenizer,
     )
+
+    from bert_pipeline.data.tokenizer import load_tokenizer
 
     kind = model_kind(model_dir)
     cls = {"sequence-classification": AutoModelForSequenceClassification,
@@ -86,9 +87,9 @@ def load_predictor(model_dir: Path) -> Predictor:
             model = load_sequence_classifier(str(model_dir))
         else:
             model = cls.from_pretrained(model_dir)
-        tokenizer = AutoTokenizer.from_pretrained(model_dir)
     except OSError as exc:
-        raise PipelineError(f"{model_dir}: cannot load model or tokenizer ({str(exc).splitlines()[0]})") from None
+        raise PipelineError(f"{model_dir}: cannot load the model ({str(exc).splitlines()[0]})") from None
+    tokenizer = load_tokenizer(model_dir)
     model.eval()
     return Predictor(kind=kind, model=model, tokenizer=tokenizer, model_dir=Path(model_dir))
 

@@ -196,13 +196,12 @@ def log_version(client: Any, entry: Entry, uri: str) -> str:
             )
         else:
             import mlflow.transformers
-            from transformers import AutoTokenizer
 
             from bert_pipeline.evaluation.predictor import load_predictor
 
             pred = load_predictor(entry.model_dir)
             info = mlflow.transformers.log_model(
-                {"model": pred.model, "tokenizer": AutoTokenizer.from_pretrained(entry.model_dir)},
+                {"model": pred.model, "tokenizer": pred.tokenizer},
                 name="model", task=kind.replace("sequence-", "text-"), pip_requirements=pip_requirements(),
                 registered_model_name=entry.task,
             )
