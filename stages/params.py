@@ -6,8 +6,9 @@ expected, e.g. ``params.yaml: prepare_corpus.min_words: expected int >= 0, got "
 
 The schema is the only config, by one rule: every key of a stage's section is required (``params.yaml`` states
 the whole configuration; no default here can disagree with it), while the entries a user adds to a list or mapping
-(corpus sources, user tasks, ``finetune.models`` and ``finetune.tasks`` entries, ``pretrain.phases``) have defaults
-for their optional keys and ``params.yaml`` lists only what differs. A stage's own module never defines a second
+(corpus sources, user tasks, ``finetune.models`` and ``finetune.tasks`` entries, ``pretrain.phases``) and the
+``orchestration`` section (the flow's, not a stage's) have defaults for their optional keys, and ``params.yaml``
+lists only what differs from them. A stage's own module never defines a second
 config system. Sections come in pipeline order, ``orchestration`` last.
 """
 
@@ -430,16 +431,19 @@ class EvaluateParams(Section):
 class OrchestrationParams(Section):
     """``orchestration``: how the Prefect flow (``flows/pipeline.py``) runs the DVC stages.
 
-    No stage reads it, so changing it never invalidates a stage. ``gpu_stages`` are glob patterns over stage
-    addresses (``finetune@*``): those stages are tagged ``gpu`` (a Prefect concurrency limit equal to the
-    pool's GPU count) and each gets its own ``CUDA_VISIBLE_DEVICES``.
+    No stage reads it, so changing it never invalidates a stage. The one section with defaults, and they are its
+    single source (``params.yaml`` lists only what it changes): the flow runs over any DVC repository, which may
+    have no such section. ``retries``: extra attempts of a failed stage before its dependents are marked failed;
+    ``log_tail_lines``: last output lines of a failed stage in the flow's result; ``gpu_stages``: glob patterns over
+    stage addresses (``finetune@*``), tagged ``gpu`` (a Prefect concurrency limit equal to the pool's GPU count),
+    each with its own ``CUDA_VISIBLE_DEVICES``; ``mlflow``: open a parent MLflow run that stage runs nest under.
     """
 
-    retries: Annotated[int, annotated_types.Ge(0)]
-    retry_delay_seconds: Annotated[int, annotated_types.Ge(0)]
-    log_tail_lines: Annotated[int, annotated_types.Ge(1)]
-    gpu_stages: list[str]
-    mlflow: bool
+    retries: Annotated[int, annotated_types.Ge(0)] = 2
+    retry_delay_seconds: Annotated[int, annotated_types.Ge(0)] = 30
+    log_tail_lines: Annotated[int, annotated_types.Ge(1)] = 20
+    gpu_stages: list[str] = Field(default_factory=list)
+    mlflow: bool = True
 
 
 # -------------------------------------------------------------------------------------------------- root
