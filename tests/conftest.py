@@ -1,21 +1,20 @@
-"""Shared test fixtures."""
+"""Shared test fixtures and helpers (used by two or more test modules)."""
 
 from __future__ import annotations
 
+import hashlib
 import os
+import random
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 
 import bert_pipeline  # noqa: F401  (sets the offline/telemetry defaults before anything else imports HF libraries)
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture
-def repo_root() -> Path:
-    """The repository root (where params.yaml and dvc.yaml live)."""
-    return REPO
 
 
 @pytest.fixture(scope="session")
@@ -42,3 +41,99 @@ def in_tmp(tmp_path, monkeypatch) -> Path:
 
 def pytest_configure(config):
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+# ------------------------------------------------------------------------------------------------ params
+def committed_params() -> dict[str, Any]:
+    """A fresh copy of the committed params.yaml, as the plain mapping a stage's schema validates."""
+    return yaml.safe_load((REPO / "params.yaml").read_text(encoding="utf-8"))
+
+
+@pytest.fixture
+def raw() -> dict[str, Any]:
+    """The committed params.yaml as a mapping (a fresh copy per test: mutate it freely)."""
+    return committed_params()
+
+
+def write_params(root: Path, raw: dict[str, Any] | None = None, **sections: dict[str, Any]) -> Path:
+    """Write ``root/params.yaml``: ``raw`` (default: the committed params) with each ``sections[name]`` merged
+    into section ``name`` (keys replaced, the others as they were)."""
+    params = committed_params() if raw is None else raw
+    for name, changes in sections.items():
+        params[name].update(changes)
+    path = Path(root) / "params.yaml"
+    path.write_text(yaml.safe_dump(params), encoding="utf-8")
+    return path
+
+
+def params_error(raw: dict[str, Any]) -> str:
+    """The schema's message for an invalid ``raw`` params mapping; asserts it is one line."""
+    from stages.params import ParamsError, validate_params
+
+    with pytest.raises(ParamsError) as info:
+        validate_params(raw)
+    msg = str(info.value)
+    assert "\n" not in msg
+    return msg
+
+
+# ------------------------------------------------------------------------------------------------ stages
+def run_stage(main: Callable[[], object], capsys) -> tuple[int, str]:
+    """Run a stage's ``main`` the way its console entry point does; return (exit code, captured stderr)."""
+    from bert_pipeline.console import run_main
+
+    code = 0
+    try:
+        run_main(main)
+    except SystemExit as exc:
+        code = exc.code
+    return code, capsys.readouterr().err
+
+
+@pytest.fixture
+def mlflow_in_tmp(in_tmp, monkeypatch) -> str:
+    """MLflow tracking in ``mlflow.db`` of the test's temporary working directory; returns the URI."""
+    uri = f"sqlite:///{in_tmp / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    return uri
+
+
+@pytest.fixture(scope="module")
+def module_mlflow_uri(tmp_path_factory) -> str:
+    """A sqlite MLflow tracking URI shared by one test module (creating the store's schema is the slow part)."""
+    return f"sqlite:///{tmp_path_factory.mktemp('mlflow') / 'mlflow.db'}"
+
+
+@pytest.fixture
+def one_thread():
+    """One intra-op thread: tiny models gain nothing from more, and on a shared machine the threads' spinning costs
+    seconds (about 10x slower with 2 contending on 2 cores)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def tree_digests(folder: Path) -> dict[str, str]:
+    """sha256 of every file under ``folder``, by its POSIX path relative to ``folder``."""
+    return {p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(Path(folder).rglob("*")) if p.is_file()}
+
+
+# ------------------------------------------------------------------------------------------------ corpora
+STEMS = ["play", "work", "talk", "walk", "jump", "read", "paint", "build", "open", "call", "help", "look", "kick",
+         "train", "token", "model", "vote", "elect", "govern", "report", "market", "trade", "price", "bank"]
+SUFFIXES = ["", "s", "ed", "ing", "er", "ers", "able", "ment", "ly"]
+PREFIXES = ["", "", "", "un", "re", "pre", "over"]
+
+
+def synthetic_texts(n_docs: int = 60, seed: int = 0) -> list[str]:
+    """Documents of affixed stems plus accents, numbers, punctuation (ties in pair counts are common)."""
+    rng = random.Random(seed)
+    docs = []
+    for _ in range(n_docs):
+        words = [rng.choice(PREFIXES) + rng.choice(STEMS) + rng.choice(SUFFIXES) for _ in range(rng.randint(20, 60))]
+        docs.append(" ".join(words).capitalize() + ". Café, naïve Ölmühle 42,000 (x-y)! 中文 ÉCOLE")
+    return docs

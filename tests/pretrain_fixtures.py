@@ -93,7 +93,7 @@ def pad_collate(rows: list[dict]) -> dict[str, torch.Tensor]:
 
 
 def tiny_config(**overrides):
-    """A 2-layer, H=32 BertConfig over the synthetic vocabulary (dropout kept: resume must restore RNG)."""
+    """A 2-layer, H=32 BertConfig, by default over the synthetic vocabulary (dropout kept: resume must restore RNG)."""
     from transformers import BertConfig
 
     fields = {"vocab_size": VOCAB_SIZE, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,

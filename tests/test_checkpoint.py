@@ -22,9 +22,12 @@ def test_save_prune_and_latest(tmp_path):
     names = sorted(p.name for p in (tmp_path / "ck").iterdir())
     assert names == ["step-00000004", "step-00000006"]
     path, meta = mgr.latest()
-    assert meta["step"] == 6 and meta["phase"] == "p1" and meta["fingerprint"] == "fp1"
+    assert meta["step"] == 6
+    assert meta["phase"] == "p1"
+    assert meta["fingerprint"] == "fp1"
     state = CheckpointManager.load(path)
-    assert torch.equal(state["model"]["w"], torch.full((3,), 6.0)) and state["history"][0]["loss"] == 6.0
+    assert torch.equal(state["model"]["w"], torch.full((3,), 6.0))
+    assert state["history"][0]["loss"] == 6.0
 
 
 def test_incomplete_and_stale_checkpoints(tmp_path, caplog):
@@ -39,10 +42,13 @@ def test_incomplete_and_stale_checkpoints(tmp_path, caplog):
     (folder / ".tmp-step-00000008-123").mkdir()
     with caplog.at_level(logging.WARNING, logger="bert_pipeline.train.checkpoint"):
         path, meta = mgr.latest()
-    assert meta["step"] == 4 and path.name == "step-00000004"
+    assert meta["step"] == 4
+    assert path.name == "step-00000004"
     assert (folder / "stale" / "step-00000002-old").is_dir()  # moved aside, not deleted
-    assert not (folder / "step-00000006").exists() and not (folder / ".tmp-step-00000008-123").exists()
-    assert "moved to" in caplog.text and "incomplete" in caplog.text
+    assert not (folder / "step-00000006").exists()
+    assert not (folder / ".tmp-step-00000008-123").exists()
+    assert "moved to" in caplog.text
+    assert "incomplete" in caplog.text
 
 
 def test_no_checkpoint(tmp_path):
@@ -71,4 +77,6 @@ def test_rng_state_round_trip_through_weights_only_load(tmp_path):
     torch.manual_seed(9)
     set_rng_state(CheckpointManager.load(path)["rng"])
     got = (random.random(), np.random.rand(), torch.rand(2))
-    assert got[0] == expected[0] and got[1] == expected[1] and torch.equal(got[2], expected[2])
+    assert got[0] == expected[0]
+    assert got[1] == expected[1]
+    assert torch.equal(got[2], expected[2])

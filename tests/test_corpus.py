@@ -4,7 +4,6 @@ whose ``data/raw`` links to the session's fetched data (the ``raw_data`` fixture
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import logging
@@ -15,14 +14,12 @@ import tracemalloc
 from pathlib import Path
 
 import pytest
-import yaml
 
-from bert_pipeline.console import run_main
 from bert_pipeline.data import corpus
 from bert_pipeline.data.sources import NEWS_ARTICLES, SPACY_MODEL
 from bert_pipeline.errors import PipelineError
 from stages import prepare_corpus
-from tests.conftest import REPO
+from tests.conftest import REPO, committed_params, run_stage, tree_digests, write_params
 
 
 # ------------------------------------------------------------------------------------------ normalise
@@ -68,7 +65,8 @@ def test_blocks_stream_with_bounded_memory(tmp_path):
     tracemalloc.start()
     n = 0
     for index, text in corpus.iter_blocks(path, counter, block_bytes=64 * 1024):
-        assert index == n and text.count("\n") == 2
+        assert index == n
+        assert text.count("\n") == 2
         n += 1
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
@@ -122,7 +120,8 @@ def test_clean_drops_short_and_exact_duplicates_first_wins():
     sa, sb = result.stats["a"].as_dict(), result.stats["b"].as_dict()
     assert (sa["read"], sa["documents"], sa["dropped_short"], sa["duplicates_dropped"]) == (6, 3, 2, 1)
     assert (sb["read"], sb["documents"], sb["dropped_short"], sb["duplicates_dropped"]) == (2, 1, 0, 1)
-    assert sa["words"] == 12 and sa["bytes"] == len("one two three fourCafé is open todayfive six seven eight".encode())
+    assert sa["words"] == 12
+    assert sa["bytes"] == len("one two three fourCafé is open todayfive six seven eight".encode())
     assert sa["replaced_bytes"] == 2
 
 
@@ -194,10 +193,12 @@ def test_packaged_news_articles(raw_data):
     assert len(docs) == 3824
     assert docs[0].doc_id == "news_articles:NewsArticles.csv:row=0:article_id=1"
     assert docs[0].text.startswith("Michigan billionaire education activist Betsy DeVos")
-    assert "DeVos' highly contentious" in docs[0].text and '"?' not in docs[0].text
+    assert "DeVos' highly contentious" in docs[0].text
+    assert '"?' not in docs[0].text
     assert "Betsy DeVos Confirmed as Education Secretary" not in docs[0].text  # the title stays out of the body
     assert len({d.doc_id for d in docs}) == len(docs)
-    assert counter.replaced_bytes == 0 and counter.mojibake_fixed > 5_000
+    assert counter.replaced_bytes == 0
+    assert counter.mojibake_fixed > 5_000
     assert all(corpus.parse_doc_id(d.doc_id).locators["article_id"] == str(i + 1) for i, d in enumerate(docs[:50]))
     with pytest.raises(PipelineError, match="unknown packaged source 'nope'"):
         list(corpus.read_packaged("nope", raw_data, counter))
@@ -223,7 +224,7 @@ def _params(sources, **over):
                "split_seed": 7, "sentence_splitter": "spacy_senter", "chunk_chars": 100_000, "batch_size": 16,
                "num_proc": 1}
     section.update(over)
-    params = yaml.safe_load((REPO / "params.yaml").read_text())  # the other stages' sections as committed
+    params = committed_params()  # the other stages' sections as committed
     params["prepare_corpus"] = section
     return params
 
@@ -240,23 +241,13 @@ def workdir(tmp_path, monkeypatch, raw_data):
 
 
 def _run(workdir: Path, params: dict, capsys) -> tuple[int, str]:
-    (workdir / "params.yaml").write_text(yaml.safe_dump(params))
-    code = 0
-    try:
-        run_main(prepare_corpus.main)
-    except SystemExit as exc:
-        code = exc.code
-    return code, capsys.readouterr().err
+    write_params(workdir, params)
+    return run_stage(prepare_corpus.main, capsys)
 
 
 def _story(i: int) -> str:
     return (f"Story {i} begins here. Mr. Brown met Dr. Green at 5 p.m. in Washington, D.C. on day {i}. "
             f"They spent $1.5 million. It was the end of story {i}.")
-
-
-def _file_hashes(folder: Path) -> dict[str, str]:
-    return {p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
 def test_stage_outputs_and_byte_identical_rerun(workdir, capsys):
@@ -268,17 +259,19 @@ def test_stage_outputs_and_byte_identical_rerun(workdir, capsys):
     sources = [{"name": "stories", "path": "user/*.txt", "format": "txt", "unit": "block"}]
     code, err = _run(workdir, _params(sources), capsys)
     assert code == 0, err
-    first = _file_hashes(workdir / "data/corpus")
+    first = tree_digests(workdir / "data/corpus")
     assert any(k.endswith(".arrow") for k in first)
     metrics = json.loads((workdir / "metrics/corpus.json").read_text())
     assert (metrics["read"], metrics["documents"], metrics["duplicates_dropped"], metrics["dropped_short"]) == (
         43, 41, 1, 1)
-    assert metrics["replaced_bytes"] == 2 and metrics["per_source"]["stories"]["replaced_bytes"] == 2
+    assert metrics["replaced_bytes"] == 2
+    assert metrics["per_source"]["stories"]["replaced_bytes"] == 2
     saved = datasets.load_from_disk("data/corpus")
     rows = [r for split in ("train", "validation") for r in saved[split]]
     assert {s: saved[s].num_rows for s in saved} == {
         s: metrics["per_split"][s]["documents"] for s in ("train", "validation")}
-    assert saved["train"].num_rows > 0 and saved["validation"].num_rows > 0
+    assert saved["train"].num_rows > 0
+    assert saved["validation"].num_rows > 0
     by_id = {r["doc_id"]: r for r in rows}
     assert by_id["stories:user/stories.txt:block=7"]["sentences"] == [
         "Story 7 begins here.", "Mr. Brown met Dr. Green at 5 p.m. in Washington, D.C. on day 7.",
@@ -292,7 +285,7 @@ def test_stage_outputs_and_byte_identical_rerun(workdir, capsys):
     os.rename("data/corpus", "data/corpus-first")
     code, err = _run(workdir, _params(sources), capsys)
     assert code == 0, err
-    assert _file_hashes(workdir / "data/corpus") == first
+    assert tree_digests(workdir / "data/corpus") == first
 
 
 def test_ten_megabyte_line_without_newline(workdir, capsys):
@@ -300,12 +293,14 @@ def test_ten_megabyte_line_without_newline(workdir, capsys):
     sentence = " ".join([word] * 19) + " end."
     line = " ".join([sentence] * (10_000_000 // (len(sentence) + 1) + 1))
     (workdir / "user/huge.txt").write_text(line)
-    assert len(line) > 10_000_000 and "\n" not in line
+    assert len(line) > 10_000_000
+    assert "\n" not in line
     sources = [{"name": "huge", "path": "user/huge.txt", "format": "txt", "unit": "block"}]
     code, err = _run(workdir, _params(sources, chunk_chars=100_000), capsys)
     assert code == 0, err
     metrics = json.loads((workdir / "metrics/corpus.json").read_text())
-    assert metrics["documents"] == 1 and metrics["words"] == len(line.split())
+    assert metrics["documents"] == 1
+    assert metrics["words"] == len(line.split())
     assert metrics["sentences"] >= line.count(" end.") - 100 - 1  # at most one extra cut per 100k-char chunk
 
 
@@ -332,7 +327,8 @@ def test_bad_input_one_line_error_no_partial_output(workdir, capsys, case, messa
     code, err = _run(workdir, _params(sources), capsys)
     assert code == 1
     lines = [ln for ln in err.splitlines() if ln.startswith("error:")]
-    assert len(lines) == 1 and lines[0].startswith(message), err
+    assert len(lines) == 1, err
+    assert lines[0].startswith(message), err
     assert not (workdir / "data/corpus").exists()
     assert not (workdir / "metrics/corpus.json").exists()
     assert [p.name for p in (workdir / "data").iterdir()] == ["raw"]
@@ -340,7 +336,7 @@ def test_bad_input_one_line_error_no_partial_output(workdir, capsys, case, messa
 
 def test_wrong_params_type_via_cli(tmp_path):
     params = _params(["news_articles"], min_words="ten")
-    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    write_params(tmp_path, params)
     env = dict(os.environ, PYTHONPATH=str(REPO))
     proc = subprocess.run([sys.executable, "-m", "stages.prepare_corpus"], cwd=tmp_path, env=env,
                           capture_output=True, text=True)

@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 
 import numpy as np
 import pytest
-import yaml
 
 from bert_pipeline.data.masking import IGNORE_INDEX, collator_from_info
 from bert_pipeline.errors import PipelineError
 from stages.params import ParamsError, load_params
-from tests.conftest import REPO
+from tests.conftest import tree_digests, write_params
 
 SYLLABLES = ["ka", "lo", "mi", "ne", "su", "ta", "ri", "po"]
 
@@ -67,12 +65,9 @@ def workspace(tmp_path_factory) -> Path:
     return root
 
 
-def write_params(root: Path, pretrain: dict | None = None, **overrides) -> None:
-    raw = yaml.safe_load((REPO / "params.yaml").read_text())
-    raw["create_pretraining_data"].update(
-        dict(max_seq_length=32, dupe_factor=2, shard_size=8, num_proc=1, seed=7), **overrides)
-    raw["pretrain"].update(pretrain or {})
-    (root / "params.yaml").write_text(yaml.safe_dump(raw))
+def _write_params(root: Path, pretrain: dict | None = None, **overrides) -> None:
+    write_params(root, create_pretraining_data={"max_seq_length": 32, "dupe_factor": 2, "shard_size": 8, "num_proc": 1,
+                                                "seed": 7, **overrides}, pretrain=pretrain or {})
 
 
 def run(root: Path, monkeypatch, pretrain: dict | None = None, **overrides) -> dict[str, str]:
@@ -80,11 +75,9 @@ def run(root: Path, monkeypatch, pretrain: dict | None = None, **overrides) -> d
     from stages.create_pretraining_data import main
 
     monkeypatch.chdir(root)
-    write_params(root, pretrain, **overrides)
+    _write_params(root, pretrain, **overrides)
     main()
-    out = root / "data/pretraining"
-    return {str(p.relative_to(out)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(out.rglob("*")) if p.is_file()}
+    return tree_digests(root / "data/pretraining")
 
 
 def test_outputs_metrics_and_num_proc_invariance(workspace, monkeypatch):
@@ -92,9 +85,12 @@ def test_outputs_metrics_and_num_proc_invariance(workspace, monkeypatch):
 
     first = run(workspace, monkeypatch)
     info = json.loads((workspace / "data/pretraining/info.json").read_text())
-    assert info["objective"] == "nsp" and info["pair_label"] == "next_sentence_label"
-    assert info["vocab_size"] == 104 + 8 + 64 + 8 + 2 and info["id_dtype"] == "uint16"
-    assert info["tokenizer"] == "models/tokenizer" and info["max_seq_length"] == 32
+    assert info["objective"] == "nsp"
+    assert info["pair_label"] == "next_sentence_label"
+    assert info["vocab_size"] == 104 + 8 + 64 + 8 + 2
+    assert info["id_dtype"] == "uint16"
+    assert info["tokenizer"] == "models/tokenizer"
+    assert info["max_seq_length"] == 32
     train = datasets.load_from_disk(str(workspace / "data/pretraining/train"))
     assert train.features["input_ids"].feature.dtype == "uint16"
     assert set(train.column_names) == {"input_ids", "token_type_ids", "masked_lm_positions", "masked_lm_ids",
@@ -104,16 +100,22 @@ def test_outputs_metrics_and_num_proc_invariance(workspace, monkeypatch):
     assert max(len(r) for r in rows["input_ids"]) <= 32
     for ids, types, pos, lab in zip(rows["input_ids"], rows["token_type_ids"], rows["masked_lm_positions"],
                                     rows["masked_lm_ids"], strict=True):
-        assert ids[0] == 101 and ids[-1] == 102 and len(types) == len(ids)
-        assert types[ids.index(102)] == 0 and types[-1] == 1
-        assert all(ids[p] not in (101, 102) for p in pos) and all(m not in (0, 100, 101, 102, 103) for m in lab)
+        assert ids[0] == 101
+        assert ids[-1] == 102
+        assert len(types) == len(ids)
+        assert types[ids.index(102)] == 0
+        assert types[-1] == 1
+        assert all(ids[p] not in (101, 102) for p in pos)
+        assert all(m not in (0, 100, 101, 102, 103) for m in lab)
     metrics = json.loads((workspace / "metrics/pretraining_data.json").read_text())
     m = metrics["train"]
     assert m["instances"] == len(train) == info["splits"]["train"]["instances"]
     assert m["tokens"] == sum(len(r) for r in rows["input_ids"])
     assert m["padding_share"] == pytest.approx(1 - m["tokens"] / (32 * m["instances"]), abs=1e-6)
-    assert m["skipped_one_sentence_documents"] == 8 and m["documents"] == 48
-    assert abs(m["masked_lm_rate"] - 0.15) < 0.02 and abs(m["mask_token_share"] - 0.8) < 0.05
+    assert m["skipped_one_sentence_documents"] == 8
+    assert m["documents"] == 48
+    assert abs(m["masked_lm_rate"] - 0.15) < 0.02
+    assert abs(m["mask_token_share"] - 0.8) < 0.05
     assert m["pair_label_1_share"] == pytest.approx(np.mean(rows["next_sentence_label"]), abs=1e-6)
     assert metrics["validation"]["dupe_factor"] == 1
     # same inputs and seed: byte-identical, whatever num_proc is
@@ -145,14 +147,16 @@ def test_dynamic_masking_stores_unmasked_train_and_the_collator_masks(workspace,
     run(workspace, monkeypatch, masking="dynamic", objective="sop")
     train = datasets.load_from_disk(str(workspace / "data/pretraining/train"))
     val = datasets.load_from_disk(str(workspace / "data/pretraining/validation"))
-    assert "masked_lm_positions" not in train.column_names and "masked_lm_positions" in val.column_names
+    assert "masked_lm_positions" not in train.column_names
+    assert "masked_lm_positions" in val.column_names
     assert "sentence_order_label" in train.column_names
     assert not any(103 in ids for ids in train["input_ids"])
     collator = collator_from_info(workspace / "data/pretraining", seed=0)
     rows = [train[i] for i in range(16)]
     a, b = collator(rows), collator(rows)
     assert set(a) == {"input_ids", "token_type_ids", "attention_mask", "labels", "sentence_order_label"}
-    assert (a["labels"] != IGNORE_INDEX).any() and not (a["labels"] == b["labels"]).all()
+    assert (a["labels"] != IGNORE_INDEX).any()
+    assert not (a["labels"] == b["labels"]).all()
     v = collator([val[i] for i in range(4)])
     assert (v["labels"] != IGNORE_INDEX).sum() == sum(len(val[i]["masked_lm_positions"]) for i in range(4))
 
@@ -162,11 +166,11 @@ def test_missing_corpus_and_too_long_max_seq_length_fail_without_partial_outputs
 
     make_tokenizer(tmp_path / "models/tokenizer")
     monkeypatch.chdir(tmp_path)
-    write_params(tmp_path)
+    _write_params(tmp_path)
     with pytest.raises(PipelineError, match="data/corpus: corpus not found"):
         main()
     make_corpus(tmp_path / "data/corpus", n_train=6, n_val=2)
-    write_params(tmp_path, max_seq_length=600)
+    _write_params(tmp_path, max_seq_length=600)
     with pytest.raises(PipelineError, match="max_seq_length: 600 exceeds the tokenizer's model_max_length 512"):
         main()
     assert not (tmp_path / "data/pretraining").exists()
@@ -176,7 +180,7 @@ def test_missing_tokenizer_is_one_line(tmp_path, monkeypatch):
     from stages.create_pretraining_data import main
 
     monkeypatch.chdir(tmp_path)
-    write_params(tmp_path)
+    _write_params(tmp_path)
     with pytest.raises(PipelineError, match="models/tokenizer: tokenizer folder not found"):
         main()
 
@@ -194,10 +198,11 @@ def test_missing_tokenizer_is_one_line(tmp_path, monkeypatch):
     ],
 )
 def test_bad_params_are_one_line(tmp_path, overrides, message):
-    write_params(tmp_path, **overrides)
+    _write_params(tmp_path, **overrides)
     with pytest.raises(ParamsError) as err:
         load_params(tmp_path / "params.yaml")
-    assert message in str(err.value) and "\n" not in str(err.value)
+    assert message in str(err.value)
+    assert "\n" not in str(err.value)
 
 
 def test_tokenizer_padding_and_truncation_in_tokenizer_json_are_ignored(tmp_path):
@@ -253,12 +258,17 @@ def test_pretrain_init_and_phases_decide_tokenizer_and_lengths(workspace, monkey
     out = workspace / "data/pretraining"
     top = json.loads((out / "info.json").read_text())
     seq64 = json.loads((out / "seq64/info.json").read_text())
-    assert top["tokenizer"] == seq64["tokenizer"] == "ckpt" and top["pretrain_init"] == "ckpt"
-    assert top["max_seq_length"] == 32 and seq64["max_seq_length"] == 64
-    assert top["rules"]["max_predictions_per_seq"] == 20 and seq64["rules"]["max_predictions_per_seq"] == 40
+    assert top["tokenizer"] == seq64["tokenizer"] == "ckpt"
+    assert top["pretrain_init"] == "ckpt"
+    assert top["max_seq_length"] == 32
+    assert seq64["max_seq_length"] == 64
+    assert top["rules"]["max_predictions_per_seq"] == 20
+    assert seq64["rules"]["max_predictions_per_seq"] == 40
     assert not (out / "seq32").exists()
     long = datasets.load_from_disk(str(out / "seq64/train"))
     lengths = [len(r) for r in long["input_ids"]]
-    assert max(lengths) == 64 and np.mean(lengths) > 40
+    assert max(lengths) == 64
+    assert np.mean(lengths) > 40
     metrics = json.loads((workspace / "metrics/pretraining_data.json").read_text())
-    assert metrics["seq64"]["train"]["instances"] == len(long) and metrics["train"]["instances"] > len(long)
+    assert metrics["seq64"]["train"]["instances"] == len(long)
+    assert metrics["train"]["instances"] > len(long)

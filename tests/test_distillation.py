@@ -6,7 +6,6 @@ import math
 
 import pytest
 import torch
-import yaml
 from transformers import (
     AutoModelForMaskedLM,
     AutoModelForSequenceClassification,
@@ -26,8 +25,7 @@ from bert_pipeline.model.distillation import (
     layer_map,
     mlm_loss,
 )
-from stages.params import ParamsError, validate_params
-from tests.conftest import REPO
+from tests.conftest import params_error
 
 
 def tiny_teacher(layers: int = 4, seed: int = 0) -> BertForPreTraining:
@@ -72,7 +70,8 @@ def test_student_copies_embeddings_heads_and_every_other_layer():
     teacher = tiny_teacher(layers=4)
     student, mapping = build_student(teacher, 2)
     assert mapping == [0, 2]
-    assert student.config.num_hidden_layers == 2 and teacher.config.num_hidden_layers == 4
+    assert student.config.num_hidden_layers == 2
+    assert teacher.config.num_hidden_layers == 4
     assert isinstance(student, BertForPreTraining)
     t_state, s_state = teacher.state_dict(), student.state_dict()
     for key, value in s_state.items():
@@ -181,7 +180,8 @@ def test_total_is_the_weighted_sum_and_gradients_reach_the_student():
     assert out.cos.item() == pytest.approx(1.25)
     assert out.total.item() == pytest.approx(5.0 * out.kl.item() + 2.0 * out.mlm.item() + 1.0 * out.cos.item())
     out.total.backward()
-    assert s_logits.grad.abs().sum() > 0 and s_hidden.grad.abs().sum() > 0
+    assert s_logits.grad.abs().sum() > 0
+    assert s_hidden.grad.abs().sum() > 0
     only_mlm = distillation_loss(torch.tensor(S), torch.tensor(T), labels, s_hidden.detach(), t_hidden,
                                  temperature=2.0, alpha_ce=0.0, alpha_mlm=1.0, alpha_cos=0.0)
     assert only_mlm.total.item() == pytest.approx(only_mlm.mlm.item())
@@ -203,13 +203,16 @@ def test_bad_loss_settings_raise(kwargs, match):
 def test_throughput_reports_median_and_restores_mode():
     model = tiny_teacher(layers=2).train()
     out = measure_throughput({"model": model.base_model}, batch_size=4, seq_len=16, warmup=1, runs=3)["model"]
-    assert out["batch_size"] == 4 and out["seq_len"] == 16 and out["runs"] == 3
+    assert out["batch_size"] == 4
+    assert out["seq_len"] == 16
+    assert out["runs"] == 3
     assert out["sequences_per_second"] == pytest.approx(4 / out["median_seconds"])
     assert model.training
     student, _ = build_student(tiny_teacher(layers=4), 1)
     both = measure_throughput({"teacher": tiny_teacher(layers=4).base_model, "student": student.base_model},
                               batch_size=4, seq_len=16, warmup=0, runs=2)
-    assert set(both) == {"teacher", "student"} and all(v["runs"] == 2 for v in both.values())
+    assert set(both) == {"teacher", "student"}
+    assert all(v["runs"] == 2 for v in both.values())
 
 
 # ------------------------------------------------------------------------------------------------- params
@@ -221,12 +224,9 @@ def test_throughput_reports_median_and_restores_mode():
      ({"alpha_ce": 0.0, "alpha_mlm": 0, "alpha_cos": 0.0},
       "params.yaml: distill.alpha_ce, distill.alpha_mlm, distill.alpha_cos: expected at least one > 0, got all 0")],
 )
-def test_bad_distill_params_are_one_line_errors(change, message):
-    raw = yaml.safe_load((REPO / "params.yaml").read_text(encoding="utf-8"))
+def test_bad_distill_params_are_one_line_errors(raw, change, message):
     raw["distill"].update(change)
-    with pytest.raises(ParamsError) as info:
-        validate_params(raw)
-    assert str(info.value) == message
+    assert params_error(raw) == message
 
 
 # -------------------------------------------------------------------------------------------------- model
@@ -267,7 +267,8 @@ def test_distillation_model_holds_only_the_student_and_matches_a_full_forward():
     assert out.mlm_count.item() == int(picked.sum())
     assert out.mlm_correct.item() == int((full[picked].argmax(-1) == batch["labels"][picked]).sum())
     model.train()
-    assert student.training and not teacher.training
+    assert student.training
+    assert not teacher.training
 
 
 def test_distillation_steps_lower_the_loss_and_leave_the_teacher_alone():

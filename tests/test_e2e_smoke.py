@@ -115,16 +115,23 @@ def test_train_tokenizer_outputs(smoke_run):
     vocab = (folder / "vocab.txt").read_text(encoding="utf-8").splitlines()
     metrics = json.loads((smoke_run / "metrics/tokenizer.json").read_text())
     assert metrics["vocab_size"] == len(hf) == len(vocab) <= 2000  # the smoke profile's vocab_size
-    assert vocab[0] == "[PAD]" and vocab[1] == "[unused0]" and vocab[100:104] == ["[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    assert vocab[0] == "[PAD]"
+    assert vocab[1] == "[unused0]"
+    assert vocab[100:104] == ["[UNK]", "[CLS]", "[SEP]", "[MASK]"]
     enc = hf("The minister said on Tuesday.", "Markets fell.")
-    assert enc["input_ids"][0] == 101 and enc["input_ids"][-1] == 102 and enc["input_ids"].count(102) == 2
-    assert enc["token_type_ids"][0] == 0 and enc["token_type_ids"][-1] == 1
+    assert enc["input_ids"][0] == 101
+    assert enc["input_ids"][-1] == 102
+    assert enc["input_ids"].count(102) == 2
+    assert enc["token_type_ids"][0] == 0
+    assert enc["token_type_ids"][-1] == 1
     from tokenizers import Tokenizer
 
     raw = Tokenizer.from_file(str(folder / "tokenizer.json"))
     assert raw.encode("The minister said on Tuesday.", "Markets fell.").ids == enc["input_ids"]
-    assert 1.0 < metrics["fertility"] < 2.0 and metrics["unk_rate"] < 0.01
-    assert 0.5 < metrics["whole_word_share"] <= 1.0 and 0.0 < metrics["continuation_share"] < 0.5
+    assert 1.0 < metrics["fertility"] < 2.0
+    assert metrics["unk_rate"] < 0.01
+    assert 0.5 < metrics["whole_word_share"] <= 1.0
+    assert 0.0 < metrics["continuation_share"] < 0.5
     with open(smoke_run / "plots/tokenizer_fertility.csv", newline="") as fh:
         rows = list(csv.DictReader(fh))
     assert sum(int(r["count"]) for r in rows) == metrics["words"]
@@ -139,7 +146,9 @@ def test_create_pretraining_data_outputs(smoke_run):
     out = smoke_run / "data/pretraining"
     info = json.loads((out / "info.json").read_text())
     metrics = json.loads((smoke_run / "metrics/pretraining_data.json").read_text())
-    assert info["objective"] == "nsp" and info["masking"] == "static" and info["pair_label"] == "next_sentence_label"
+    assert info["objective"] == "nsp"
+    assert info["masking"] == "static"
+    assert info["pair_label"] == "next_sentence_label"
     tok = smoke_run / info["tokenizer"]
     assert info["tokenizer_sha256"] == sha256_file(tok / "tokenizer.json")
     max_len, vocab_size = info["max_seq_length"], info["vocab_size"]
@@ -152,13 +161,18 @@ def test_create_pretraining_data_outputs(smoke_run):
         assert sum(len(r) for r in rows["input_ids"]) == m["tokens"]
         for ids, types, pos, lab in zip(rows["input_ids"], rows["token_type_ids"], rows["masked_lm_positions"],
                                         rows["masked_lm_ids"], strict=True):
-            assert len(ids) <= max_len and ids[0] == info["special_ids"]["cls"] and ids[-1] == info["special_ids"]["sep"]
-            assert len(types) == len(ids) and max(ids) < vocab_size
-            assert 1 <= len(pos) <= info["rules"]["max_predictions_per_seq"] and not special & set(lab)
+            assert len(ids) <= max_len
+            assert ids[0] == info["special_ids"]["cls"]
+            assert ids[-1] == info["special_ids"]["sep"]
+            assert len(types) == len(ids)
+            assert max(ids) < vocab_size
+            assert 1 <= len(pos) <= info["rules"]["max_predictions_per_seq"]
+            assert not special & set(lab)
         assert abs(m["masked_lm_rate"] - 0.15) < 0.01
         assert abs(m["pair_label_1_share"] - 0.5) < 0.02
     tr = metrics["train"]
-    assert abs(tr["mask_token_share"] - 0.8) < 0.02 and abs(tr["random_token_share"] - 0.1) < 0.02
+    assert abs(tr["mask_token_share"] - 0.8) < 0.02
+    assert abs(tr["random_token_share"] - 0.1) < 0.02
     assert 0 <= tr["padding_share"] < 0.5
 def test_prepare_tasks_outputs(smoke_run):
     import datasets
@@ -166,7 +180,8 @@ def test_prepare_tasks_outputs(smoke_run):
     corpus = datasets.load_from_disk(str(smoke_run / "data/corpus"))
     heldout = set(corpus["validation"]["doc_id"])
     metrics = json.loads((smoke_run / "metrics/tasks.json").read_text())
-    assert set(metrics) == {"sentiment", "ner", "qa"} and metrics["ner"]["silver"] is True
+    assert set(metrics) == {"sentiment", "ner", "qa"}
+    assert metrics["ner"]["silver"] is True
     for name in ("sentiment", "ner", "qa"):
         dd = datasets.load_from_disk(str(smoke_run / "data/tasks" / name))
         info = json.loads((smoke_run / "data/tasks" / name / "task.json").read_text())
@@ -175,19 +190,25 @@ def test_prepare_tasks_outputs(smoke_run):
             assert dd[split].num_rows == metrics[name]["splits"][split]["examples"] > 0
         if name == "sentiment":
             films = [set(dd[s]["film"]) for s in ("train", "validation", "test")]
-            assert not films[0] & films[1] and not films[0] & films[2] and not films[1] & films[2]
+            assert not films[0] & films[1]
+            assert not films[0] & films[2]
+            assert not films[1] & films[2]
             assert dd["train"].features["label"].names == ["negative", "positive"]
             continue
         arts = {s: set(dd[s]["doc_id"]) for s in ("train", "validation", "test")}
-        assert arts["validation"] <= heldout and arts["test"] <= heldout and not arts["train"] & heldout
+        assert arts["validation"] <= heldout
+        assert arts["test"] <= heldout
+        assert not arts["train"] & heldout
         assert not arts["validation"] & arts["test"]
         if name == "ner":
             names = dd["train"].features["ner_tags"].feature.names
-            assert names[0] == "O" and all(n[:2] in ("B-", "I-") for n in names[1:])
+            assert names[0] == "O"
+            assert all(n[:2] in ("B-", "I-") for n in names[1:])
         else:
             for ex in dd["test"]:
                 a, start = ex["answers"]["text"][0], ex["answers"]["answer_start"][0]
-                assert ex["context"][start:start + len(a)] == a and "@placeholder" in ex["question"]
+                assert ex["context"][start:start + len(a)] == a
+                assert "@placeholder" in ex["question"]
 
 
 def test_finetune_outputs(smoke_run):
@@ -201,16 +222,19 @@ def test_finetune_outputs(smoke_run):
     expected = {"sentiment": {"accuracy", "macro_f1"}, "qa": {"exact_match", "f1"}}
     for path in files:
         m = json.loads(path.read_text())
-        assert f"{m['model']}-{m['task']}" == path.stem and m["main_metric"] in m["test"]
+        assert f"{m['model']}-{m['task']}" == path.stem
+        assert m["main_metric"] in m["test"]
         assert expected.get(m["task"], {"precision", "recall", "f1"}) <= set(m["test"])
         for block in (m["test"], m["validation"]):
             for v in block.values():
-                assert len(v["seeds"]) == len(m["seeds"]) and 0.0 <= v["mean"] <= 1.0
+                assert len(v["seeds"]) == len(m["seeds"])
+                assert 0.0 <= v["mean"] <= 1.0
         assert (m["low_resource"] is not None) == (m["task"] == "sentiment")
         assert "train_seconds" not in m  # wall-clock lives in metrics/finetune-timing/ (cache: false, not applied)
         folder = smoke_run / "models/finetuned" / path.stem
         cfg = AutoConfig.from_pretrained(folder)
-        assert (folder / "model.safetensors").exists() and (folder / "tokenizer.json").exists()
+        assert (folder / "model.safetensors").exists()
+        assert (folder / "tokenizer.json").exists()
         if m["task"] != "qa":
             assert cfg.num_labels == (2 if m["task"] == "sentiment" else len(cfg.id2label)) > 1
         if m["model"] in ("pretrained", "scratch"):  # scratch: the teacher's architecture, weights drawn afresh
@@ -228,7 +252,8 @@ def test_evaluate_outputs(smoke_run):
     assert results
     for r in results:  # every fine-tuning result reaches the flat metrics
         assert flat[f"{r['model']}.{r['task']}.{r['main_metric']}"] == round(r["test"][r["main_metric"]]["mean"], 6)
-        assert flat[f"{r['model']}.parameters"] > 0 and flat[f"{r['model']}.size_mb"] > 0
+        assert flat[f"{r['model']}.parameters"] > 0
+        assert flat[f"{r['model']}.size_mb"] > 0
         if r["task"] == "sentiment":
             with open(smoke_run / f"plots/evaluate/sentiment_confusion/{r['model']}.csv") as fh:
                 rows = list(csv.DictReader(fh))
@@ -236,7 +261,8 @@ def test_evaluate_outputs(smoke_run):
             assert set(rows[0]) == {"actual", "predicted"}
     with open(smoke_run / "plots/evaluate/ner_f1_per_type.csv") as fh:
         ner = list(csv.DictReader(fh))
-    assert ner and {row["model"] for row in ner} == {r["model"] for r in results if r["task"] == "ner"}
+    assert ner
+    assert {row["model"] for row in ner} == {r["model"] for r in results if r["task"] == "ner"}
     # the report and timing files are cache: false (wall clock), so `dvc exp apply` does not bring them:
     # rerun the stage alone here; its quality metrics come out byte-identical
     env = dict(os.environ, PYTHONPATH=str(smoke_run), MLFLOW_TRACKING_URI=f"sqlite:///{smoke_run / 'mlflow.db'}")
@@ -246,12 +272,17 @@ def test_evaluate_outputs(smoke_run):
     summary = (smoke_run / "reports/summary.md").read_text()
     timing = json.loads((smoke_run / "metrics/evaluate-timing.json").read_text())
     for r in results:
-        assert f"| {r['model']} |" in summary and timing[f"{r['model']}.latency_ms_b1"] > 0
-    assert "silver" in summary and "## Report card" in summary and "dvc.lock sha256" in summary
+        assert f"| {r['model']} |" in summary
+        assert timing[f"{r['model']}.latency_ms_b1"] > 0
+    assert "silver" in summary
+    assert "## Report card" in summary
+    assert "dvc.lock sha256" in summary
     assert "Pre-training gain of the teacher (pretrained) over the same model from scratch" in summary
-    assert "The student (distilled) keeps" in summary and "(metrics/distill.json)" in summary
+    assert "The student (distilled) keeps" in summary
+    assert "(metrics/distill.json)" in summary
     tokens_seen = json.loads((smoke_run / "metrics/pretrain.json").read_text())["tokens_seen"]
-    assert 0 < tokens_seen <= 6 * 8 * 128 and f"{tokens_seen:,} tokens seen" in summary  # smoke: 6 steps x 8 x 128
+    assert 0 < tokens_seen <= 6 * 8 * 128  # smoke: 6 steps x 8 x 128
+    assert f"{tokens_seen:,} tokens seen" in summary
     assert 1.0 in [v for k, v in timing.items() if k.endswith(".relative_speed")]  # the reference member
     # dvc repro never registers or promotes models (an explicit `bert-pipeline promote` does)
     from mlflow import MlflowClient
@@ -277,11 +308,14 @@ def test_pretrain_outputs(smoke_run):
     assert model.config.vocab_size == len(tokenizer) == info["vocab_size"]
     assert (model.config.num_hidden_layers, model.config.hidden_size) == (2, 128)  # smoke: size tiny
     assert AutoModelForMaskedLM.from_pretrained(folder).config.vocab_size == info["vocab_size"]
-    assert quality["objective"] == info["objective"] and quality["steps"] == 6
+    assert quality["objective"] == info["objective"]
+    assert quality["steps"] == 6
     final = quality["eval"]
-    assert 0.0 <= final["mlm_accuracy"] <= 1.0 and 0.0 < final["unigram_accuracy"] < 1.0
+    assert 0.0 <= final["mlm_accuracy"] <= 1.0
+    assert 0.0 < final["unigram_accuracy"] < 1.0
     assert final["perplexity"] == pytest.approx(math.exp(final["mlm_loss"]), rel=1e-4)
-    assert final["predicted_tokens"] > 0 and quality["bad_steps"] == 0
+    assert final["predicted_tokens"] > 0
+    assert quality["bad_steps"] == 0
     rows = (smoke_run / "plots/pretrain.csv").read_text().splitlines()
     assert rows[0].split(",")[:3] == ["step", "train_loss", "learning_rate"]
     assert [r.split(",")[0] for r in rows[1:]] == [str(s) for s in range(1, 7)]
@@ -291,7 +325,9 @@ def test_pretrain_outputs(smoke_run):
     client = MlflowClient(f"sqlite:///{smoke_run / 'mlflow.db'}")
     runs = client.search_runs([client.get_experiment_by_name("bert-pipeline").experiment_id],
                               filter_string="tags.stage = 'pretrain'")
-    assert runs and runs[0].info.status == "FINISHED" and runs[0].data.tags["model_dvc_md5"] == md5
+    assert runs
+    assert runs[0].info.status == "FINISHED"
+    assert runs[0].data.tags["model_dvc_md5"] == md5
 
 
 def test_distill_outputs(smoke_run):
@@ -319,20 +355,24 @@ def test_distill_outputs(smoke_run):
         metrics["student"]["parameters"] / metrics["teacher"]["parameters"], abs=1e-6)
     for who in ("teacher", "student"):
         assert 0.0 <= metrics[who]["mlm_accuracy"] <= 1.0
-    assert metrics["eval_predicted_tokens"] > 0 and metrics["steps"] == 4 and metrics["bad_steps"] == 0
+    assert metrics["eval_predicted_tokens"] > 0
+    assert metrics["steps"] == 4
+    assert metrics["bad_steps"] == 0
     if metrics["teacher"]["mlm_accuracy"] > 0:
         assert metrics["mlm_accuracy_share"] == pytest.approx(
             metrics["student"]["mlm_accuracy"] / metrics["teacher"]["mlm_accuracy"], rel=1e-4)
     with open(smoke_run / "plots/distill.csv", newline="") as fh:
         rows = list(csv.DictReader(fh))
     assert [int(r["step"]) for r in rows] == [1, 2, 3, 4]
-    assert all(float(r["train_loss"]) > 0 for r in rows) and rows[-1]["eval_mlm_accuracy"] != ""
+    assert all(float(r["train_loss"]) > 0 for r in rows)
+    assert rows[-1]["eval_mlm_accuracy"] != ""
     # the MLflow run points at the student and at its teacher by the hashes dvc.lock records
     lock = yaml.safe_load((smoke_run / "dvc.lock").read_text())
     md5 = {o["path"]: o["md5"] for s in ("pretrain", "distill") for o in lock["stages"][s]["outs"] if "md5" in o}
     client = MlflowClient(f"sqlite:///{smoke_run / 'mlflow.db'}")
     runs = client.search_runs([client.get_experiment_by_name("bert-pipeline").experiment_id],
                               filter_string="tags.stage = 'distill'")
-    assert runs and runs[0].info.status == "FINISHED"
+    assert runs
+    assert runs[0].info.status == "FINISHED"
     assert runs[0].data.tags["model_dvc_md5"] == md5["models/distilled"]
     assert runs[0].data.tags["teacher_dvc_md5"] == md5["models/pretrained"]

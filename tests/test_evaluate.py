@@ -5,21 +5,18 @@ from __future__ import annotations
 import csv
 import json
 
-import yaml
 from datasets import ClassLabel, Dataset, DatasetDict, Features, Value
 
 from bert_pipeline.io import write_json
 from stages.evaluate import main
-from tests.conftest import REPO
+from tests.conftest import write_params
 from tests.tiny_models import save_classifier, save_tagger
 
 FAMILY = {"pretrained": 0.70, "distilled": 0.66, "scratch": 0.60}
 
 
 def _setup(root):
-    raw = yaml.safe_load((REPO / "params.yaml").read_text(encoding="utf-8"))
-    raw["evaluate"].update(latency_examples=2, throughput_batch_size=2, warmup_runs=0, timed_runs=1)
-    (root / "params.yaml").write_text(yaml.safe_dump(raw))
+    write_params(root, evaluate={"latency_examples": 2, "throughput_batch_size": 2, "warmup_runs": 0, "timed_runs": 1})
     feats = Features({"text": Value("string"), "label": ClassLabel(names=["negative", "positive"])})
     texts = ["a good film", "a bad plot", "great actors", "boring story", "awful movie"]
     split = Dataset.from_dict({"text": texts, "label": [1, 0, 1, 0, 0]}, features=feats)
@@ -35,21 +32,23 @@ def _setup(root):
             "model": m, "task": "ner", "main_metric": "f1",
             "test": {"f1": {"mean": score - 0.2, "seeds": []}, "f1_PER": {"mean": 0.5, "seeds": []},
                      "f1_LOC": {"mean": 0.25, "seeds": []}}})
-    write_json(root / "metrics/pretrain.json", {"final": {"tokens_seen": 123456}})
+    write_json(root / "metrics/pretrain.json", {"init": "scratch", "size": "tiny", "objective": "nsp", "steps": 4,
+                                                "tokens_seen": 123456})  # tokens_seen at top level, as pretrain writes
     write_json(root / "metrics/corpus.json", {"documents": 10})
 
 
-def test_evaluate_stage_outputs(in_tmp, monkeypatch):
+def test_evaluate_stage_outputs(in_tmp, mlflow_in_tmp):
     from mlflow import MlflowClient
 
-    uri = f"sqlite:///{in_tmp / 'mlflow.db'}"
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    uri = mlflow_in_tmp
     _setup(in_tmp)
     main()
     (run,) = MlflowClient(tracking_uri=uri).search_runs(
         [MlflowClient(tracking_uri=uri).get_experiment_by_name("bert-pipeline").experiment_id])
-    assert run.data.tags["stage"] == "evaluate" and run.info.status == "FINISHED"
-    assert run.data.metrics["pretrained.sentiment.accuracy"] == 0.7 and run.data.params["teacher"] == "pretrained"
+    assert run.data.tags["stage"] == "evaluate"
+    assert run.info.status == "FINISHED"
+    assert run.data.metrics["pretrained.sentiment.accuracy"] == 0.7
+    assert run.data.params["teacher"] == "pretrained"
     flat = json.loads((in_tmp / "metrics/evaluate.json").read_text())
     assert flat["pretrained.sentiment.accuracy"] == 0.7
     assert flat["distilled.ner.f1_PER"] == 0.5
@@ -61,18 +60,23 @@ def test_evaluate_stage_outputs(in_tmp, monkeypatch):
     assert flat["scratch.sentiment.confusion_examples"] == 5
     assert flat["scratch.sentiment.confusion_accuracy"] == 0.4  # always "positive", 2 of 5 are
     timing = json.loads((in_tmp / "metrics/evaluate-timing.json").read_text())
-    assert timing["pretrained.relative_speed"] == 1.0 and timing["distilled.latency_ms_b1"] > 0
+    assert timing["pretrained.relative_speed"] == 1.0
+    assert timing["distilled.latency_ms_b1"] > 0
     summary = (in_tmp / "reports/summary.md").read_text()
-    assert "| pretrained | teacher |" in summary and "| 70.0 | 50.0 | 60.0 |" in summary
-    assert "sentiment +10.0 points accuracy" in summary and "123,456 tokens seen" in summary
-    assert "silver" in summary and "Corpus (metrics/corpus.json): documents: 10." in summary
+    assert "| pretrained | teacher |" in summary
+    assert "| 70.0 | 50.0 | 60.0 |" in summary
+    assert "sentiment +10.0 points accuracy" in summary
+    assert "123,456 tokens seen" in summary
+    assert "silver" in summary
+    assert "Corpus (metrics/corpus.json): documents: 10." in summary
     with open(in_tmp / "plots/evaluate/sentiment_confusion/scratch.csv") as fh:
         rows = list(csv.DictReader(fh))
     assert [r["actual"] for r in rows] == ["positive", "negative", "positive", "negative", "negative"]
     assert {r["predicted"] for r in rows} == {"positive"}
     with open(in_tmp / "plots/evaluate/ner_f1_per_type.csv") as fh:
         ner = [(r["model"], r["type"], r["f1"]) for r in csv.DictReader(fh)]
-    assert ner[:2] == [("pretrained", "LOC", "25.0"), ("pretrained", "PER", "50.0")] and len(ner) == 6
+    assert ner[:2] == [("pretrained", "LOC", "25.0"), ("pretrained", "PER", "50.0")]
+    assert len(ner) == 6
 
     before = {p: (in_tmp / p).read_bytes() for p in ("metrics/evaluate.json", "plots/evaluate/ner_f1_per_type.csv",
                                                       "plots/evaluate/sentiment_confusion/pretrained.csv")}

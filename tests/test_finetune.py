@@ -3,34 +3,36 @@ learning on a learnable task, the one-line error for an unknown model name."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 
 import pytest
 import torch
 from datasets import DatasetDict
-from transformers import BertConfig, BertModel, BertTokenizerFast
+from transformers import BertModel, BertTokenizerFast
 
 from bert_pipeline.data import tasks
 from bert_pipeline.errors import PipelineError
 from bert_pipeline.train import finetune as finetune_lib
 from stages import finetune
-from stages.params import read_yaml, validate_params
+from stages.params import validate_params
+from tests.conftest import committed_params, tree_digests, write_params
+from tests.pretrain_fixtures import tiny_config
+from tests.tiny_models import bert_tokenizer
 
 WORDS = ["good", "bad", "film", "the", "was", "very", "anna", "smith", "met", "in", "paris", "who", "@placeholder",
          "."]
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 
 def _tokenizer() -> BertTokenizerFast:
-    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + WORDS + list("abcdefghijklmnopqrstuvwxyz@")
-    return BertTokenizerFast(vocab={t: i for i, t in enumerate(vocab)}, do_lower_case=True)
+    return bert_tokenizer(WORDS + list("abcdefghijklmnopqrstuvwxyz@"))
 
 
 def _make_model(folder: Path) -> None:
     tok = _tokenizer()
-    cfg = BertConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                     intermediate_size=64, max_position_embeddings=64)
+    cfg = tiny_config(vocab_size=len(tok), num_hidden_layers=1)
     torch.manual_seed(0)
     BertModel(cfg).save_pretrained(folder)
     tok.save_pretrained(folder)
@@ -62,8 +64,8 @@ def _make_tasks(root: Path) -> None:
     (root / "qa/task.json").write_text(json.dumps({"kind": "qa", "main_metric": "f1", "silver": False}))
 
 
-def _params(repo_root: Path, **over):
-    raw = read_yaml(repo_root / "params.yaml")
+def _params(**over):
+    raw = committed_params()
     ft = raw["finetune"]
     ft.update({"seeds": [1, 2], "low_resource_train_examples": 8, "low_resource_tasks": ["sentiment"],
                "eval_batch_size": 8, "precision": "fp32", "early_stopping_patience": 3})
@@ -78,15 +80,6 @@ def _params(repo_root: Path, **over):
     return validate_params(raw).finetune
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models gain nothing from intra-op threads; on a shared machine the threads' spinning costs seconds."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture
 def workdir(in_tmp):
     _make_model(in_tmp / "tinymodel")
@@ -94,33 +87,34 @@ def workdir(in_tmp):
     return in_tmp
 
 
-def _digests(folder: Path) -> dict[str, str]:
-    return {p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file()}
-
-
-def test_sentiment_layout_learning_and_byte_identical(workdir, repo_root):
-    p = _params(repo_root)
+def test_sentiment_layout_learning_and_byte_identical(workdir):
+    p = _params()
     m = finetune.run("tiny", "sentiment", p)
     got = json.loads((workdir / "metrics/finetune/tiny-sentiment.json").read_text())
     assert got == json.loads(json.dumps(m))
-    assert got["main_metric"] == "accuracy" and got["model"] == "tiny" and got["task"] == "sentiment"
+    assert got["main_metric"] == "accuracy"
+    assert got["model"] == "tiny"
+    assert got["task"] == "sentiment"
     for split in ("test", "validation"):
         assert set(got[split]) == {"accuracy", "macro_f1"}
         seeds = got[split]["accuracy"]["seeds"]
-        assert len(seeds) == 2 and got[split]["accuracy"]["mean"] == pytest.approx(sum(seeds) / 2, abs=1e-6)
+        assert len(seeds) == 2
+        assert got[split]["accuracy"]["mean"] == pytest.approx(sum(seeds) / 2, abs=1e-6)
     assert min(got["test"]["accuracy"]["seeds"]) >= 0.9  # "good"/"bad" decides the label: learnable
-    assert got["low_resource"]["train_examples"] == 8 and len(got["low_resource"]["test"]["accuracy"]["seeds"]) == 2
+    assert got["low_resource"]["train_examples"] == 8
+    assert len(got["low_resource"]["test"]["accuracy"]["seeds"]) == 2
     hist = got["runs"][0]["history"]
     assert hist[-1]["train_loss"] < hist[0]["train_loss"]
     assert "train_seconds" not in got
     timing = json.loads((workdir / "metrics/finetune-timing/tiny-sentiment.json").read_text())
-    assert len(timing["train_seconds"]) == 2 and len(timing["low_resource_train_seconds"]) == 2
+    assert len(timing["train_seconds"]) == 2
+    assert len(timing["low_resource_train_seconds"]) == 2
     out = workdir / "models/finetuned/tiny-sentiment"
-    first = _digests(out)
+    first = tree_digests(out)
     assert {"config.json", "model.safetensors", "tokenizer.json"} <= set(first)
     cfg = json.loads((out / "config.json").read_text())
-    assert cfg["classifier_pooling"] == "mean" and cfg["id2label"] == {"0": "negative", "1": "positive"}
+    assert cfg["classifier_pooling"] == "mean"
+    assert cfg["id2label"] == {"0": "negative", "1": "positive"}
     # the saved model predicts as it was evaluated
     from bert_pipeline.model.heads import load_sequence_classifier
     model = load_sequence_classifier(str(out)).eval()
@@ -129,15 +123,17 @@ def test_sentiment_layout_learning_and_byte_identical(workdir, repo_root):
         assert model(**enc).logits.argmax(-1).tolist() == [1, 0]
     metrics_bytes = (workdir / "metrics/finetune/tiny-sentiment.json").read_bytes()
     finetune.run("tiny", "sentiment", p)
-    assert _digests(out) == first
+    assert tree_digests(out) == first
     assert (workdir / "metrics/finetune/tiny-sentiment.json").read_bytes() == metrics_bytes
 
 
 @pytest.mark.parametrize("task", ["ner", "qa"])
-def test_ner_and_qa_run_with_scratch_model(workdir, repo_root, task):
-    p = _params(repo_root, seeds=[3])
+def test_ner_and_qa_run_with_scratch_model(workdir, task):
+    p = _params(seeds=[3])
     m = finetune.run("tinyscratch", task, p)
-    assert m["main_metric"] == "f1" and len(m["test"]["f1"]["seeds"]) == 1 and m["low_resource"] is None
+    assert m["main_metric"] == "f1"
+    assert len(m["test"]["f1"]["seeds"]) == 1
+    assert m["low_resource"] is None
     assert 0.0 <= m["test"]["f1"]["mean"] <= 1.0
     if task == "ner":
         assert {"precision", "recall", "f1_PERSON", "f1_GPE"} <= set(m["test"])
@@ -146,17 +142,17 @@ def test_ner_and_qa_run_with_scratch_model(workdir, repo_root, task):
     assert (workdir / f"models/finetuned/tinyscratch-{task}/config.json").exists()
 
 
-def test_qa_task_without_its_decoding_knobs_is_one_line(workdir, repo_root):
-    p = _params(repo_root, seeds=[3])
+def test_qa_task_without_its_decoding_knobs_is_one_line(workdir):
+    p = _params(seeds=[3])
     without_n_best = dict(p.tasks) | {"qa": p.tasks["qa"].model_copy(update={"n_best": None})}
     with pytest.raises(PipelineError, match=r"^finetune.tasks.qa.n_best: required for a QA task, got null$"):
         finetune.run("tinyscratch", "qa", p.model_copy(update={"tasks": without_n_best}))
     assert not (workdir / "models/finetuned/tinyscratch-qa").exists()
 
 
-def test_scratch_from_tokenizer_folder_takes_the_teacher_size(workdir, repo_root):
+def test_scratch_from_tokenizer_folder_takes_the_teacher_size(workdir):
     _tokenizer().save_pretrained(workdir / "tok")
-    p = _params(repo_root, seeds=[1])
+    p = _params(seeds=[1])
     models = dict(p.models) | {"tokscratch": p.models["tinyscratch"].model_copy(update={"path": "tok"})}
     p = p.model_copy(update={"models": models})
     with pytest.raises(PipelineError, match=r"^tok: no config.json for a random-init model"):
@@ -173,15 +169,18 @@ def test_scratch_weights_are_random_not_loaded(workdir):
     assert torch.equal(b.bert.embeddings.word_embeddings.weight, loaded)
     assert not torch.equal(a.bert.embeddings.word_embeddings.weight, loaded)
     c = finetune_lib.build_model("ner", "tinymodel", "random", "tiny", "cls", ["O", "B-X", "I-X"], 41, seed=5)
-    assert c.config.num_hidden_layers == 2 and c.config.hidden_size == 128 and c.config.vocab_size == 41
+    assert c.config.num_hidden_layers == 2
+    assert c.config.hidden_size == 128
+    assert c.config.vocab_size == 41
 
 
-def test_unknown_model_name_is_one_line(workdir, repo_root):
-    p = _params(repo_root)
+def test_unknown_model_name_is_one_line(workdir):
+    p = _params()
     with pytest.raises(PipelineError) as err:
         finetune.run("bert-nonexistent", "sentiment", p)
     msg = str(err.value)
-    assert "\n" not in msg and msg.startswith("--model 'bert-nonexistent': unknown model; expected a key of finetune.models in params.yaml")
+    assert "\n" not in msg
+    assert msg.startswith("--model 'bert-nonexistent': unknown model; expected a key of finetune.models in params.yaml")
     assert "tiny, tinyscratch" in msg
     # a folder with config.json is a user model, with finetune.user_model's settings
     assert finetune.resolve_model("tinymodel", p).path == "tinymodel"
@@ -193,26 +192,28 @@ def test_length_grouped_batches_cover_every_example_once():
     lengths = [5, 1, 9, 3, 7, 2, 8, 4, 6, 10]
     batches = finetune_lib.length_grouped_batches(lengths, 3, np.random.default_rng(0), mega=2)
     flat = sorted(i for b in batches for i in b)
-    assert flat == list(range(10)) and max(len(b) for b in batches) == 3
+    assert flat == list(range(10))
+    assert max(len(b) for b in batches) == 3
     for b in batches:  # within a mega-batch, sorted longest first
         assert [lengths[i] for i in b] == sorted((lengths[i] for i in b), reverse=True)
 
 
-def test_main_tracks_one_mlflow_run(workdir, repo_root, monkeypatch):
-    import yaml
+def test_main_tracks_one_mlflow_run(workdir, mlflow_in_tmp):
     from mlflow import MlflowClient
 
-    raw = read_yaml(repo_root / "params.yaml")
-    raw["finetune"] = _params(repo_root, seeds=[4]).model_dump()
-    (workdir / "params.yaml").write_text(yaml.safe_dump(raw), encoding="utf-8")
-    uri = f"sqlite:///{workdir / 'mlflow.db'}"
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    raw = committed_params()
+    raw["finetune"] = _params(seeds=[4]).model_dump()
+    write_params(workdir, raw)
+    uri = mlflow_in_tmp
     finetune.main(["--model", "tiny", "--task", "ner"])
     client = MlflowClient(tracking_uri=uri)
     runs = client.search_runs([client.get_experiment_by_name("bert-pipeline").experiment_id])
-    assert [r.info.run_name for r in runs] == ["finetune@tiny-ner"] and runs[0].info.status == "FINISHED"
+    assert [r.info.run_name for r in runs] == ["finetune@tiny-ner"]
+    assert runs[0].info.status == "FINISHED"
     data = runs[0].data
-    assert data.tags["model"] == "tiny" and data.tags["task"] == "ner"
+    assert data.tags["model"] == "tiny"
+    assert data.tags["task"] == "ner"
     saved = json.loads((workdir / "metrics/finetune/tiny-ner.json").read_text())
     assert data.metrics["test_f1"] == pytest.approx(saved["test"]["f1"]["mean"])
-    assert "seed4/train_loss" in data.metrics and data.params["model.path"] == "tinymodel"
+    assert "seed4/train_loss" in data.metrics
+    assert data.params["model.path"] == "tinymodel"

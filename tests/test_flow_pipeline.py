@@ -90,7 +90,8 @@ def test_flaky_stage_is_retried_and_flow_completes(tmp_path):
     repo = make_repo(tmp_path / "repo", {"flaky": {"cmd": flaky, "outs": ["ok.txt"]}},
                      {"orchestration": {"retries": 2, "retry_delay_seconds": 0}})
     result = pipeline(repo=str(repo), track=False)
-    assert result["ok"] and result["stages"]["flaky"]["status"] == "ran"
+    assert result["ok"]
+    assert result["stages"]["flaky"]["status"] == "ran"
     assert (repo / "attempts").read_text() == "xxx"  # two failures, then success
     assert "flaky" in read_lock(repo)
 
@@ -107,7 +108,8 @@ def test_failing_stage_fails_flow_and_its_dependents_only(tmp_path):
         pipeline(repo=str(repo), track=False)
     message = str(info.value)
     assert message.startswith("stage bad failed")
-    assert "boom: shard 3 is corrupt" in message and "loading shards" in message
+    assert "boom: shard 3 is corrupt" in message
+    assert "loading shards" in message
     outcome = {s: o["status"] for s, o in info.value.summary["stages"].items()}
     assert outcome == {"bad": "failed", "after_bad": "blocked", "other": "ran"}
     assert (repo / "other.txt").read_text() == "fine\n"  # the unrelated branch ran
@@ -125,9 +127,11 @@ def test_overrides_run_in_a_clone_and_become_an_experiment(tmp_path):
                       promote_models=True)
     assert result["experiment"] == "bonjour-run"
     assert (repo / "params.yaml").read_text() == before  # the user's workspace is untouched
-    assert not (repo / "greet.txt").exists() and not (repo / "dvc.lock").exists()
+    assert not (repo / "greet.txt").exists()
+    assert not (repo / "dvc.lock").exists()
     shown = sh([*DVC, "exp", "show", "--json"], repo)
-    assert "bonjour-run" in shown and "bonjour" in shown
+    assert "bonjour-run" in shown
+    assert "bonjour" in shown
     sh([*DVC, "exp", "apply", "bonjour-run"], repo)
     assert (repo / "greet.txt").read_text() == "bonjour"
     assert yaml.safe_load((repo / "params.yaml").read_text())["greet"]["word"] == "bonjour"
@@ -146,11 +150,13 @@ def test_two_worker_clones_share_data_through_a_dvc_remote(tmp_path):
     result = pipeline(repo=str(repo), workers=workers, track=False)
     ran_on = {s: o["worker"] for s, o in result["stages"].items()}
     assert {o["status"] for o in result["stages"].values()} == {"ran"}
-    assert ran_on["prep"] != ran_on["left"] and set(ran_on.values()) == set(workers)  # data crossed clones
+    assert ran_on["prep"] != ran_on["left"]  # data crossed clones
+    assert set(ran_on.values()) == set(workers)
     assert not (repo / "left.txt").exists()  # nothing ran in the coordinator's workspace...
     assert set(read_lock(repo)) == set(stages)  # ...which ends with the complete dvc.lock
     sh([*DVC, "pull"], repo)  # every output is on the remote, at the versions dvc.lock names
-    assert (repo / "left.txt").read_text() == "base\nL\n" and (repo / "right.txt").read_text() == "base\nR\n"
+    assert (repo / "left.txt").read_text() == "base\nL\n"
+    assert (repo / "right.txt").read_text() == "base\nR\n"
     assert "up to date" in sh([*DVC, "status"], repo)
 
 
@@ -174,7 +180,8 @@ def test_mlflow_stage_runs_nest_under_the_flow_parent_run(tmp_path, monkeypatch)
     from flows.tracking import child_runs
 
     parent = MlflowClient(uri).get_run(result["mlflow_parent_run_id"])
-    assert parent.info.status == "FINISHED" and parent.data.tags["prefect_flow_run_id"] == flow_run_id
+    assert parent.info.status == "FINISHED"
+    assert parent.data.tags["prefect_flow_run_id"] == flow_run_id
     children = child_runs(uri, parent.info.run_id)
     assert [(c["stage"], c["status"]) for c in children] == [("train", "FINISHED")]
     tagged = MlflowClient(uri).get_run(children[0]["run_id"]).data.tags
@@ -185,4 +192,5 @@ def test_mlflow_stage_runs_nest_under_the_flow_parent_run(tmp_path, monkeypatch)
     with get_client(sync_client=True) as client:
         artifact = client.read_latest_artifacts()  # the summary artifact of this run links both runs
     text = next(a.data for a in artifact if a.key == "bert-pipeline-summary")
-    assert parent.info.run_id in text and children[0]["run_id"] in text
+    assert parent.info.run_id in text
+    assert children[0]["run_id"] in text

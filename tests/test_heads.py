@@ -9,6 +9,7 @@ from transformers import BertConfig, BertTokenizerFast
 
 from bert_pipeline.evaluation import metrics as task_metrics
 from bert_pipeline.model import heads
+from tests.tiny_models import bert_tokenizer
 
 WORDS = ["the", "cat", "sat", "on", "mat", "in", "zoe", "koln", "rhine", "river", "near", "big", "dog", "##s",
          "answer", "is", "here", "paris", "a", ".", ",", "é"]
@@ -17,8 +18,7 @@ CHARS = list("abcdefghijklmnopqrstuvwxyz")
 
 @pytest.fixture(scope="module")
 def tokenizer() -> BertTokenizerFast:
-    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + WORDS + CHARS + ["##" + c for c in CHARS]
-    return BertTokenizerFast(vocab={t: i for i, t in enumerate(dict.fromkeys(vocab))}, do_lower_case=True)
+    return bert_tokenizer(WORDS + CHARS + ["##" + c for c in CHARS])
 
 
 # ------------------------------------------------------------------------------------------------- NER
@@ -51,11 +51,13 @@ def test_qa_answer_only_in_second_window_found_and_mapped_to_characters(tokenize
     context, answer = _qa_example(prefix, repeats)
     feats = heads.prepare_qa_features(tokenizer, ["where is the answer"], [context], [answer], max_length=32, doc_stride=8)
     n_windows = len(feats["input_ids"])
-    assert n_windows == 2 and feats["example_index"] == [0, 0]
+    assert n_windows == 2
+    assert feats["example_index"] == [0, 0]
     # the answer is not in the first window: it points to [CLS]
     assert (feats["start_positions"][0], feats["end_positions"][0]) == (0, 0)
     inside = [w for w in range(n_windows) if feats["start_positions"][w] > 0]
-    assert inside and inside[0] == 1
+    assert inside
+    assert inside[0] == 1
     w = inside[0]
     s, e = feats["start_positions"][w], feats["end_positions"][w]
     offs = feats["offset_mapping"][w]
@@ -121,12 +123,16 @@ def test_squad_normalisation_em_f1_hand_worked():
 def test_classification_and_ner_metrics_hand_worked():
     # gold 0 0 1 1, pred 0 1 1 1: acc 3/4; F1(0) = 2/3, F1(1) = 0.8 -> macro 0.7333
     got = task_metrics.classification_metrics([0, 0, 1, 1], [0, 1, 1, 1], 2)
-    assert got["accuracy"] == 0.75 and got["macro_f1"] == pytest.approx((2 / 3 + 0.8) / 2)
+    assert got["accuracy"] == 0.75
+    assert got["macro_f1"] == pytest.approx((2 / 3 + 0.8) / 2)
     gold = [["B-PER", "I-PER", "O", "B-LOC"], ["B-ORG", "O"]]
     pred = [["B-PER", "I-PER", "O", "B-ORG"], ["B-ORG", "O"]]
     got = task_metrics.ner_metrics(gold, pred)  # 2 of 3 predicted entities right, 2 of 3 gold found
-    assert got["precision"] == pytest.approx(2 / 3) and got["recall"] == pytest.approx(2 / 3)
-    assert got["f1_PER"] == 1.0 and got["f1_LOC"] == 0.0 and got["f1_ORG"] == pytest.approx(2 / 3)
+    assert got["precision"] == pytest.approx(2 / 3)
+    assert got["recall"] == pytest.approx(2 / 3)
+    assert got["f1_PER"] == 1.0
+    assert got["f1_LOC"] == 0.0
+    assert got["f1_ORG"] == pytest.approx(2 / 3)
 
 
 def test_long_question_is_cut_and_stride_capped(tokenizer):

@@ -14,8 +14,8 @@ from bert_pipeline.data.masking import (
     mask_ragged,
     pad_ragged,
 )
+from tests.pretrain_fixtures import CLS, MASK, PAD, SEP, UNK, tiny_config
 
-PAD, UNK, CLS, SEP, MASK = 0, 100, 101, 102, 103
 N_WORDS = 2000  # ids 104..: whole-word pieces, then '##' continuation pieces
 
 
@@ -52,10 +52,12 @@ def token_stream(n_tokens: int, seed: int = 0, max_len: int = 128, continuation_
 
 
 def test_vocab_info_tables():
-    assert VOCAB.is_special[[PAD, UNK, CLS, SEP, MASK]].all() and VOCAB.is_special.sum() == 5
+    assert VOCAB.is_special[[PAD, UNK, CLS, SEP, MASK]].all()
+    assert VOCAB.is_special.sum() == 5
     assert not np.isin(VOCAB.random_ids, [PAD, UNK, CLS, SEP, MASK, 1, 50, 99]).any()
     assert VOCAB.random_ids.size == 2 * N_WORDS
-    assert VOCAB.is_continuation[104 + N_WORDS] and not VOCAB.is_continuation[104]
+    assert VOCAB.is_continuation[104 + N_WORDS]
+    assert not VOCAB.is_continuation[104]
     assert VOCAB.id_dtype == np.uint16
 
 
@@ -75,7 +77,9 @@ def test_masking_rate_and_80_10_10_over_100k_tokens():
     mask_share = np.mean(became == MASK)
     keep_share = np.mean(became == res.masked_ids)
     random_share = 1 - mask_share - keep_share
-    assert abs(mask_share - 0.8) <= 0.01 and abs(random_share - 0.1) <= 0.01 and abs(keep_share - 0.1) <= 0.01
+    assert abs(mask_share - 0.8) <= 0.01
+    assert abs(random_share - 0.1) <= 0.01
+    assert abs(keep_share - 0.1) <= 0.01
     # special tokens are never chosen, random replacements are never special
     assert not VOCAB.is_special[res.masked_ids].any()
     assert not VOCAB.is_special[became[(became != MASK)]].any()
@@ -85,7 +89,8 @@ def test_masking_rate_and_80_10_10_over_100k_tokens():
     assert np.array_equal(values[untouched], res.input_ids[untouched])
     # per instance: at most max_predictions_per_seq, positions ascending
     per_row = np.diff(res.label_offsets)
-    assert per_row.max() <= rules.max_predictions_per_seq and per_row.min() >= 1
+    assert per_row.max() <= rules.max_predictions_per_seq
+    assert per_row.min() >= 1
     for r in range(0, offsets.size - 1, 97):
         pos = res.positions[res.label_offsets[r]:res.label_offsets[r + 1]]
         assert np.all(np.diff(pos) > 0)
@@ -136,7 +141,8 @@ def test_masking_is_deterministic_and_seed_dependent():
     a = mask_ragged(values, offsets, VOCAB, MaskingRules(), np.random.default_rng(5))
     b = mask_ragged(values, offsets, VOCAB, MaskingRules(), np.random.default_rng(5))
     c = mask_ragged(values, offsets, VOCAB, MaskingRules(), np.random.default_rng(6))
-    assert np.array_equal(a.input_ids, b.input_ids) and np.array_equal(a.positions, b.positions)
+    assert np.array_equal(a.input_ids, b.input_ids)
+    assert np.array_equal(a.positions, b.positions)
     assert not np.array_equal(a.positions, c.positions)
 
 
@@ -192,11 +198,13 @@ def test_collator_pads_static_rows_into_hf_batch():
     batch = PretrainingCollator(VOCAB, pad_to_multiple_of=8)(rows)
     assert set(batch) == {"input_ids", "token_type_ids", "attention_mask", "labels", "next_sentence_label"}
     width = max(len(r["input_ids"]) for r in rows)
-    assert batch["input_ids"].shape == (16, -(-width // 8) * 8) and batch["input_ids"].dtype == torch.int64
+    assert batch["input_ids"].shape == (16, -(-width // 8) * 8)
+    assert batch["input_ids"].dtype == torch.int64
     for i, row in enumerate(rows):
         n = len(row["input_ids"])
         assert batch["input_ids"][i, :n].tolist() == row["input_ids"]
-        assert batch["input_ids"][i, n:].eq(PAD).all() and batch["attention_mask"][i].sum() == n
+        assert batch["input_ids"][i, n:].eq(PAD).all()
+        assert batch["attention_mask"][i].sum() == n
         assert batch["token_type_ids"][i, :n].tolist() == row["token_type_ids"]
         labels = batch["labels"][i]
         assert labels[row["masked_lm_positions"]].tolist() == row["masked_lm_ids"]
@@ -210,7 +218,8 @@ def test_dynamic_collator_masks_each_batch_anew_by_the_same_rules():
     first, second = collator(rows), collator(rows)
     assert not np.array_equal(first["labels"], second["labels"])  # a new mask per call
     again = PretrainingCollator(VOCAB, MaskingRules(), seed=3, return_tensors="np")(rows)
-    assert np.array_equal(again["labels"], first["labels"]) and np.array_equal(again["input_ids"], first["input_ids"])
+    assert np.array_equal(again["labels"], first["labels"])
+    assert np.array_equal(again["input_ids"], first["input_ids"])
     labels, ids, attn = first["labels"], first["input_ids"], first["attention_mask"]
     chosen = labels != IGNORE_INDEX
     assert not chosen[attn == 0].any()
@@ -232,12 +241,10 @@ def test_collator_rejects_mixed_batches_and_unmasked_rows_without_rules():
 def test_collator_batch_feeds_bert_for_pretraining():
     """The batch's keys, shapes and dtypes are what Hugging Face's BertForPreTraining takes (MLM + NSP loss)."""
     import torch
-    from transformers import BertConfig, BertForPreTraining
+    from transformers import BertForPreTraining
 
     torch.manual_seed(0)
-    config = BertConfig(vocab_size=VOCAB.vocab_size, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                        intermediate_size=64, max_position_embeddings=64)
-    model = BertForPreTraining(config).eval()
+    model = BertForPreTraining(tiny_config(vocab_size=VOCAB.vocab_size, num_hidden_layers=1)).eval()
     for rows, rules in ((_rows(8, seed=12, static=True), None), (_rows(8, seed=13, static=False), MaskingRules())):
         batch = PretrainingCollator(VOCAB, rules, seed=0)(rows)
         with torch.no_grad():

@@ -57,7 +57,8 @@ def test_build_config_overrides_and_vocab():
 def test_build_config_errors_are_one_line(args, message):
     with pytest.raises(ModelConfigError) as err:
         build_config(*args)
-    assert message in str(err.value) and "\n" not in str(err.value)
+    assert message in str(err.value)
+    assert "\n" not in str(err.value)
 
 
 @pytest.mark.parametrize("pair_key", ["next_sentence_label", None])
@@ -104,7 +105,8 @@ def test_checkpoint_without_mlm_head_gets_fresh_head_logged(tmp_path, caplog):
     encoder.save_pretrained(tmp_path / "enc")
     with caplog.at_level(logging.WARNING, logger="bert_pipeline.model.configs"):
         model = load_pretraining_model(tmp_path / "enc", with_pair_head=False, seed=3)
-    assert "freshly initialised" in caplog.text and "cls.predictions" in caplog.text
+    assert "freshly initialised" in caplog.text
+    assert "cls.predictions" in caplog.text
     torch.testing.assert_close(model.bert.encoder.layer[0].attention.self.query.weight,
                                encoder.encoder.layer[0].attention.self.query.weight)
     assert model.get_input_embeddings().weight.shape[0] == VOCAB_SIZE
@@ -115,5 +117,6 @@ def test_flops_masked_head_smaller_than_full():
     full = training_flops_per_step(cfg, 32, 128, 600, full_decoder=True)
     ours = training_flops_per_step(cfg, 32, 128, 600, full_decoder=False)
     encoder_only = 3 * 4 * 32 * 128 * (8 * 256**2 + 4 * 256 * 1024 + 4 * 128 * 256)
-    assert ours < full and full - ours == pytest.approx(3 * (32 * 128 - 600) * (2 * 256**2 + 2 * 256 * 8000))
+    assert ours < full
+    assert full - ours == pytest.approx(3 * (32 * 128 - 600) * (2 * 256**2 + 2 * 256 * 8000))
     assert ours > encoder_only

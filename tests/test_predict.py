@@ -54,8 +54,10 @@ def test_qa_answer_is_a_context_span(tmp_path, capsys):
     out = _run(capsys, [str(reader), "--context", context, "--max-seq-length", "16", "--doc-stride", "4",
                         "who met bob ?", "where ?"])
     for rec in out:
-        assert rec["answer"] and context[rec["start"]:rec["end"]] == rec["answer"]
-        assert rec["answer"] in context and "?" not in rec["answer"]  # never a span of the question
+        assert rec["answer"]
+        assert context[rec["start"]:rec["end"]] == rec["answer"]
+        assert rec["answer"] in context
+        assert "?" not in rec["answer"]  # never a span of the question
     # a long question leaves little room: the stride shrinks instead of failing
     (rec,) = _run(capsys, [str(reader), "--context", context, "--max-seq-length", "14", "--doc-stride", "8",
                            "who met bob in paris and london ?"])

@@ -7,13 +7,7 @@ import copy
 import pytest
 import yaml
 
-from stages.params import ParamsError, validate_params
-from tests.conftest import REPO
-
-
-@pytest.fixture
-def raw() -> dict:
-    return yaml.safe_load((REPO / "params.yaml").read_text(encoding="utf-8"))
+from tests.conftest import params_error, run_stage, write_params
 
 
 @pytest.mark.parametrize(
@@ -32,9 +26,7 @@ def test_bad_pretrain_params_are_one_line(raw, key, value, message):
         bad["pretrain"]["model"]["size"] = value
     else:
         bad["pretrain"][key] = value
-    with pytest.raises(ParamsError) as err:
-        validate_params(bad)
-    assert str(err.value) == f"params.yaml: {message}"
+    assert params_error(bad) == f"params.yaml: {message}"
 
 
 # ------------------------------------------------------------------------------------------------ the stage
@@ -42,27 +34,21 @@ def _workspace(root, raw, n_train=64, **pretrain):
     """A repository-like folder with params.yaml, models/tokenizer and data/pretraining."""
     from tests.pretrain_fixtures import save_pretraining_data, save_tokenizer
 
-    params = copy.deepcopy(raw)
-    params["pretrain"].update({"max_steps": 4, "batch_size": 8, "warmup_steps": 1, "save_steps": 2, "eval_steps": 2,
-                               "max_eval_batches": 2, "eval_batch_size": 8, "logging_steps": 1, "precision": "fp32"})
-    params["pretrain"]["model"] = {"size": "tiny", "config": {"max_position_embeddings": 64}}
-    for key, value in pretrain.items():
-        params["pretrain"][key] = value
-    (root / "params.yaml").write_text(yaml.safe_dump(params), encoding="utf-8")
+    write_params(root, copy.deepcopy(raw), pretrain={
+        "max_steps": 4, "batch_size": 8, "warmup_steps": 1, "save_steps": 2, "eval_steps": 2, "max_eval_batches": 2,
+        "eval_batch_size": 8, "logging_steps": 1, "precision": "fp32",
+        "model": {"size": "tiny", "config": {"max_position_embeddings": 64}}, **pretrain})
     save_tokenizer(root / "models" / "tokenizer")
     save_pretraining_data(root / "data" / "pretraining", n_train, 16)
     return root
 
 
 def _stage_error(capsys) -> str:
-    from bert_pipeline.console import run_main
     from stages import pretrain
 
-    with pytest.raises(SystemExit) as exit_info:
-        run_main(pretrain.main)
-    assert exit_info.value.code == 1
-    err = capsys.readouterr().err.strip().splitlines()[-1]
-    return err
+    code, err = run_stage(pretrain.main, capsys)
+    assert code == 1
+    return err.strip().splitlines()[-1]
 
 
 @pytest.mark.parametrize(
@@ -79,8 +65,7 @@ def _stage_error(capsys) -> str:
         ({"batch_size": 80}, "error: data/pretraining/train: 64 instances, fewer than one global batch of 80"),
     ],
 )
-def test_bad_inputs_one_line_and_no_model(in_tmp, raw, capsys, monkeypatch, change, expected):
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{in_tmp / 'mlflow.db'}")
+def test_bad_inputs_one_line_and_no_model(in_tmp, mlflow_in_tmp, raw, capsys, change, expected):
     n_train = change.pop("n_train", 64)
     _workspace(in_tmp, raw, n_train=n_train, **change)
     assert _stage_error(capsys).startswith(expected)
@@ -90,61 +75,57 @@ def test_bad_inputs_one_line_and_no_model(in_tmp, raw, capsys, monkeypatch, chan
     assert not (in_tmp / "checkpoints").exists()
 
 
-def test_stage_outputs_and_byte_identical_rerun(in_tmp, raw, monkeypatch):
+def test_stage_outputs_and_byte_identical_rerun(in_tmp, mlflow_in_tmp, raw, one_thread):
     import json
     import shutil
 
-    import torch
+    from mlflow import MlflowClient
     from transformers import AutoModelForMaskedLM, AutoModelForPreTraining, AutoTokenizer
 
     from stages import pretrain
 
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{in_tmp / 'mlflow.db'}")
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        _workspace(in_tmp, raw)
-        pretrain.main()
-        metrics = (in_tmp / "metrics" / "pretrain.json").read_bytes()
-        weights = (in_tmp / "models" / "pretrained" / "model.safetensors").read_bytes()
-        quality = json.loads(metrics)
-        assert quality["objective"] == "nsp" and quality["steps"] == 4
-        assert set(quality["eval"]) >= {"mlm_loss", "mlm_accuracy", "perplexity", "pair_accuracy", "unigram_accuracy"}
-        timing = json.loads((in_tmp / "metrics" / "pretrain-timing.json").read_text())
-        assert timing["tokens_per_second"] > 0 and 0 < timing["mfu"] < 1.5
-        plot = (in_tmp / "plots" / "pretrain.csv").read_text().splitlines()
-        assert plot[0].startswith("step,train_loss,learning_rate,eval_mlm_loss")
-        assert [line.split(",")[0] for line in plot[1:]] == ["1", "2", "3", "4"]
-        model = AutoModelForPreTraining.from_pretrained(in_tmp / "models" / "pretrained")
-        assert model.config.num_hidden_layers == 2 and model.config.vocab_size == 144
-        AutoModelForMaskedLM.from_pretrained(in_tmp / "models" / "pretrained")
-        assert len(AutoTokenizer.from_pretrained(in_tmp / "models" / "pretrained")) == 144
-        assert sorted(p.name for p in (in_tmp / "checkpoints" / "pretrain").iterdir()) == ["step-00000002",
-                                                                                          "step-00000004"]
-        # a fresh run (no checkpoints) gives byte-identical weights and quality metrics
-        shutil.rmtree(in_tmp / "checkpoints")
-        pretrain.main()
-        assert (in_tmp / "metrics" / "pretrain.json").read_bytes() == metrics
-        assert (in_tmp / "models" / "pretrained" / "model.safetensors").read_bytes() == weights
-        # changed params: the old checkpoints are moved aside, not used
-        params = yaml.safe_load((in_tmp / "params.yaml").read_text())
-        params["pretrain"]["learning_rate"] = 5e-4
-        (in_tmp / "params.yaml").write_text(yaml.safe_dump(params))
-        pretrain.main()
-        assert len(list((in_tmp / "checkpoints" / "pretrain" / "stale").iterdir())) == 2
-        assert (in_tmp / "models" / "pretrained" / "model.safetensors").read_bytes() != weights
-    finally:
-        torch.set_num_threads(threads)
-    from mlflow import MlflowClient
-
-    client = MlflowClient(f"sqlite:///{in_tmp / 'mlflow.db'}")
+    _workspace(in_tmp, raw)
+    pretrain.main()
+    metrics = (in_tmp / "metrics" / "pretrain.json").read_bytes()
+    weights = (in_tmp / "models" / "pretrained" / "model.safetensors").read_bytes()
+    quality = json.loads(metrics)
+    assert quality["objective"] == "nsp"
+    assert quality["steps"] == 4
+    assert set(quality["eval"]) >= {"mlm_loss", "mlm_accuracy", "perplexity", "pair_accuracy", "unigram_accuracy"}
+    timing = json.loads((in_tmp / "metrics" / "pretrain-timing.json").read_text())
+    assert timing["tokens_per_second"] > 0
+    assert 0 < timing["mfu"] < 1.5
+    plot = (in_tmp / "plots" / "pretrain.csv").read_text().splitlines()
+    assert plot[0].startswith("step,train_loss,learning_rate,eval_mlm_loss")
+    assert [line.split(",")[0] for line in plot[1:]] == ["1", "2", "3", "4"]
+    model = AutoModelForPreTraining.from_pretrained(in_tmp / "models" / "pretrained")
+    assert model.config.num_hidden_layers == 2
+    assert model.config.vocab_size == 144
+    AutoModelForMaskedLM.from_pretrained(in_tmp / "models" / "pretrained")
+    assert len(AutoTokenizer.from_pretrained(in_tmp / "models" / "pretrained")) == 144
+    assert sorted(p.name for p in (in_tmp / "checkpoints" / "pretrain").iterdir()) == ["step-00000002",
+                                                                                      "step-00000004"]
+    # a fresh run (no checkpoints) gives byte-identical weights and quality metrics
+    shutil.rmtree(in_tmp / "checkpoints")
+    pretrain.main()
+    assert (in_tmp / "metrics" / "pretrain.json").read_bytes() == metrics
+    assert (in_tmp / "models" / "pretrained" / "model.safetensors").read_bytes() == weights
+    # changed params: the old checkpoints are moved aside, not used
+    params = yaml.safe_load((in_tmp / "params.yaml").read_text())
+    params["pretrain"]["learning_rate"] = 5e-4
+    (in_tmp / "params.yaml").write_text(yaml.safe_dump(params))
+    pretrain.main()
+    assert len(list((in_tmp / "checkpoints" / "pretrain" / "stale").iterdir())) == 2
+    assert (in_tmp / "models" / "pretrained" / "model.safetensors").read_bytes() != weights
+    client = MlflowClient(mlflow_in_tmp)
     runs = client.search_runs([client.get_experiment_by_name("bert-pipeline").experiment_id])
-    assert len(runs) == 3 and all(r.info.status == "FINISHED" for r in runs)
+    assert len(runs) == 3
+    assert all(r.info.status == "FINISHED" for r in runs)
     assert all(r.data.tags["stage"] == "pretrain" and r.data.tags["model_dvc_md5"].endswith(".dir") for r in runs)
     assert "eval_mlm_loss" in runs[0].data.metrics
 
 
-def test_two_phase_stage_switches_data_at_the_right_step(in_tmp, raw, monkeypatch):
+def test_two_phase_stage_switches_data_at_the_right_step(in_tmp, mlflow_in_tmp, raw, one_thread):
     """The GPU profiles' mechanics on a tiny stand-in: phase 1 on seq 32 (data/pretraining), phase 2 on seq 48
     (data/pretraining/seq48/), switched after 75% of the steps; the checkpoints record the phase."""
     import json
@@ -154,16 +135,10 @@ def test_two_phase_stage_switches_data_at_the_right_step(in_tmp, raw, monkeypatc
     from stages import pretrain
     from tests.pretrain_fixtures import save_pretraining_data
 
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{in_tmp / 'mlflow.db'}")
     _workspace(in_tmp, raw, max_steps=4, save_steps=3, eval_steps=3, save_total_limit=3,
                phases=[{"max_seq_length": 32, "fraction": 0.75}, {"max_seq_length": 48, "fraction": 0.25}])
     save_pretraining_data(in_tmp / "data" / "pretraining" / "seq48", 40, 16, max_seq_length=48)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        pretrain.main()
-    finally:
-        torch.set_num_threads(threads)
+    pretrain.main()
     metas = {p.name: json.loads((p / "meta.json").read_text())
              for p in (in_tmp / "checkpoints" / "pretrain").iterdir()}
     assert {k: v["phase"] for k, v in metas.items()} == {"step-00000003": "seq32", "step-00000004": "seq48"}

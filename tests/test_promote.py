@@ -45,33 +45,42 @@ def test_champion_moves_only_on_a_better_score(store, tmp_path):
         return {a: str(v) for a, v in model.aliases.items()}
 
     first = promote_task(client, [_entry(tmp_path, "pretrained", 0.60, 1)], uri)
-    assert first.promoted and first.reason == "no champion yet"
+    assert first.promoted
+    assert first.reason == "no champion yet"
     assert aliases() == {CANDIDATE: "1", CHAMPION: "1"}
     v1 = client.get_model_version("sentiment", "1")
-    assert v1.tags["family_member"] == "pretrained" and v1.tags["seed"] == "1"
-    assert v1.tags["test_split_sha256"] == SPLIT and float(v1.tags["score"]) == 0.60
+    assert v1.tags["family_member"] == "pretrained"
+    assert v1.tags["seed"] == "1"
+    assert v1.tags["test_split_sha256"] == SPLIT
+    assert float(v1.tags["score"]) == 0.60
 
     worse = promote_task(client, [_entry(tmp_path, "scratch", 0.55, 2)], uri)
-    assert not worse.promoted and worse.reason.startswith("worse")
+    assert not worse.promoted
+    assert worse.reason.startswith("worse")
     assert aliases() == {CANDIDATE: "2", CHAMPION: "1"}
 
     equal = promote_task(client, [_entry(tmp_path, "distilled", 0.60, 3)], uri)
-    assert not equal.promoted and equal.reason == "equal score on the same test split"
+    assert not equal.promoted
+    assert equal.reason == "equal score on the same test split"
     assert aliases() == {CANDIDATE: "3", CHAMPION: "1"}
 
     # the best of a family becomes the candidate; it beats the champion
     better = promote_task(client, [_entry(tmp_path, "minilm", 0.70, 4), _entry(tmp_path, "other", 0.65, 5)], uri)
-    assert better.promoted and better.candidate_member == "minilm" and better.champion_version == "1"
+    assert better.promoted
+    assert better.candidate_member == "minilm"
+    assert better.champion_version == "1"
     assert aliases() == {CANDIDATE: "4", CHAMPION: "4"}
 
     # a higher score on another test split is not comparable
     moved = promote_task(client, [_entry(tmp_path, "newsplit", 0.95, 6, split="b" * 64)], uri)
-    assert not moved.promoted and "test split changed" in moved.reason
+    assert not moved.promoted
+    assert "test split changed" in moved.reason
     assert aliases()[CHAMPION] == "4"
 
     # the same folder again is the same version, not a new one
     again = promote_task(client, [_entry(tmp_path, "minilm", 0.70, 4)], uri)
-    assert again.candidate_version == "4" and not again.promoted
+    assert again.candidate_version == "4"
+    assert not again.promoted
     assert len(client.search_model_versions("name='sentiment'")) == 6
 
 
@@ -85,7 +94,8 @@ def test_qa_version_serves_through_pyfunc(store, tmp_path):
     model = mlflow.pyfunc.load_model("models:/qa@champion")
     context = "alice met bob in paris"
     (out,) = model.predict([{"question": "who met bob ?", "context": context}])
-    assert out["answer"] and context[out["start"]:out["end"]] == out["answer"]
+    assert out["answer"]
+    assert context[out["start"]:out["end"]] == out["answer"]
 
 
 def test_split_fingerprint_follows_the_scored_examples(tmp_path):

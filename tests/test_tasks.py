@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 
 import pytest
 
 from bert_pipeline.data import tasks
+from tests.conftest import tree_digests
 
 
 def _rt_rows(n_films: int = 40, per_film: int = 5) -> list[dict]:
@@ -28,11 +28,13 @@ def test_sentiment_split_disjoint_by_film_and_duplicates_dropped():
     dd, info = tasks.build_sentiment(rows, 0.1, 0.2, seed=7)
     assert info["duplicates_dropped"] == 2
     films = {s: set(dd[s]["film"]) for s in tasks.SPLITS}
-    assert not films["train"] & films["validation"] and not films["train"] & films["test"]
+    assert not films["train"] & films["validation"]
+    assert not films["train"] & films["test"]
     assert not films["validation"] & films["test"]
     texts = [t.casefold() for s in tasks.SPLITS for t in dd[s]["text"]]
     assert len(texts) == len(set(texts)) == 200
-    assert len(dd["test"]) >= 40 and len(dd["validation"]) >= 20  # fractions of examples, whole films
+    assert len(dd["test"]) >= 40
+    assert len(dd["validation"]) >= 20  # fractions of examples, whole films
     assert dd["train"].features["label"].names == ["negative", "positive"]
     again, _ = tasks.build_sentiment(rows, 0.1, 0.2, seed=7)
     assert again["test"]["film"] == dd["test"]["film"]
@@ -98,8 +100,10 @@ def test_silver_ner_split_by_article_heldout_only_from_corpus_validation():
                                             "B-ORG", "I-ORG"]
     ex = dd["train"][0]
     tags = [names[i] for i in ex["ner_tags"]]
-    assert tags[:2] == ["O", "B-DATE"] and tags[ex["tokens"].index("Anna")] == "B-PERSON"
-    assert tags[ex["tokens"].index("Smith")] == "I-PERSON" and tags[ex["tokens"].index("NASA")] == "O"
+    assert tags[:2] == ["O", "B-DATE"]
+    assert tags[ex["tokens"].index("Anna")] == "B-PERSON"
+    assert tags[ex["tokens"].index("Smith")] == "I-PERSON"
+    assert tags[ex["tokens"].index("NASA")] == "O"
 
 
 def test_cloze_qa_answers_at_start_and_split_by_article():
@@ -113,13 +117,16 @@ def test_cloze_qa_answers_at_start_and_split_by_article():
     dd, info = tasks.build_cloze_qa(docs, heads, finder, ["PERSON", "GPE"], 25, 2, sizes, "@placeholder", 0.5, 3)
     assert [len(dd[s]) for s in tasks.SPLITS] == [30, 8, 8]
     arts = {s: set(dd[s]["doc_id"]) for s in tasks.SPLITS}
-    assert not arts["validation"] & arts["test"] and not arts["train"] & (arts["validation"] | arts["test"])
+    assert not arts["validation"] & arts["test"]
+    assert not arts["train"] & (arts["validation"] | arts["test"])
     for s in tasks.SPLITS:
         for ex in dd[s]:
             a, start = ex["answers"]["text"][0], ex["answers"]["answer_start"][0]
             assert ex["context"][start:start + len(a)] == a
-            assert "@placeholder" in ex["question"] and a not in ex["question"].split("(")[0]
-    assert set(info["answer_types"]) == {"GPE", "PERSON"} and sum(info["answer_types"].values()) == 46
+            assert "@placeholder" in ex["question"]
+            assert a not in ex["question"].split("(")[0]
+    assert set(info["answer_types"]) == {"GPE", "PERSON"}
+    assert sum(info["answer_types"].values()) == 46
     answers = {a for s in tasks.SPLITS for ex in dd[s] for a in ex["answers"]["text"]}
     assert answers == {"Anna Smith", "Paris"}  # Berlin never occurs in a body
 
@@ -135,8 +142,7 @@ def test_split_tasks_are_byte_identical_on_disk(tmp_path):
     for run in range(2):
         dd, _ = tasks.build_sentiment(_rt_rows(), 0.1, 0.1, seed=5)
         dd.save_to_disk(str(tmp_path / f"r{run}"))
-        digests.append({p.relative_to(tmp_path / f"r{run}").as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-                        for p in sorted((tmp_path / f"r{run}").rglob("*")) if p.is_file()})
+        digests.append(tree_digests(tmp_path / f"r{run}"))
     assert digests[0] == digests[1]
 
 
@@ -145,7 +151,8 @@ def test_classification_csv_and_jsonl(tmp_path):
     p = tmp_path / "a.csv"
     p.write_text("text,label\nnice,pos\nbad,neg\nok,pos\n", encoding="utf-8")
     ds = tasks.load_classification_file(p)
-    assert ds.features["label"].names == ["neg", "pos"] and ds["label"] == [1, 0, 1]
+    assert ds.features["label"].names == ["neg", "pos"]
+    assert ds["label"] == [1, 0, 1]
     j = tmp_path / "a.jsonl"
     j.write_text('{"text": "x", "label": 1}\n{"text": "y", "label": 0}\n', encoding="utf-8")
     assert tasks.load_classification_file(j)["label"] == [1, 0]
@@ -157,7 +164,9 @@ def test_one_class_label_column_is_one_line_naming_file_and_rows(tmp_path):
     with pytest.raises(tasks.TaskDataError) as err:
         tasks.load_classification_file(p)
     msg = str(err.value)
-    assert "\n" not in msg and msg.startswith(f"{p}: rows 2-3:") and "one class ('pos')" in msg
+    assert "\n" not in msg
+    assert msg.startswith(f"{p}: rows 2-3:")
+    assert "one class ('pos')" in msg
 
 
 def test_conll_reads_iob1_and_rejects_non_bio(tmp_path):
@@ -186,11 +195,13 @@ def _squad(tmp_path: Path, start: int) -> Path:
 
 def test_squad_loader_and_bad_answer_start(tmp_path):
     ds = tasks.load_squad(_squad(tmp_path, 23))
-    assert ds["id"] == ["q1", "q2"] and ds[1]["answers"] == {"text": ["the Rhine"], "answer_start": [23]}
+    assert ds["id"] == ["q1", "q2"]
+    assert ds[1]["answers"] == {"text": ["the Rhine"], "answer_start": [23]}
     with pytest.raises(tasks.TaskDataError) as err:
         tasks.load_squad(_squad(tmp_path, 20))
     msg = str(err.value)
-    assert "\n" not in msg and "squad.json: data[0].paragraphs[0].qas[1] (id 'q2')" in msg
+    assert "\n" not in msg
+    assert "squad.json: data[0].paragraphs[0].qas[1] (id 'q2')" in msg
     assert "'the Rhine' is not at answer_start 20" in msg
 
 

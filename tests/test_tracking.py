@@ -12,16 +12,11 @@ from mlflow import MlflowClient
 from bert_pipeline.mlops import tracking
 
 
-@pytest.fixture(scope="module")
-def store(tmp_path_factory) -> str:
-    return f"sqlite:///{tmp_path_factory.mktemp('mlflow') / 'mlflow.db'}"
-
-
-def test_run_tags_params_metrics_nesting(store, monkeypatch, tmp_path):
+def test_run_tags_params_metrics_nesting(module_mlflow_uri, monkeypatch, tmp_path):
     monkeypatch.setenv("PREFECT__FLOW_RUN_ID", "flow-123")
     monkeypatch.delenv("BERT_PIPELINE_FLOW_RUN_ID", raising=False)
     monkeypatch.delenv("MLFLOW_EXPERIMENT_NAME", raising=False)
-    client = MlflowClient(store)
+    client = MlflowClient(module_mlflow_uri)
     exp = client.get_experiment_by_name("bert-pipeline") or client.get_experiment(
         client.create_experiment("bert-pipeline"))
     parent = client.create_run(exp.experiment_id, run_name="flow")
@@ -30,7 +25,7 @@ def test_run_tags_params_metrics_nesting(store, monkeypatch, tmp_path):
     (tmp_path / "model").mkdir()
     (tmp_path / "model" / "w.bin").write_bytes(b"123")
     params = {"model": {"size": "mini"}, "lr": 1e-3, "long": "x" * 400}
-    with tracking.stage_run("pretrain", params, uri=store) as run:
+    with tracking.stage_run("pretrain", params, uri=module_mlflow_uri) as run:
         run.log_metrics({"train_loss": 3.0}, step=10)
         run.log_metrics({"train_loss": 2.0, "note": "text"}, step=20)
         pointer = run.log_model_pointer(tmp_path / "model")
@@ -40,22 +35,26 @@ def test_run_tags_params_metrics_nesting(store, monkeypatch, tmp_path):
     assert got.data.tags["mlflow.parentRunId"] == parent.info.run_id
     assert got.data.tags["prefect_flow_run_id"] == "flow-123"
     assert got.data.tags["params_hash"] == tracking.params_hash(params)
-    assert got.data.tags["model_dvc_md5"] == pointer["md5"] and pointer["md5"].endswith(".dir")
+    assert got.data.tags["model_dvc_md5"] == pointer["md5"]
+    assert pointer["md5"].endswith(".dir")
     assert len(got.data.tags["git_revision"]) in (40, 7) or got.data.tags["git_revision"] == "unknown"
-    assert got.data.params["model.size"] == "mini" and got.data.params["lr"] == "0.001"
-    assert len(got.data.params["long"]) == 250 and got.data.params["long"].endswith("...")
+    assert got.data.params["model.size"] == "mini"
+    assert got.data.params["lr"] == "0.001"
+    assert len(got.data.params["long"]) == 250
+    assert got.data.params["long"].endswith("...")
     history = client.get_metric_history(run.run_id, "train_loss")
     assert [(m.step, m.value) for m in history] == [(10, 3.0), (20, 2.0)]
     assert client.get_experiment(got.info.experiment_id).name == "bert-pipeline"
 
 
-def test_run_is_ended_failed_after_exception(store, monkeypatch):
+def test_run_is_ended_failed_after_exception(module_mlflow_uri, monkeypatch):
     monkeypatch.delenv(tracking.PARENT_RUN_ENV, raising=False)
     with pytest.raises(ZeroDivisionError):
-        with tracking.stage_run("distill", {"a": 1}, uri=store) as run:
+        with tracking.stage_run("distill", {"a": 1}, uri=module_mlflow_uri) as run:
             1 / 0  # noqa: B018
-    got = MlflowClient(store).get_run(run.run_id)
-    assert got.info.status == "FAILED" and "mlflow.parentRunId" not in got.data.tags
+    got = MlflowClient(module_mlflow_uri).get_run(run.run_id)
+    assert got.info.status == "FAILED"
+    assert "mlflow.parentRunId" not in got.data.tags
 
 
 def test_default_uri_is_absolute_repo_root_also_in_dvc_temp_copies(tmp_path, monkeypatch):

@@ -8,13 +8,11 @@ import shutil
 
 import datasets
 import pytest
-import yaml
 from transformers import AutoTokenizer
 
 from bert_pipeline.errors import PipelineError
 from stages import train_tokenizer
-from tests.conftest import REPO
-from tests.test_wordpiece import synthetic_texts
+from tests.conftest import synthetic_texts, write_params
 
 
 def _corpus(path, train_texts, validation_texts):
@@ -33,39 +31,36 @@ def _corpus(path, train_texts, validation_texts):
 
 
 def _params(tmp, **section):
-    raw = yaml.safe_load((REPO / "params.yaml").read_text(encoding="utf-8"))
-    raw["train_tokenizer"].update({"vocab_size": 300, "batch_size": 7, **section})
-    (tmp / "params.yaml").write_text(yaml.safe_dump(raw), encoding="utf-8")
-
-
-@pytest.fixture(scope="module")
-def mlflow_uri(tmp_path_factory):
-    return f"sqlite:///{tmp_path_factory.mktemp('mlflow') / 'mlflow.db'}"
+    write_params(tmp, train_tokenizer={"vocab_size": 300, "batch_size": 7, **section})
 
 
 @pytest.fixture
-def stage_dir(in_tmp, monkeypatch, mlflow_uri):
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_uri)
+def stage_dir(in_tmp, monkeypatch, module_mlflow_uri):
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", module_mlflow_uri)
     _corpus(in_tmp / "data/corpus", synthetic_texts(60), synthetic_texts(8, seed=7))
     _params(in_tmp)
     return in_tmp
 
 
-def test_stage_outputs(stage_dir, mlflow_uri):
+def test_stage_outputs(stage_dir, module_mlflow_uri):
     train_tokenizer.main()
     folder = stage_dir / "models/tokenizer"
     assert sorted(p.name for p in folder.iterdir()) == [
         "special_tokens_map.json", "tokenizer.json", "tokenizer_config.json", "vocab.txt"]
     hf = AutoTokenizer.from_pretrained(str(folder))
     enc = hf("Overplaying markets", "unvoted")
-    assert enc["input_ids"][0] == 101 and enc["input_ids"].count(102) == 2
-    assert enc["token_type_ids"][-1] == 1 and enc["token_type_ids"][0] == 0
+    assert enc["input_ids"][0] == 101
+    assert enc["input_ids"].count(102) == 2
+    assert enc["token_type_ids"][-1] == 1
+    assert enc["token_type_ids"][0] == 0
     metrics = json.loads((stage_dir / "metrics/tokenizer.json").read_text())
     assert metrics["vocab_size"] == 300 == len(hf)
-    assert metrics["documents"] == 8 and metrics["words"] > 0
+    assert metrics["documents"] == 8
+    assert metrics["words"] > 0
     assert 1.0 <= metrics["fertility"] < 3.0
     assert 0.0 <= metrics["unk_rate"] < 0.05
-    assert 0.0 < metrics["continuation_share"] < 1.0 and 0.0 < metrics["whole_word_share"] <= 1.0
+    assert 0.0 < metrics["continuation_share"] < 1.0
+    assert 0.0 < metrics["whole_word_share"] <= 1.0
     with open(stage_dir / "plots/tokenizer_fertility.csv", newline="") as fh:
         rows = list(csv.DictReader(fh))
     assert sum(int(r["count"]) for r in rows) == metrics["words"]
@@ -74,10 +69,11 @@ def test_stage_outputs(stage_dir, mlflow_uri):
     assert timing["train_seconds"] > 0
     from mlflow import MlflowClient
 
-    client = MlflowClient(tracking_uri=mlflow_uri)
+    client = MlflowClient(tracking_uri=module_mlflow_uri)
     runs = client.search_runs([client.get_experiment_by_name("bert-pipeline").experiment_id],
                               filter_string="tags.stage = 'train_tokenizer' and attributes.status = 'FINISHED'")
-    assert runs and runs[0].data.metrics["fertility"] == metrics["fertility"]
+    assert runs
+    assert runs[0].data.metrics["fertility"] == metrics["fertility"]
     assert runs[0].data.params["vocab_size"] == "300"
     assert runs[0].data.tags["tokenizer_path"] == "models/tokenizer"
 

@@ -30,14 +30,7 @@ from bert_pipeline.train.precision import make_accelerator
 from tests.conftest import REPO
 from tests.pretrain_fixtures import FIRST_WORD, make_dataset, pad_collate, tiny_config
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """One intra-op thread: tiny models on a shared 2-core machine run ~10x faster than with 2 contending."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _worker(out: Path, *extra: str) -> subprocess.Popen:
@@ -87,7 +80,8 @@ def test_sigkill_after_phase1_checkpoint_then_resume_into_phase2_is_bit_identica
     _same_weights(straight, killed)
     a = json.loads((straight / "history.json").read_text())
     b = json.loads((killed / "history.json").read_text())
-    assert a["resumed_from"] == 0 and b["resumed_from"] == 4
+    assert a["resumed_from"] == 0
+    assert b["resumed_from"] == 4
     assert a["history"] == b["history"]
     # tokens_seen counts from step 0 across the resume; the resumed run itself only consumed the later steps
     assert a["tokens_seen"] == b["tokens_seen"] == a["tokens_since_start"] > b["tokens_since_start"] > 0
@@ -105,7 +99,8 @@ def test_phase_boundaries():
 
 def test_batch_indices_cover_epoch_without_repeats():
     seen = [i for b in range(5) for i in batch_indices(23, 4, seed=1, stream=0, batch_index=b)]
-    assert len(set(seen)) == 20 and max(seen) < 23
+    assert len(set(seen)) == 20
+    assert max(seen) < 23
     assert not (batch_indices(23, 4, 1, 0, 5) == batch_indices(23, 4, 1, 0, 0)).all()  # new epoch, new order
     with pytest.raises(TrainingError, match="fewer than one global batch"):
         batch_indices(3, 4, 1, 0, 0)
@@ -126,8 +121,10 @@ def test_training_learns_the_synthetic_language():
                       eval_batch_size=24)
     result = train(model, phases, pad_collate, cfg, make_accelerator("fp32", cpu=True), unigram_token_id=FIRST_WORD)
     losses = [r["train_loss"] for r in result.history if "train_loss" in r]
-    assert len(losses) == 6 and losses[-1] < losses[0] - 1.0
-    assert result.first_eval["step"] == 40 and result.final_eval["step"] == 120
+    assert len(losses) == 6
+    assert losses[-1] < losses[0] - 1.0
+    assert result.first_eval["step"] == 40
+    assert result.final_eval["step"] == 120
     assert result.final_eval["eval_mlm_loss"] < result.first_eval["eval_mlm_loss"]
     assert result.final_eval["eval_mlm_accuracy"] > 1.5 * result.final_eval["eval_unigram_accuracy"], result.history
     assert result.final_eval["eval_perplexity"] == pytest.approx(math.exp(result.final_eval["eval_mlm_loss"]))
@@ -139,7 +136,8 @@ def test_bf16_autocast_step_keeps_fp32_weights():
     model = MaskedPositionPretrainer(new_pretraining_model(tiny_config(), True, seed=0))
     cfg = TrainConfig(max_steps=2, learning_rate=1e-3, warmup_steps=0, eval_steps=0, logging_steps=1)
     result = train(model, _phases(steps=2), pad_collate, cfg, make_accelerator("bf16", cpu=True))
-    assert result.bad_steps == 0 and all(math.isfinite(r["train_loss"]) for r in result.history if "train_loss" in r)
+    assert result.bad_steps == 0
+    assert all(math.isfinite(r["train_loss"]) for r in result.history if "train_loss" in r)
     assert all(p.dtype == torch.float32 for p in model.parameters())
 
 
@@ -230,4 +228,5 @@ def test_one_meaning_of_auto_precision_for_every_stage(monkeypatch):
     device, autocast = finetune.device_and_autocast("auto")
     assert device.type == "cpu"
     with autocast():
-        assert torch.get_autocast_dtype("cpu") == torch.bfloat16 and torch.is_autocast_enabled("cpu")
+        assert torch.get_autocast_dtype("cpu") == torch.bfloat16
+        assert torch.is_autocast_enabled("cpu")

@@ -1,11 +1,13 @@
 """Tiny randomly initialised BERTs saved like ``finetune`` saves them (save_pretrained + tokenizer beside).
 
 Hidden size 32, 2 layers, a WordPiece vocabulary built from a word list with the ``tokenizers`` library. Heads'
-biases can be set so a prediction is determined whatever the encoder computes.
+biases can be set so a prediction is determined whatever the encoder computes. :func:`bert_tokenizer` builds a
+``BertTokenizerFast`` over any word list.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 
 import torch
@@ -15,8 +17,11 @@ from transformers import (
     BertForQuestionAnswering,
     BertForSequenceClassification,
     BertForTokenClassification,
+    BertTokenizerFast,
     PreTrainedTokenizerFast,
 )
+
+from tests.pretrain_fixtures import tiny_config
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 WORDS = ("the a film movie was is good bad great awful boring alice bob paris london met in of and to who where "
@@ -40,9 +45,15 @@ def tiny_tokenizer() -> PreTrainedTokenizerFast:
     )
 
 
+def bert_tokenizer(tokens: Iterable[str]) -> BertTokenizerFast:
+    """A lowercasing ``BertTokenizerFast`` whose vocabulary is BERT's five special tokens (:data:`SPECIALS`, ids
+    0-4) then ``tokens`` in order (repeats dropped)."""
+    vocab = dict.fromkeys([*SPECIALS, *tokens])
+    return BertTokenizerFast(vocab={t: i for i, t in enumerate(vocab)}, do_lower_case=True)
+
+
 def _config(tokenizer, **kw) -> BertConfig:
-    return BertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                      intermediate_size=64, max_position_embeddings=64, **kw)
+    return tiny_config(vocab_size=len(tokenizer), **kw)
 
 
 def save_classifier(path: Path, labels=("negative", "positive"), favour: int | None = 1, seed: int = 0) -> Path:
