@@ -6,7 +6,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from transformers import BertConfig, BertForPreTraining, BertForQuestionAnswering, BertForSequenceClassification
+from transformers import (
+    BertConfig,
+    BertForPreTraining,
+    BertForQuestionAnswering,
+    BertForSequenceClassification,
+)
 
 from bert_pipeline.evaluation.predictor import answer, load_predictor
 from bert_pipeline.model import heads

@@ -20,11 +20,12 @@ moving aliases change shared state. Rules (ARCHITECTURE.md, "who owns what"):
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -166,6 +167,23 @@ def find_version(client: Any, task: str, sha: str) -> Any | None:
     return None
 
 
+@contextlib.contextmanager
+def _fluent_store(uri: str) -> Iterator[None]:
+    """MLflow's fluent API (``log_model`` needs it) pointed at ``uri`` for the block only: set through the
+    environment and restored afterwards, so no process-wide tracking URI outlives the call."""
+    keys = ("MLFLOW_TRACKING_URI", "MLFLOW_REGISTRY_URI")
+    saved = {key: os.environ.get(key) for key in keys}
+    os.environ.update({key: uri for key in keys})
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
 def log_version(client: Any, entry: Entry, uri: str) -> str:
     """Log ``entry``'s folder as a new version of registered model ``entry.task``; return its version number.
 
@@ -175,15 +193,13 @@ def log_version(client: Any, entry: Entry, uri: str) -> str:
 
     kind = _kind(entry.model_dir)
     flavour = serving_flavour(entry.model_dir)
-    mlflow.set_tracking_uri(uri)
-    mlflow.set_registry_uri(uri)
-    mlflow.set_experiment(experiment_id=_experiment_id(client))
     revision, dirty = tracking.git_revision()
     tags = {"stage": "promote", "family_member": entry.member, "task": entry.task, "git_revision": revision,
             "git_dirty": str(dirty).lower()}
     if os.environ.get(tracking.PARENT_RUN_ENV):  # nested under the flow's run when the flow passes one
         tags["mlflow.parentRunId"] = os.environ[tracking.PARENT_RUN_ENV]
-    with mlflow.start_run(run_name=f"register-{entry.member}-{entry.task}", tags=tags) as run:
+    with _fluent_store(uri), mlflow.start_run(run_name=f"register-{entry.member}-{entry.task}", tags=tags,
+                                              experiment_id=_experiment_id(client)) as run:
         mlflow.log_metric(f"test_{entry.main_metric}", entry.score)
         mlflow.set_tag("flavour", flavour)
         if flavour == "pyfunc":
