@@ -6,7 +6,7 @@
     python bench/pretrain.py --size base --batch 64  # e.g. on a GPU
 
 Reference: ``BertForPreTraining`` (MLM decoder over every position), fp32, batches from the stock
-``DataCollatorForLanguageModeling`` (+ NSP labels). Ours: :class:`bert_pipeline.model.configs.MaskedPositionPretrainer`
+``DataCollatorForLanguageModeling`` (+ NSP labels). Ours: :class:`bert_pipeline.model.objectives.MaskedPositionPretrainer`
 (decoder on the masked positions only), ``precision auto`` autocast (bf16 on CPUs and bf16 GPUs), batches from
 create_pretraining_data's collator. Both: AdamW step, SDPA attention, the same token stream and masking rate,
 timing includes collation, forward, backward and the optimizer step (median of ``--steps`` steps after warmup,

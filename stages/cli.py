@@ -48,7 +48,7 @@ def load_profile(name: str, profiles_dir: Path = PROFILES_DIR) -> dict[str, Any]
         PipelineError: unknown profile name or a file that is not a mapping.
     """
     path = profiles_dir / f"{name}.yaml"
-    if not path.exists():
+    if name not in available_profiles(profiles_dir):
         raise PipelineError(f"unknown profile {name!r}: expected one of {', '.join(available_profiles(profiles_dir))}")
     raw = read_yaml(path) or {}
     if not isinstance(raw, dict):
@@ -166,6 +166,17 @@ def run_predict(args: argparse.Namespace) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------- main
+def _positive(text: str) -> int:
+    """An argparse type: an int >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an int >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an int >= 1, got {value}")
+    return value
+
+
 def parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     """The ``bert-pipeline`` argument parser (one sub-command per tool) and its ``predict`` sub-parser."""
     top = argparse.ArgumentParser(prog="bert-pipeline", description="The BERT pipeline's tools that are not DVC "
@@ -183,10 +194,10 @@ def parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     pred.add_argument("model_dir", type=Path, help="a fine-tuned model folder (models/finetuned/{model}-{task})")
     pred.add_argument("texts", nargs="*", help="texts (QA: questions); read from stdin, one per line, when absent")
     pred.add_argument("--context", help="the passage QA answers from (required for a QA model)")
-    pred.add_argument("--max-seq-length", type=int, default=384, help="tokens per window (default 384)")
-    pred.add_argument("--doc-stride", type=int, default=128, help="QA window overlap in tokens (default 128)")
-    pred.add_argument("--n-best", type=int, default=20, help="QA start/end candidates per window (default 20)")
-    pred.add_argument("--max-answer-length", type=int, default=30, help="QA answer tokens at most (default 30)")
+    pred.add_argument("--max-seq-length", type=_positive, default=384, help="tokens per window (default 384)")
+    pred.add_argument("--doc-stride", type=_positive, default=128, help="QA window overlap in tokens (default 128)")
+    pred.add_argument("--n-best", type=_positive, default=20, help="QA start/end candidates per window (default 20)")
+    pred.add_argument("--max-answer-length", type=_positive, default=30, help="QA answer tokens at most (default 30)")
     return top, pred
 
 

@@ -54,6 +54,8 @@ def main() -> None:
     teacher = load_teacher(TEACHER_DIR)
     layers = resolve_student_layers(p.student_layers, teacher.config.num_hidden_layers, TEACHER_DIR)
     tokenizer = load_tokenizer(TEACHER_DIR)
+    if not (DATA_DIR / "info.json").is_file():
+        raise PipelineError(f"{DATA_DIR}/info.json: not found (run create_pretraining_data first)")
     try:
         info = load_info(DATA_DIR)
         train_set, validation_set = (datasets.load_from_disk(str(DATA_DIR / s)) for s in ("train", "validation"))

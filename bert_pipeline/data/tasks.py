@@ -689,6 +689,12 @@ def build_all(p: Any, raw: Path, corpus: Path) -> dict[str, tuple[DatasetDict, d
     Raises:
         PipelineError: bad input (one line naming the file or key), or a task with an empty split.
     """
+    from bert_pipeline.data.corpus import open_corpus
+
+    for rel in (ROTTEN_TOMATOES, NEWS_ARTICLES, f"{SPACY_MODEL}/config.cfg"):  # fail before the slow part
+        if not (raw / rel).is_file():
+            raise PipelineError(f"{raw / rel}: not found (run `dvc repro fetch_data` first)")
+    open_corpus(corpus)
     built: dict[str, tuple[DatasetDict, dict[str, Any]]] = {}
     try:
         rows = read_rotten_tomatoes(raw / ROTTEN_TOMATOES)

@@ -41,10 +41,13 @@ def model_kind(model_dir: Path) -> str:
         PipelineError: no ``config.json`` or an architecture without one of these heads.
     """
     cfg = Path(model_dir) / "config.json"
+    if not Path(model_dir).is_dir() or not cfg.is_file():
+        raise PipelineError(f"{cfg}: not found (expected a save_pretrained model folder)")
     try:
-        archs = json.loads(cfg.read_text(encoding="utf-8")).get("architectures") or []
-    except FileNotFoundError:
-        raise PipelineError(f"{cfg}: not found (expected a save_pretrained model folder)") from None
+        raw = json.loads(cfg.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise PipelineError(f"{cfg}: not a readable model config ({exc})") from None
+    archs = (raw.get("architectures") if isinstance(raw, dict) else None) or []
     for arch in archs:
         for suffix, kind in KINDS.items():
             if arch.endswith(suffix):

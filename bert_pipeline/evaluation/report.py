@@ -249,7 +249,7 @@ def table(
         rel = relative_speed(facts, m, reference or teacher)
         rows.append([
             m,
-            roles.get(m, "external" if m == "minilm" else "–"),
+            roles.get(m, "external"),  # a member this pipeline did not pre-train (MiniLM, a user model)
             fmt_params(f.parameters if f else None),
             *(fmt_score(index[m, t].score if (m, t) in index else None) for t in tasks),
             fmt_score(average_score(index, m, tasks)),

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from torch import nn
+from torch.nn import functional
 
 from bert_pipeline.data.masking import IGNORE_INDEX
 from bert_pipeline.errors import PipelineError
@@ -117,9 +117,9 @@ def kl_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor, temperat
     Returns:
         A scalar float32 tensor; 0 when the student's logits equal the teacher's.
     """
-    s = F.log_softmax(student_logits.float() / temperature, dim=-1)
-    t = F.log_softmax(teacher_logits.float() / temperature, dim=-1)
-    return F.kl_div(s, t, reduction="batchmean", log_target=True) * temperature**2
+    s = functional.log_softmax(student_logits.float() / temperature, dim=-1)
+    t = functional.log_softmax(teacher_logits.float() / temperature, dim=-1)
+    return functional.kl_div(s, t, reduction="batchmean", log_target=True) * temperature**2
 
 
 def mlm_loss(student_logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -129,7 +129,7 @@ def mlm_loss(student_logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor
         student_logits: ``(n_positions, vocab_size)`` float logits.
         labels: ``(n_positions,)`` int64 original token ids (positions whose label is -100 are ignored).
     """
-    return F.cross_entropy(student_logits.float(), labels, ignore_index=IGNORE_INDEX)
+    return functional.cross_entropy(student_logits.float(), labels, ignore_index=IGNORE_INDEX)
 
 
 def cosine_loss(student_hidden: torch.Tensor, teacher_hidden: torch.Tensor) -> torch.Tensor:
@@ -139,7 +139,7 @@ def cosine_loss(student_hidden: torch.Tensor, teacher_hidden: torch.Tensor) -> t
         student_hidden, teacher_hidden: ``(n_positions, hidden_size)`` float hidden states of the same positions.
     """
     target = torch.ones(student_hidden.shape[0], device=student_hidden.device)
-    return F.cosine_embedding_loss(student_hidden.float(), teacher_hidden.float(), target, reduction="mean")
+    return functional.cosine_embedding_loss(student_hidden.float(), teacher_hidden.float(), target, reduction="mean")
 
 
 @dataclass

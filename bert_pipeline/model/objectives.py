@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.nn import functional as F
+from torch.nn import functional
 from transformers import BertForMaskedLM, BertForPreTraining, PreTrainedModel
 
 from bert_pipeline.data.masking import IGNORE_INDEX
@@ -105,14 +105,14 @@ class MaskedPositionPretrainer(nn.Module):
                 the pair head (at most one of them is given).
         """
         logits, outputs, targets = masked_lm_forward(self.model, input_ids, labels, attention_mask, token_type_ids)
-        mlm_loss = F.cross_entropy(logits, targets)
+        mlm_loss = functional.cross_entropy(logits, targets)
         mlm_correct = (logits.argmax(-1) == targets).sum()
         mlm_count = torch.tensor(targets.numel(), device=targets.device)
         out = PretrainOutput(loss=mlm_loss, mlm_loss=mlm_loss, mlm_correct=mlm_correct, mlm_count=mlm_count)
         pair_label = next_sentence_label if next_sentence_label is not None else sentence_order_label
         if self.has_pair_head and pair_label is not None:
             pair_logits = self.model.cls.seq_relationship(outputs.pooler_output).float()  # (batch, 2)
-            out.pair_loss = F.cross_entropy(pair_logits, pair_label.view(-1))
+            out.pair_loss = functional.cross_entropy(pair_logits, pair_label.view(-1))
             out.pair_correct = (pair_logits.argmax(-1) == pair_label.view(-1)).sum()
             out.pair_count = torch.tensor(pair_label.numel(), device=pair_label.device)
             out.loss = mlm_loss + out.pair_loss

@@ -15,7 +15,7 @@ and gradient scaling; this module owns the recipe (Devlin et al. 2019, Appendix 
 
 The model is called as ``model(**batch)`` and must return an object with ``loss``, ``mlm_loss``,
 ``mlm_correct``, ``mlm_count`` and optionally ``pair_loss``/``pair_correct``/``pair_count``
-(:class:`bert_pipeline.model.configs.MaskedPositionPretrainer`).
+(:class:`bert_pipeline.model.objectives.MaskedPositionPretrainer`).
 """
 
 from __future__ import annotations
@@ -282,7 +282,7 @@ def train(
     """Train ``model`` for ``config.max_steps`` optimizer steps over ``phases``, resuming from ``checkpoints``.
 
     Args:
-        model: returns a :class:`bert_pipeline.model.configs.PretrainOutput`-like object from ``model(**batch)``.
+        model: returns a :class:`bert_pipeline.model.objectives.PretrainOutput`-like object from ``model(**batch)``.
         phases: consecutive phases covering ``[0, max_steps)``.
         collate_fn: list of instances -> batch of ``(batch, seq_len)`` tensors (and ``(batch,)`` pair labels); a
             phase's own ``collate_fn`` takes precedence. A collator with ``reseed`` (dynamic masking) is reseeded
