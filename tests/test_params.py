@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from bert_pipeline.errors import PipelineError
 from bert_pipeline.io import flatten
 from stages.cli import available_profiles, load_profile, profile_command
 from stages.params import Params, ParamsError, apply_overrides, load_params, validate_params
@@ -97,3 +98,8 @@ def test_pretrain_init_decides_the_tokenizer(raw):
     assert validate_params(raw).pretrain.tokenizer_path == Path("models/tokenizer")
     raw["pretrain"]["init"] = "data/raw/minilm"
     assert validate_params(raw).pretrain.tokenizer_path == Path("data/raw/minilm")
+
+
+def test_a_profile_is_a_name_from_the_profiles_folder():
+    with pytest.raises(PipelineError, match=r"^unknown profile '../params': expected one of dapt-minilm, "):
+        load_profile("../params", REPO / "profiles")

@@ -64,3 +64,22 @@ def test_qa_answer_is_a_context_span(tmp_path, capsys):
     assert context[rec["start"]:rec["end"]] == rec["answer"] != ""
     with pytest.raises(PipelineError, match="needs --context"):
         main(["predict", str(reader), "who?"])
+
+
+@pytest.mark.parametrize("config", [None, "{not json", "[1, 2]"])
+def test_not_a_model_folder_is_one_line(tmp_path, config):
+    target = tmp_path / "file.txt"
+    target.write_text("x")
+    if config is not None:
+        target = tmp_path / "broken"
+        target.mkdir()
+        (target / "config.json").write_text(config)
+    with pytest.raises(PipelineError, match=rf"^{target}/config.json: (not found|not a readable model config|architectures)"):
+        main(["predict", str(target), "hello"])
+
+
+def test_window_sizes_must_be_positive(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["predict", str(tmp_path), "--max-seq-length", "-5", "hello"])
+    assert exit_info.value.code == 2
+    assert "--max-seq-length: expected an int >= 1, got -5" in capsys.readouterr().err
