@@ -37,8 +37,6 @@ LOSS_KEYS = {"temperature", "alpha_ce", "alpha_mlm", "alpha_cos", "cos_positions
 
 
 def main() -> None:
-    import datasets
-
     from bert_pipeline.data.masking import collator_from_info, load_info
     from bert_pipeline.data.tokenizer import load_tokenizer
     from bert_pipeline.mlops.tracking import lock_pointer, stage_run
@@ -48,7 +46,7 @@ def main() -> None:
     from bert_pipeline.train.distill import HISTORY_COLUMNS, resolve_student_layers, run_distillation
     from bert_pipeline.train.loop import TrainConfig, TrainingError
     from bert_pipeline.train.precision import make_accelerator
-    from bert_pipeline.train.pretrain import history_csv
+    from bert_pipeline.train.pretrain import history_csv, open_instances
 
     p = load_params().distill
     teacher = load_teacher(TEACHER_DIR)
@@ -56,15 +54,14 @@ def main() -> None:
     tokenizer = load_tokenizer(TEACHER_DIR)
     if not (DATA_DIR / "info.json").is_file():
         raise PipelineError(f"{DATA_DIR}/info.json: not found (run create_pretraining_data first)")
+    info = load_info(DATA_DIR)
+    train_set, validation_set = open_instances(DATA_DIR, "train"), open_instances(DATA_DIR, "validation")
     try:
-        info = load_info(DATA_DIR)
-        train_set, validation_set = (datasets.load_from_disk(str(DATA_DIR / s)) for s in ("train", "validation"))
         collate = collator_from_info(DATA_DIR, seed=p.seed, tokenizer=tokenizer)
-    except (FileNotFoundError, ValueError, IndexError) as exc:
+    except ValueError as exc:
         raise PipelineError(f"{DATA_DIR}: cannot use the pre-training instances with the teacher's tokenizer ({exc})") from None
-    if len(train_set) < p.batch_size or len(validation_set) == 0:
-        raise PipelineError(f"{DATA_DIR}: {len(train_set)} train / {len(validation_set)} validation instances, expected "
-                            f"at least distill.batch_size={p.batch_size} / 1")
+    if len(train_set) < p.batch_size:
+        raise PipelineError(f"{DATA_DIR}/train: {len(train_set)} instances, fewer than distill.batch_size={p.batch_size}")
     config = TrainConfig(**p.model_dump(include=set(TrainConfig.__dataclass_fields__)), optimizer="adamw",
                          max_eval_batches=p.eval_batches, stage="distill")
     section = p.model_dump(mode="json")

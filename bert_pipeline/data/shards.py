@@ -274,13 +274,6 @@ def _write_dataset_meta(job: ShardJob) -> None:
     write_json(out / "dataset_info.json", info)
 
 
-def load_split(split_dir: str | Path):
-    """All shards of one split folder as one memory-mapped ``datasets.Dataset``."""
-    import datasets
-
-    return datasets.load_from_disk(str(split_dir))
-
-
 def summarize(results: list[dict[str, Any]], max_seq_length: int, objective: str) -> dict[str, Any]:
     """Sum per-shard counts into the metrics of one split."""
     tot = {k: sum(r[k] for r in results) for k in results[0] if k != "max_length"}

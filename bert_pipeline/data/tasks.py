@@ -689,12 +689,10 @@ def build_all(p: Any, raw: Path, corpus: Path) -> dict[str, tuple[DatasetDict, d
     Raises:
         PipelineError: bad input (one line naming the file or key), or a task with an empty split.
     """
-    from bert_pipeline.data.corpus import open_corpus
-
     for rel in (ROTTEN_TOMATOES, NEWS_ARTICLES, f"{SPACY_MODEL}/config.cfg"):  # fail before the slow part
         if not (raw / rel).is_file():
             raise PipelineError(f"{raw / rel}: not found (run `dvc repro fetch_data` first)")
-    open_corpus(corpus)
+    docs = read_corpus_documents(corpus, NEWS_SOURCE)  # the corpus is checked before any task is built
     built: dict[str, tuple[DatasetDict, dict[str, Any]]] = {}
     try:
         rows = read_rotten_tomatoes(raw / ROTTEN_TOMATOES)
@@ -703,7 +701,6 @@ def build_all(p: Any, raw: Path, corpus: Path) -> dict[str, tuple[DatasetDict, d
                                      "silver": False, "source": ROTTEN_TOMATOES, **info})
         log.info("sentiment: %s", {k: len(v) for k, v in sent.items()})
 
-        docs = read_corpus_documents(corpus, NEWS_SOURCE)
         tagger = spacy_tagger(raw / SPACY_MODEL, p.spacy_batch_size)
         sizes = p.ner.sentences.model_dump()
         ner, info = build_silver_ner(docs, tagger, p.ner.entity_types, p.ner.other_types, sizes, p.ner.min_words,

@@ -113,7 +113,12 @@ def history_csv(history: list[dict[str, Any]], columns: Sequence[str]) -> str:
     return buf.getvalue()
 
 
-def _open_split(folder: Path, split: str) -> Any:
+def open_instances(folder: Path, split: str) -> Any:
+    """The ``split`` instances of a pre-training dataset folder, memory-mapped.
+
+    Raises:
+        PipelineError: missing, unreadable or empty (one line naming the folder).
+    """
     import datasets
 
     try:
@@ -154,7 +159,7 @@ def open_pretraining_data(data_dir: Path, tokenizer: Any, *, init: str, phases: 
     bounds = phase_boundaries(max_steps, [phase.fraction for phase in phases] or [1.0])
     out = []
     for i, ((length, folder), (start, end)) in enumerate(zip(dirs, bounds, strict=True)):
-        train_set, validation_set = _open_split(folder, "train"), _open_split(folder, "validation")
+        train_set, validation_set = open_instances(folder, "train"), open_instances(folder, "validation")
         phase_batch = phases[i].batch_size if phases and phases[i].batch_size else batch_size
         if len(train_set) < phase_batch * num_processes:
             raise PipelineError(f"{folder / 'train'}: {len(train_set)} instances, fewer than one global batch of "
