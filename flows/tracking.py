@@ -15,6 +15,7 @@ from bert_pipeline.mlops.tracking import (
     EXPERIMENT_ENV,
     FLOW_RUN_ENV,
     PARENT_RUN_ENV,
+    experiment_id,
     tracking_uri,
 )
 
@@ -29,8 +30,7 @@ def open_parent_run(uri: str, experiment: str, name: str, tags: dict[str, str]) 
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri=uri)
-    exp = client.get_experiment_by_name(experiment)
-    exp_id = exp.experiment_id if exp else client.create_experiment(experiment)
+    exp_id = experiment_id(client, uri, experiment)
     run = client.create_run(exp_id, run_name=name, tags=tags)
     return run.info.run_id, exp_id
 

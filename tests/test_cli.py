@@ -3,6 +3,11 @@ family member, candidate = the best, champion moved, the decision printed as one
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import sys
+
 import pytest
 from datasets import ClassLabel, Dataset, DatasetDict, Features, Value
 
@@ -57,3 +62,61 @@ def test_unknown_task_is_one_line(in_tmp):
     _workspace(in_tmp)
     with pytest.raises(PipelineError, match=r"^--tasks: no metrics/finetune/\*-qa.json \(tasks with results: sentiment\)$"):
         main(["promote", "--tasks", "qa"])
+
+
+PROBE = '''from pathlib import Path
+from bert_pipeline.mlops.tracking import stage_run
+with stage_run("probe", {"lr": 0.001}, tags={"cwd": str(Path.cwd())}) as run:
+    Path("probe.txt").write_text(run.run_id)
+'''
+
+
+def test_models_promoted_after_a_temp_experiment_outlive_dvc_tmp(in_tmp, monkeypatch, capsys):
+    """The issue's path: the experiment is first created by a stage inside ``dvc exp run --temp``; ``promote`` then
+    registers models; ``.dvc/tmp`` is deleted; the champion still loads and predicts."""
+    import mlflow.pyfunc
+    from mlflow import MlflowClient
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.delenv("MLFLOW_EXPERIMENT_NAME", raising=False)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    (in_tmp / "probe.py").write_text(PROBE, encoding="utf-8")
+    (in_tmp / "dvc.yaml").write_text(f"stages:\n  probe:\n    cmd: {sys.executable} probe.py\n    deps: [probe.py]\n"
+                                     "    outs: [probe.txt]\n", encoding="utf-8")
+    (in_tmp / ".gitignore").write_text("/mlflow.db\n/mlruns/\n/data/\n/models/\n/metrics/\n", encoding="utf-8")
+    for cmd in (["git", "init", "-q"], [sys.executable, "-m", "dvc", "init", "-q"],
+                ["git", "add", "-A"], ["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "probe"],
+                [sys.executable, "-m", "dvc", "exp", "run", "--temp", "-q"]):
+        done = subprocess.run(cmd, cwd=in_tmp, env=env, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+    uri = f"sqlite:///{in_tmp / 'mlflow.db'}"
+    client = MlflowClient(tracking_uri=uri, registry_uri=uri)
+    (probe,) = client.search_runs([client.get_experiment_by_name("bert-pipeline").experiment_id])
+    assert "/.dvc/tmp/exps/" in probe.data.tags["cwd"]  # the stage ran in DVC's temporary copy
+    location = client.get_experiment_by_name("bert-pipeline").artifact_location
+    assert location == (in_tmp / "mlruns" / "bert-pipeline").as_uri()
+
+    _workspace(in_tmp)
+    main(["promote"])
+    capsys.readouterr()
+    shutil.rmtree(in_tmp / ".dvc" / "tmp")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    served = mlflow.pyfunc.load_model("models:/sentiment@champion")
+    (prediction,) = served.predict(["good"]).to_dict("records")
+    assert prediction["label"] in ("negative", "positive")
+
+
+def test_an_experiment_left_in_a_temp_copy_is_refused_in_one_line(in_tmp, monkeypatch):
+    from mlflow import MlflowClient
+
+    from bert_pipeline.mlops import tracking
+
+    monkeypatch.delenv("MLFLOW_EXPERIMENT_NAME", raising=False)
+    uri = f"sqlite:///{in_tmp / 'mlflow.db'}"
+    lost = in_tmp / ".dvc" / "tmp" / "exps" / "tmpabc" / "mlruns" / "1"
+    exp = MlflowClient(uri).create_experiment("bert-pipeline", artifact_location=lost.as_uri())
+    with pytest.raises(PipelineError, match=(
+            rf"^MLflow experiment 'bert-pipeline' \(id {exp}\) of {uri} keeps its artifacts in a DVC temporary copy, "
+            rf"which no longer exists \({lost}\); rename it \(mlflow experiments rename --experiment-id {exp} "
+            r"--new-name bert-pipeline-lost\) or set MLFLOW_EXPERIMENT_NAME to a new name, and rerun$")):
+        tracking.stage_run("pretrain", {}, uri=uri).__enter__()

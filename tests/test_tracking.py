@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -24,7 +25,7 @@ def test_run_tags_params_metrics_nesting(module_mlflow_uri, monkeypatch, tmp_pat
     monkeypatch.setenv("MLFLOW_RUN_ID", "must-not-be-used")
     (tmp_path / "model").mkdir()
     (tmp_path / "model" / "w.bin").write_bytes(b"123")
-    params = {"model": {"size": "mini"}, "lr": 1e-3, "long": "x" * 400}
+    params = {"model": {"size": "mini"}, "lr": 1e-3, "sources": "s" * 400, "long": "x" * 7000}
     with tracking.stage_run("pretrain", params, uri=module_mlflow_uri) as run:
         run.log_metrics({"train_loss": 3.0}, step=10)
         run.log_metrics({"train_loss": 2.0, "note": "text"}, step=20)
@@ -40,8 +41,13 @@ def test_run_tags_params_metrics_nesting(module_mlflow_uri, monkeypatch, tmp_pat
     assert len(got.data.tags["git_revision"]) in (40, 7) or got.data.tags["git_revision"] == "unknown"
     assert got.data.params["model.size"] == "mini"
     assert got.data.params["lr"] == "0.001"
-    assert len(got.data.params["long"]) == 250
+    assert got.data.params["sources"] == "s" * 400  # MLflow 3 takes 6,000 characters: nothing cut below that
+    assert len(got.data.params["long"]) == 6000
     assert got.data.params["long"].endswith("...")
+    assert got.data.tags["params_shortened"] == "long"
+    full = json.loads(Path(client.download_artifacts(run.run_id, "params.json", str(tmp_path))).read_text())
+    assert full["long"] == "x" * 7000
+    assert full["model.size"] == "mini"
     history = client.get_metric_history(run.run_id, "train_loss")
     assert [(m.step, m.value) for m in history] == [(10, 3.0), (20, 2.0)]
     assert client.get_experiment(got.info.experiment_id).name == "bert-pipeline"
@@ -89,5 +95,6 @@ def test_dvc_dir_md5_matches_dvc_and_lock_pointer(tmp_path):
 
 
 def test_flatten_params_nested_lists():
-    flat = tracking.flatten_params({"a": {"b": [1, 2]}, "c": None})
+    flat, full = tracking.flatten_params({"a": {"b": [1, 2]}, "c": None})
     assert flat == {"a.b": "[1, 2]", "c": "null"}
+    assert full == {}

@@ -149,12 +149,6 @@ def decide(candidate_score: float, candidate_split: str, champion_score: float |
     return False, f"worse on the same test split ({100 * (candidate_score - champion_score):+.2f} points)"
 
 
-def _experiment_id(client: Any) -> str:
-    name = os.environ.get(tracking.EXPERIMENT_ENV) or tracking.EXPERIMENT
-    found = client.get_experiment_by_name(name)
-    return found.experiment_id if found else client.create_experiment(name)
-
-
 def find_version(client: Any, task: str, sha: str) -> Any | None:
     """The existing version of registered model ``task`` whose ``model_sha256`` tag is ``sha``, or None."""
     try:
@@ -199,7 +193,7 @@ def log_version(client: Any, entry: Entry, uri: str) -> str:
     if os.environ.get(tracking.PARENT_RUN_ENV):  # nested under the flow's run when the flow passes one
         tags["mlflow.parentRunId"] = os.environ[tracking.PARENT_RUN_ENV]
     with _fluent_store(uri), mlflow.start_run(run_name=f"register-{entry.member}-{entry.task}", tags=tags,
-                                              experiment_id=_experiment_id(client)) as run:
+                                              experiment_id=tracking.experiment_id(client, uri)) as run:
         mlflow.log_metric(f"test_{entry.main_metric}", entry.score)
         mlflow.set_tag("flavour", flavour)
         if flavour == "pyfunc":

@@ -8,7 +8,13 @@
   under Prefect, ``prefect_flow_run_id`` (from ``BERT_PIPELINE_FLOW_RUN_ID``, else ``PREFECT__FLOW_RUN_ID``).
 - Nested under a parent run only when the orchestrator passes its id explicitly in
   ``BERT_PIPELINE_PARENT_RUN_ID`` (never ``MLFLOW_RUN_ID``, which would resume the parent run instead).
-- Params flattened to dotted keys; values longer than 250 characters shortened (MLflow rejects longer ones).
+- Params flattened to dotted keys; a value longer than the backend's limit (``MAX_PARAM_VAL_LENGTH`` of the installed
+  MLflow: 6,000 characters in 3.x) is shortened, and the run then keeps every full value in artifact ``params.json``
+  and names the shortened keys in tag ``params_shortened``.
+- The experiment is created with its artifact location beside the store (:func:`artifact_location`): for the local
+  SQLite store ``<repo>/mlruns/<experiment>``, never under the working directory, which inside
+  ``dvc exp run --temp`` is a copy DVC deletes after the run. An existing experiment whose artifacts point into
+  such a copy is refused in one line (:func:`experiment_id`).
 - Tracking URI from ``MLFLOW_TRACKING_URI``, default ``sqlite:///<absolute repository root>/mlflow.db``; inside a
   ``dvc exp run --temp`` copy (``<repo>/.dvc/tmp/exps/...``) the root is the original repository, so temporary
   experiments land in the user's store.
@@ -24,6 +30,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import subprocess
 import time
 from collections.abc import Iterator
@@ -32,6 +39,7 @@ from typing import Any
 
 import yaml
 
+from bert_pipeline.errors import PipelineError
 from bert_pipeline.io import flatten
 
 log = logging.getLogger(__name__)
@@ -41,7 +49,26 @@ PARENT_RUN_ENV = "BERT_PIPELINE_PARENT_RUN_ID"
 FLOW_RUN_ENV = "BERT_PIPELINE_FLOW_RUN_ID"
 FLOW_RUN_ENVS = (FLOW_RUN_ENV, "PREFECT__FLOW_RUN_ID")
 EXPERIMENT_ENV = "MLFLOW_EXPERIMENT_NAME"
-MAX_PARAM_CHARS = 250
+DVC_TEMP_PARTS = (".dvc", "tmp", "exps")
+PARAMS_ARTIFACT = "params.json"
+
+
+def param_limits() -> tuple[int, int]:
+    """``(key, value)`` length limits in characters of the installed MLflow's params (250 and 6,000 in 3.x)."""
+    try:
+        from mlflow.utils.validation import MAX_ENTITY_KEY_LENGTH, MAX_PARAM_VAL_LENGTH
+    except ImportError:  # pragma: no cover  (older MLflow)
+        return 250, 500
+    return int(MAX_ENTITY_KEY_LENGTH), int(MAX_PARAM_VAL_LENGTH)
+
+
+def _in_dvc_temp_copy(path: Path) -> int | None:
+    """Index in ``path.parts`` where ``.dvc/tmp/exps`` starts, or None."""
+    parts = path.parts
+    for i in range(len(parts) - 2):
+        if parts[i : i + 3] == DVC_TEMP_PARTS:
+            return i
+    return None
 
 
 def repo_root(start: str | Path | None = None) -> Path:
@@ -51,10 +78,9 @@ def repo_root(start: str | Path | None = None) -> Path:
     ``.git``; a path under ``<repo>/.dvc/tmp/exps/`` maps to ``<repo>``.
     """
     here = Path(start or Path.cwd()).resolve()
-    parts = here.parts
-    for i in range(len(parts) - 3):
-        if parts[i : i + 3] == (".dvc", "tmp", "exps"):
-            return Path(*parts[:i])
+    temp = _in_dvc_temp_copy(here)
+    if temp is not None:
+        return Path(*here.parts[:temp])
     for folder in (here, *here.parents):
         if (folder / "dvc.yaml").exists() or (folder / ".git").exists():
             return folder
@@ -69,15 +95,74 @@ def tracking_uri(start: str | Path | None = None) -> str:
     return f"sqlite:///{(repo_root(start) / 'mlflow.db').as_posix()}"
 
 
-def flatten_params(params: dict[str, Any], prefix: str = "") -> dict[str, str]:
-    """Dotted keys -> string values, each at most 250 characters (longer ones end in ``...``)."""
+def _local_path(location: str) -> Path | None:
+    """The folder of a ``file:`` URI or a plain path; None for a remote location (``s3://``, ``mlflow-artifacts:``)."""
+    from urllib.parse import unquote, urlparse
+
+    parsed = urlparse(location)
+    if parsed.scheme == "file":
+        return Path(unquote(parsed.path))
+    if parsed.scheme == "" or len(parsed.scheme) == 1:  # a plain path (or a Windows drive letter)
+        return Path(location)
+    return None
+
+
+def artifact_location(uri: str, experiment: str) -> str | None:
+    """Where a new experiment keeps its artifacts: ``<store folder>/mlruns/<experiment>`` for a local SQLite store.
+
+    MLflow's own default for a store without a server is ``./mlruns`` of the working directory, which for a stage run
+    by ``dvc exp run --temp`` is a copy DVC deletes afterwards (and with it every model ``promote`` registered
+    there). Other stores (a tracking server, a file store) are left to choose (None).
+    """
+    if not uri.startswith("sqlite:///"):
+        return None
+    database = Path(uri[len("sqlite:///"):]).resolve()
+    root = repo_root(database.parent) if _in_dvc_temp_copy(database) is not None else database.parent
+    folder = re.sub(r"[^A-Za-z0-9._-]+", "_", experiment).strip("._") or "experiment"
+    return (root / "mlruns" / folder).as_uri()
+
+
+def experiment_id(client: Any, uri: str, name: str | None = None) -> str:
+    """The id of experiment ``name`` (default ``$MLFLOW_EXPERIMENT_NAME``, else ``bert-pipeline``), created at
+    :func:`artifact_location` when missing. Every run of the pipeline (stages, the flow's parent run, ``promote``)
+    gets its experiment here.
+
+    Raises:
+        PipelineError: the experiment exists but keeps its artifacts in a DVC temporary copy (``.dvc/tmp/exps/``,
+            deleted after the run that created it: what MLflow's ``./mlruns`` default gave a stage run there).
+    """
+    name = name or os.environ.get(EXPERIMENT_ENV) or EXPERIMENT
+    found = client.get_experiment_by_name(name)
+    if found is None:
+        return client.create_experiment(name, artifact_location=artifact_location(uri, name))
+    folder = _local_path(found.artifact_location or "")
+    if folder is not None and _in_dvc_temp_copy(folder) is not None:
+        state = "which no longer exists" if not folder.exists() else "which DVC deletes after its run"
+        raise PipelineError(
+            f"MLflow experiment {name!r} (id {found.experiment_id}) of {uri} keeps its artifacts in a DVC temporary "
+            f"copy, {state} ({folder}); rename it (mlflow experiments rename --experiment-id {found.experiment_id} "
+            f"--new-name {name}-lost) or set {EXPERIMENT_ENV} to a new name, and rerun")
+    return found.experiment_id
+
+
+def flatten_params(params: dict[str, Any], prefix: str = "") -> tuple[dict[str, str], dict[str, str]]:
+    """Dotted keys -> string values within MLflow's limits (:func:`param_limits`).
+
+    Returns:
+        ``(flat, full)``: ``flat`` with values longer than the limit shortened to end in ``...``; ``full`` the
+        original text of exactly those values, by their dotted key.
+    """
+    key_limit, value_limit = param_limits()
     flat: dict[str, str] = {}
+    full: dict[str, str] = {}
     for dotted, value in flatten(params, prefix).items():
         text = value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
-        if len(text) > MAX_PARAM_CHARS:
-            text = text[: MAX_PARAM_CHARS - 3] + "..."
-        flat[dotted[:MAX_PARAM_CHARS]] = text
-    return flat
+        key = dotted[:key_limit]
+        if len(text) > value_limit:
+            full[key] = text
+            text = text[: value_limit - 3] + "..."
+        flat[key] = text
+    return flat, full
 
 
 def params_hash(params: Any) -> str:
@@ -138,12 +223,17 @@ class StageRun:
         self.run_id = run_id
 
     def log_params(self, params: dict[str, Any], prefix: str = "") -> None:
-        """Log nested params flattened to dotted keys (values shortened to 250 characters)."""
+        """Log nested params flattened to dotted keys; values over MLflow's limit are shortened, and then the
+        full values go to artifact ``params.json`` and their keys to tag ``params_shortened``."""
         from mlflow.entities import Param
 
-        items = [Param(k, v) for k, v in flatten_params(params, prefix).items()]
+        flat, full = flatten_params(params, prefix)
+        items = [Param(k, v) for k, v in flat.items()]
         for i in range(0, len(items), 100):
             self.client.log_batch(self.run_id, params=items[i : i + 100])
+        if full:
+            self.client.log_dict(self.run_id, {**flat, **full}, PARAMS_ARTIFACT)
+            self.set_tags({"params_shortened": ",".join(sorted(full))})
 
     def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
         """Log numeric metrics at ``step`` (non-numbers are skipped)."""
@@ -195,10 +285,9 @@ def stage_run(
     """
     from mlflow import MlflowClient
 
-    client = MlflowClient(tracking_uri=uri or tracking_uri())
-    experiment = experiment or os.environ.get(EXPERIMENT_ENV) or EXPERIMENT
-    found = client.get_experiment_by_name(experiment)
-    experiment_id = found.experiment_id if found else client.create_experiment(experiment)
+    uri = uri or tracking_uri()
+    client = MlflowClient(tracking_uri=uri)
+    exp_id = experiment_id(client, uri, experiment)
     revision, dirty = git_revision()
     run_tags = {
         "stage": stage,
@@ -216,7 +305,7 @@ def stage_run(
             run_tags["prefect_flow_run_id"] = os.environ[env]
             break
     run_tags.update({k: str(v) for k, v in (tags or {}).items()})
-    run = client.create_run(experiment_id, tags=run_tags, run_name=stage)
+    run = client.create_run(exp_id, tags=run_tags, run_name=stage)
     handle = StageRun(client, run.info.run_id)
     status = "FAILED"
     try:
