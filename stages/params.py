@@ -367,8 +367,9 @@ class FinetuneModel(Section):
 
 
 class FinetuneTask(Section):
-    """Per-task fine-tuning knobs. ``doc_stride``, ``n_best``, ``max_answer_length`` are QA's (required for a QA
-    task, checked when its ``task.json`` says so).
+    """Per-task fine-tuning knobs. ``doc_stride`` (overlap in tokens of the windows a long input is cut into) is
+    required for QA and NER tasks, ``n_best`` and ``max_answer_length`` for QA (checked when its ``task.json``
+    says which kind it is).
     ``max_*_examples`` draw a seeded subset (``finetune.data_seed``); null = the whole split (``max_test_examples``
     is for the smoke profile: the default scores the whole test split)."""
 

@@ -73,7 +73,7 @@ def _params(**over):
                     "tinyscratch": {"path": "tinymodel", "init": "random", "learning_rate": 5e-3, "pooling": "cls"}}
     ft["tasks"] = {
         "sentiment": {"max_train_examples": 48, "max_length": 16, "epochs": 4, "batch_size": 8},
-        "ner": {"max_length": 16, "epochs": 1, "batch_size": 4},
+        "ner": {"max_length": 16, "doc_stride": 4, "epochs": 1, "batch_size": 4},
         "qa": {"max_length": 24, "doc_stride": 8, "epochs": 1, "batch_size": 4, "n_best": 20, "max_answer_length": 5},
     }
     ft.update(over)
@@ -142,12 +142,21 @@ def test_ner_and_qa_run_with_scratch_model(workdir, task):
     assert (workdir / f"models/finetuned/tinyscratch-{task}/config.json").exists()
 
 
-def test_qa_task_without_its_decoding_knobs_is_one_line(workdir):
+@pytest.mark.parametrize(("task", "key"), [("qa", "n_best"), ("ner", "doc_stride")])
+def test_task_without_its_window_or_decoding_knobs_is_one_line(workdir, task, key):
     p = _params(seeds=[3])
-    without_n_best = dict(p.tasks) | {"qa": p.tasks["qa"].model_copy(update={"n_best": None})}
-    with pytest.raises(PipelineError, match=r"^finetune.tasks.qa.n_best: required for a QA task, got null$"):
-        finetune.run("tinyscratch", "qa", p.model_copy(update={"tasks": without_n_best}))
-    assert not (workdir / "models/finetuned/tinyscratch-qa").exists()
+    without = dict(p.tasks) | {task: p.tasks[task].model_copy(update={key: None})}
+    with pytest.raises(PipelineError, match=rf"^finetune.tasks.{task}.{key}: required for a {task.upper()} task, got null$"):
+        finetune.run("tinyscratch", task, p.model_copy(update={"tasks": without}))
+    assert not (workdir / f"models/finetuned/tinyscratch-{task}").exists()
+
+
+def test_ner_stride_that_leaves_no_step_is_one_line(workdir):
+    p = _params(seeds=[3])
+    tasks = dict(p.tasks) | {"ner": p.tasks["ner"].model_copy(update={"doc_stride": 14})}
+    with pytest.raises(PipelineError, match=r"^finetune.tasks.ner: doc_stride 14 must be below max_length 16 minus "
+                                            r"2 special tokens$"):
+        finetune.run("tinyscratch", "ner", p.model_copy(update={"tasks": tasks}))
 
 
 def test_scratch_from_tokenizer_folder_takes_the_teacher_size(workdir):
@@ -217,3 +226,30 @@ def test_main_tracks_one_mlflow_run(workdir, mlflow_in_tmp):
     assert data.metrics["test_f1"] == pytest.approx(saved["test"]["f1"]["mean"])
     assert "seed4/train_loss" in data.metrics
     assert data.params["model.path"] == "tinymodel"
+
+
+def test_ner_evaluation_scores_every_gold_word_of_a_long_sentence():
+    """The issue's case: an 80-word sentence and a tagger that is right on every word. Truncated to max_length, the
+    words past it were scored as O (recall 0.5 here); windowed, every gold entity is found."""
+    from types import SimpleNamespace
+
+    from datasets import Dataset
+
+    tok = bert_tokenizer(["alice", "the"])
+    alice = tok.convert_tokens_to_ids("alice")
+    names = ["O", "B-PER", "I-PER"]
+    words = ["alice" if i % 4 == 0 else "the" for i in range(80)]
+    ds = Dataset.from_dict({"tokens": [words], "ner_tags": [[1 if w == "alice" else 0 for w in words]]})
+
+    class Oracle(torch.nn.Module):  # B-PER on "alice", O elsewhere
+        def forward(self, input_ids, **_):
+            logits = torch.zeros(*input_ids.shape, len(names))
+            logits[..., 0] = 1.0
+            logits[..., 1] = (input_ids == alice).float() * 2.0
+            return SimpleNamespace(logits=logits)
+
+    task = {"max_length": 40, "doc_stride": 8}
+    run = finetune_lib.make_evaluator("ner", tok, ds, task, names, 4, torch.device("cpu"), lambda: torch.no_grad())
+    got = run(Oracle())
+    assert got["recall"] == 1.0
+    assert got["f1"] == 1.0

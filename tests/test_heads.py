@@ -30,10 +30,46 @@ def test_label_alignment_words_of_one_two_and_five_pieces(tokenizer):
     assert pieces == ["[CLS]", "cat", "dog", "##s", "x", "##q", "##z", "##v", "##w", "[SEP]"]
     aligned = heads.align_word_labels(enc.word_ids(0), labels)
     assert aligned == [-100, 3, 1, -100, 2, -100, -100, -100, -100, -100]
-    feats = heads.tokenize_ner(tokenizer, [words], [labels], max_length=32)
-    assert feats["labels"][0] == aligned
-    # back to words: first sub-token's prediction per word; truncated words get the O label (0)
-    assert heads.word_predictions(enc.word_ids(0), [9, 3, 1, 8, 2, 8, 8, 8, 8, 9], 4) == [3, 1, 2, 0]
+    windows = heads.tokenize_ner(tokenizer, [words], [labels], max_length=32, doc_stride=4)
+    assert [f["labels"] for f in windows.features] == [aligned]
+    # back to words: the first sub-token's prediction per word
+    assert heads.word_predictions(windows, [[9, 3, 1, 8, 2, 8, 8, 8, 8, 9]]) == [[3, 1, 2]]
+
+
+def test_long_sentence_windows_keep_every_word_and_read_each_from_its_most_centred_window(tokenizer):
+    """80 words in 16-token windows (14 content tokens, overlap 4): the issue's case, where truncation scored the
+    words past max_length as O. Every word gets its own label back, each first sub-token in some window."""
+    words = [("dogs" if i % 3 else "cat") for i in range(80)]  # dogs = 2 pieces, so windows start mid-word
+    labels = [i % 5 for i in range(80)]
+    windows = heads.tokenize_ner(tokenizer, [words], [labels], max_length=16, doc_stride=4)
+    assert len(windows.features) > 1
+    assert all(len(f["input_ids"]) <= 16 for f in windows.features)
+    pieces = [tokenizer.convert_ids_to_tokens(f["input_ids"]) for f in windows.features]
+    assert all(p[0] == "[CLS]" and p[-1] == "[SEP]" for p in pieces)
+    for f, word_at in zip(windows.features, windows.word_at, strict=True):  # labels sit on first sub-tokens only
+        assert [lab for lab, w in zip(f["labels"], word_at, strict=True) if w is not None] == \
+            [labels[w] for w in word_at if w is not None]
+        assert all(lab == -100 for lab, w in zip(f["labels"], word_at, strict=True) if w is None)
+    # a model that predicts each position's gold label recovers all 80 words
+    assert heads.word_predictions(windows, [f["labels"] for f in windows.features]) == [labels]
+    # a word seen in two windows is read from the one where it is more centred
+    seen: dict[int, list[tuple[int, int]]] = {}
+    for w, (word_at, context) in enumerate(zip(windows.word_at, windows.context, strict=True)):
+        for word, ctx in zip(word_at, context, strict=True):
+            if word is not None:
+                seen.setdefault(word, []).append((ctx, w))
+    twice = [word for word, where in seen.items() if len(where) == 2]
+    assert twice
+    word = twice[0]
+    (ctx_a, win_a), (ctx_b, win_b) = seen[word]
+    preds = [[7] * len(f["input_ids"]) for f in windows.features]
+    preds[win_a if ctx_a >= ctx_b else win_b] = [1] * len(windows.features[win_a if ctx_a >= ctx_b else win_b]["input_ids"])
+    assert heads.word_predictions(windows, preds)[0][word] == 1
+
+
+def test_ner_windows_refuse_a_stride_that_leaves_no_step(tokenizer):
+    with pytest.raises(ValueError, match="doc_stride 14 must be below max_length 16 minus 2 special tokens"):
+        heads.tokenize_ner(tokenizer, [["cat"]], None, max_length=16, doc_stride=14)
 
 
 # -------------------------------------------------------------------------------------------------- QA

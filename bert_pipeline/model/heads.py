@@ -42,26 +42,83 @@ def align_word_labels(word_ids: Sequence[int | None], word_labels: Sequence[int]
     return out
 
 
-def tokenize_ner(tokenizer, tokens: list[list[str]], tags: list[list[int]], max_length: int) -> dict[str, list]:
-    """Tokenize pre-split words and align labels (:func:`align_word_labels`); truncates to ``max_length``.
+class NerWindows(NamedTuple):
+    """Pre-split sentences as model windows (:func:`tokenize_ner`).
 
-    Returns:
-        ``{"input_ids", "attention_mask", "token_type_ids"?, "labels"}``, lists of ``(seq_len,)`` lists.
+    ``features``: per window ``{"input_ids", "attention_mask", "token_type_ids"?, "labels"?}`` (lists of ints,
+    at most ``max_length`` long); ``example_index``: the sentence each window came from; ``word_at``: per window and
+    position, the word index whose *first* sub-token sits there, else None (special tokens, later sub-tokens);
+    ``context``: per window and position, tokens of context on the nearer side (how centred it is);
+    ``n_words``: words per sentence.
     """
-    enc = tokenizer(tokens, is_split_into_words=True, truncation=True, max_length=max_length)
-    enc["labels"] = [align_word_labels(enc.word_ids(i), tags[i]) for i in range(len(tokens))]
-    return dict(enc)
+
+    features: list[dict[str, list[int]]]
+    example_index: list[int]
+    word_at: list[list[int | None]]
+    context: list[list[int]]
+    n_words: list[int]
 
 
-def word_predictions(word_ids: Sequence[int | None], token_preds: Sequence[int], n_words: int, fill: int = 0) -> list[int]:
-    """Per-word predictions from per-token ones (first sub-token of each word); words cut off by truncation
-    get ``fill`` (the ``O`` label)."""
-    out = [fill] * n_words
-    prev = None
-    for w, p in zip(word_ids, token_preds, strict=False):
-        if w is not None and w != prev:
-            out[w] = int(p)
-        prev = w
+def tokenize_ner(tokenizer, tokens: list[list[str]], tags: list[list[int]] | None, max_length: int,
+                 doc_stride: int) -> NerWindows:
+    """Tokenize pre-split words into windows of at most ``max_length`` tokens, so no word is lost to truncation.
+
+    A sentence whose sub-tokens do not fit one window is split into windows of ``max_length`` tokens (special
+    tokens included) that overlap by ``doc_stride`` sub-tokens, the way ``run_qa.py`` windows long contexts
+    (Devlin et al. 2019, §4.2); every window gets the tokenizer's own special tokens. With ``tags``, each window's
+    first sub-tokens carry their word's label, the other positions ``-100`` (:func:`align_word_labels`' rule).
+
+    Raises:
+        ValueError: ``doc_stride`` leaves no step (it must be below ``max_length`` minus the special tokens).
+    """
+    room = max_length - tokenizer.num_special_tokens_to_add(pair=False)
+    if room < 1 or doc_stride >= room:
+        raise ValueError(f"doc_stride {doc_stride} must be below max_length {max_length} minus "
+                         f"{max_length - room} special tokens")
+    full = tokenizer(tokens, is_split_into_words=True, add_special_tokens=False)
+    enc = tokenizer(tokens, is_split_into_words=True, truncation=True, max_length=max_length, stride=doc_stride,
+                    return_overflowing_tokens=True, return_special_tokens_mask=True)
+    windows = NerWindows([], [], [], [], [len(words) for words in tokens])
+    next_start: dict[int, int] = {}
+    for w, example in enumerate(enc["overflow_to_sample_mapping"]):
+        ids, word_ids = full["input_ids"][example], full.word_ids(example)
+        start = next_start.get(example, 0)  # a window repeats the previous one's last doc_stride sub-tokens
+        special = enc["special_tokens_mask"][w]
+        n_content = len(special) - sum(special)
+        content = [t for t, s in zip(enc["input_ids"][w], special, strict=True) if not s]
+        if content != ids[start:start + n_content]:  # the overflow contract this mapping relies on
+            raise ValueError(f"tokenizer {type(tokenizer).__name__}: overflowing windows are not consecutive slices")
+        next_start[example] = start + n_content - doc_stride
+        word_at: list[int | None] = []
+        context: list[int] = []
+        k = 0
+        for is_special in special:
+            g = start + k
+            first = not is_special and word_ids[g] is not None and (g == 0 or word_ids[g - 1] != word_ids[g])
+            word_at.append(word_ids[g] if first else None)
+            context.append(min(k, n_content - 1 - k) if not is_special else 0)
+            k += 0 if is_special else 1
+        feature = {key: enc[key][w] for key in ("input_ids", "attention_mask", "token_type_ids") if key in enc}
+        if tags is not None:
+            feature["labels"] = [IGNORE_INDEX if word is None else int(tags[example][word]) for word in word_at]
+        windows.features.append(feature)
+        windows.example_index.append(example)
+        windows.word_at.append(word_at)
+        windows.context.append(context)
+    return windows
+
+
+def word_predictions(windows: NerWindows, token_preds: Sequence[Sequence[int]], fill: int = 0) -> list[list[int]]:
+    """Per sentence, one prediction per word: its first sub-token's, from the window where that sub-token has the
+    most context (BERT's ``_check_is_max_context`` rule for overlapping windows). ``token_preds[w]``: window
+    ``w``'s per-position predictions. A word with no sub-token (the tokenizer dropped it) gets ``fill`` (``O``)."""
+    out = [[fill] * n for n in windows.n_words]
+    best = [[-1] * n for n in windows.n_words]
+    for w, example in enumerate(windows.example_index):
+        for pos, word in enumerate(windows.word_at[w]):
+            if word is not None and windows.context[w][pos] > best[example][word]:
+                best[example][word] = windows.context[w][pos]
+                out[example][word] = int(token_preds[w][pos])
     return out
 
 

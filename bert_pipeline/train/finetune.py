@@ -38,6 +38,8 @@ from bert_pipeline.train.precision import autocast_for, resolve_precision
 log = logging.getLogger(__name__)
 
 QA_KEYS = ("doc_stride", "n_best", "max_answer_length")
+WINDOW_KEYS = {"qa": QA_KEYS, "ner": ("doc_stride",)}
+"""Task knobs a kind needs (null in the schema for the other kinds)."""
 """The task knobs extractive QA needs (windows and n-best decoding)."""
 
 MODEL_KEYS = ("input_ids", "attention_mask", "token_type_ids", "labels", "start_positions", "end_positions")
@@ -144,12 +146,13 @@ def build_model(
 
 # ---------------------------------------------------------------------------------------------- encoding
 def encode_train(kind: str, tokenizer, ds: Dataset, task: dict[str, Any]) -> list[dict[str, list[int]]]:
-    """Model-ready training features, one dict per example (QA: per window)."""
+    """Model-ready training features, one dict per example (NER and QA: per window of a long sentence/context)."""
     if kind == "classification":
         enc = tokenizer(list(ds["text"]), truncation=True, max_length=task["max_length"])
         enc["labels"] = list(ds["label"])
     elif kind == "ner":
-        enc = heads.tokenize_ner(tokenizer, list(ds["tokens"]), list(ds["ner_tags"]), task["max_length"])
+        return heads.tokenize_ner(tokenizer, list(ds["tokens"]), list(ds["ner_tags"]), task["max_length"],
+                                  task["doc_stride"]).features
     else:
         enc = heads.prepare_qa_features(tokenizer, list(ds["question"]), list(ds["context"]), list(ds["answers"]), task["max_length"],
                                     task["doc_stride"])
@@ -221,16 +224,14 @@ def make_evaluator(kind: str, tokenizer, ds: Dataset, task: dict[str, Any], labe
             return task_metrics.classification_metrics(labels, [int(np.argmax(x)) for x in logits], len(label_names))
         return run
     if kind == "ner":
-        enc = tokenizer(list(ds["tokens"]), is_split_into_words=True, truncation=True, max_length=task["max_length"])
-        feats = [{k: enc[k][i] for k in enc} for i in range(len(ds))]
-        word_ids = [enc.word_ids(i) for i in range(len(ds))]
+        # every gold word is scored: long sentences are windowed, each word read from its most centred window
+        windows = heads.tokenize_ner(tokenizer, list(ds["tokens"]), None, task["max_length"], task["doc_stride"])
         gold = [[label_names[t] for t in tags] for tags in list(ds["ner_tags"])]
 
         def run(model):
-            logits = forward_all(model, feats, collate, batch_size, device, autocast)
-            pred = [[label_names[p] for p in heads.word_predictions(word_ids[i], np.argmax(x, -1), len(gold[i]))]
-                    for i, x in enumerate(logits)]
-            return task_metrics.ner_metrics(gold, pred)
+            logits = forward_all(model, windows.features, collate, batch_size, device, autocast)
+            words = heads.word_predictions(windows, [np.argmax(x, -1) for x in logits])
+            return task_metrics.ner_metrics(gold, [[label_names[p] for p in sent] for sent in words])
         return run
     enc = heads.prepare_qa_features(tokenizer, list(ds["question"]), list(ds["context"]), None, task["max_length"], task["doc_stride"])
     feats = [{k: enc[k][i] for k in ("input_ids", "attention_mask", "token_type_ids") if k in enc}
@@ -385,17 +386,20 @@ def finetune_task(
 
     dd, info = load_task(task_dir)
     kind, label_names, main = info["kind"], info.get("label_names"), info["main_metric"]
-    missing = [k for k in QA_KEYS if kind == "qa" and task.get(k) is None]
+    missing = [k for k in WINDOW_KEYS.get(kind, ()) if task.get(k) is None]
     if missing:
-        raise FinetuneError(f"finetune.tasks.{task_dir.name}.{missing[0]}: required for a QA task, got null")
+        raise FinetuneError(f"finetune.tasks.{task_dir.name}.{missing[0]}: required for a {kind.upper()} task, got null")
     tokenizer = load_tokenizer(member.path)
     device, autocast = device_and_autocast(precision)
     train = subsample(dd["train"], task["max_train_examples"], data_seed)
-    features = encode_train(kind, tokenizer, train, task)
     heldout = {"validation": subsample(dd["validation"], task["max_validation_examples"], data_seed),
                "test": subsample(dd["test"], task["max_test_examples"], data_seed)}
-    evaluators = {s: make_evaluator(kind, tokenizer, d, task, label_names, eval_batch_size, device, autocast)
-                  for s, d in heldout.items()}
+    try:
+        features = encode_train(kind, tokenizer, train, task)
+        evaluators = {s: make_evaluator(kind, tokenizer, d, task, label_names, eval_batch_size, device, autocast)
+                      for s, d in heldout.items()}
+    except ValueError as exc:  # windows that cannot be built from max_length / doc_stride
+        raise FinetuneError(f"finetune.tasks.{task_dir.name}: {exc}") from None
     collate = collator(kind, tokenizer)
     log.info("%s on %s (%s): %d train examples (%d features), %d validation, %d test, seeds %s", member.path,
              task_dir.name, kind, len(train), len(features), len(heldout["validation"]), len(heldout["test"]), seeds)
