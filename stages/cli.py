@@ -9,9 +9,11 @@ first (a bad key fails before DVC starts), then runs ``dvc exp run --temp --set-
 temporary copy, ``params.yaml`` is never edited and ``dvc exp show`` lists it. ``promote`` is the explicit,
 never-cached step that changes the shared registry (:mod:`bert_pipeline.mlops.registry`): run it after
 ``dvc repro`` on results you mean to keep, never from a throwaway ``dvc exp run``. ``predict`` reads a fine-tuned
-folder: sentiment ``{"text", "label", "probability"}``; NER ``{"text", "entities": [{"type", "text", "start", "end",
-"score"}]}`` (character offsets); QA (``--context`` required, each input a question) ``{"question", "answer",
-"start", "end", "score"}``. Texts come from the arguments, else one per line on stdin.
+folder: sentiment ``{"text", "label", "probability", "tokens", "truncated"}`` (``truncated``: the text is longer than
+``--max-seq-length`` tokens and was classified on its beginning); NER ``{"text", "entities": [{"type", "text",
+"start", "end", "score"}]}`` (character offsets; a long text is tagged whole, in overlapping windows); QA
+(``--context`` required, each input a question) ``{"question", "answer", "start", "end", "score", "windows",
+"question_truncated"}``. Texts come from the arguments, else one per line on stdin.
 """
 
 from __future__ import annotations
@@ -150,7 +152,8 @@ def predict_lines(args: argparse.Namespace, texts: list[str]) -> list[dict]:
         return [{"text": t, **r} for t, r in zip(texts, classify(pred, texts, max_seq_length=args.max_seq_length),
                                                   strict=True)]
     if pred.kind == "token-classification":
-        return [{"text": t, "entities": e} for t, e in zip(texts, entities(pred, texts), strict=True)]
+        found = entities(pred, texts, args.max_seq_length, args.doc_stride)
+        return [{"text": t, "entities": e} for t, e in zip(texts, found, strict=True)]
     if not args.context:
         raise PipelineError(f"{args.model_dir}: a question-answering model needs --context \"PASSAGE\"")
     return [{"question": q, **answer(pred, q, args.context, args.max_seq_length, args.doc_stride, args.n_best,
@@ -195,7 +198,8 @@ def parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     pred.add_argument("texts", nargs="*", help="texts (QA: questions); read from stdin, one per line, when absent")
     pred.add_argument("--context", help="the passage QA answers from (required for a QA model)")
     pred.add_argument("--max-seq-length", type=_positive, default=384, help="tokens per window (default 384)")
-    pred.add_argument("--doc-stride", type=_positive, default=128, help="QA window overlap in tokens (default 128)")
+    pred.add_argument("--doc-stride", type=_positive, default=128,
+                      help="overlap in tokens of the windows a long QA context or NER text is cut into (default 128)")
     pred.add_argument("--n-best", type=_positive, default=20, help="QA start/end candidates per window (default 20)")
     pred.add_argument("--max-answer-length", type=_positive, default=30, help="QA answer tokens at most (default 30)")
     return top, pred

@@ -9,7 +9,7 @@ import pytest
 
 from bert_pipeline.errors import PipelineError
 from stages.cli import main
-from tests.tiny_models import save_classifier, save_reader, save_tagger
+from tests.tiny_models import save_classifier, save_reader, save_tagger, save_word_tagger
 
 
 def _run(capsys, argv, stdin=None, monkeypatch=None):
@@ -48,6 +48,38 @@ def test_ner_entities_with_character_offsets(tmp_path, capsys):
     assert rec["entities"] == []
 
 
+def test_ner_tags_a_long_text_to_its_end(tmp_path, capsys):
+    """The issue's case: on a 10,000-character text the entity in the last 200 characters is found (the tagger
+    reads 64-token windows; one window held the first ~300 characters)."""
+    tagger = save_word_tagger(tmp_path / "alice", max_position_embeddings=64)
+    text = "the film was good and the plot was boring . " * 230 + "bob met alice in paris ."
+    assert len(text) >= 10_000
+    (rec,) = _run(capsys, [str(tagger), text])
+    start = text.rindex("alice")
+    assert start > len(text) - 200
+    assert [(e["type"], e["start"], e["end"]) for e in rec["entities"]] == [("PER", start, start + 5)]
+
+
+def test_ner_entities_of_overlapping_windows_merge_without_duplicates(tmp_path, capsys):
+    tagger = save_word_tagger(tmp_path / "alice", max_position_embeddings=64)
+    words = ["alice" if i % 7 == 3 else "the" for i in range(400)]
+    text = " ".join(words)
+    (rec,) = _run(capsys, [str(tagger), "--max-seq-length", "32", "--doc-stride", "8", text])
+    starts = [len(" ".join(words[:i])) + (1 if i else 0) for i, w in enumerate(words) if w == "alice"]
+    assert [e["start"] for e in rec["entities"]] == starts
+    assert all(e["text"] == "alice" for e in rec["entities"])
+    # a stride beyond half the window is capped there: the same entities
+    (capped,) = _run(capsys, [str(tagger), "--max-seq-length", "32", "--doc-stride", "30", text])
+    assert capped["entities"] == rec["entities"]
+
+
+def test_sentiment_says_when_it_read_only_the_beginning(tmp_path, capsys):
+    pos = save_classifier(tmp_path / "pos", favour=1)
+    short, long = _run(capsys, [str(pos), "--max-seq-length", "16", "a great film", "a great film " * 10])
+    assert (short["tokens"], short["truncated"]) == (5, False)
+    assert (long["tokens"], long["truncated"]) == (32, True)
+
+
 def test_qa_answer_is_a_context_span(tmp_path, capsys):
     reader = save_reader(tmp_path / "qa")
     context = "alice met bob in paris and bob visited london"
@@ -62,6 +94,9 @@ def test_qa_answer_is_a_context_span(tmp_path, capsys):
     (rec,) = _run(capsys, [str(reader), "--context", context, "--max-seq-length", "14", "--doc-stride", "8",
                            "who met bob in paris and london ?"])
     assert context[rec["start"]:rec["end"]] == rec["answer"] != ""
+    assert rec["question_truncated"] is True  # 8 question tokens > 14 // 2: the output says it was cut
+    assert rec["windows"] > 1
+    assert out[0]["question_truncated"] is False
     with pytest.raises(PipelineError, match="needs --context"):
         main(["predict", str(reader), "who?"])
 

@@ -88,6 +88,37 @@ def save_tagger(path: Path, labels=("O", "B-PER", "I-PER", "B-LOC", "I-LOC"), fa
     return path
 
 
+def save_word_tagger(path: Path, word: str = "alice", label: str = "B-PER",
+                     labels=("O", "B-PER", "I-PER", "B-LOC", "I-LOC"), max_position_embeddings: int = 512) -> Path:
+    """A token classifier that tags exactly the tokens of ``word`` as ``label`` and every other token ``O``,
+    wherever they stand: every layer's attention and feed-forward output is zeroed (so each layer is the identity
+    after its LayerNorm), position and token-type embeddings are zero, and only ``word``'s embedding is non-zero,
+    in the direction the classifier reads for ``label``."""
+    tok = tiny_tokenizer()
+    cfg = _config(tok, id2label=dict(enumerate(labels)), label2id={v: i for i, v in enumerate(labels)},
+                  max_position_embeddings=max_position_embeddings)
+    model = BertForTokenClassification(cfg)
+    direction = torch.zeros(cfg.hidden_size)
+    direction[0], direction[1] = 1.0, -1.0
+    with torch.no_grad():
+        for layer in model.bert.encoder.layer:
+            for dense in (layer.attention.output.dense, layer.output.dense):
+                dense.weight.zero_()
+                dense.bias.zero_()
+        emb = model.bert.embeddings
+        emb.word_embeddings.weight.zero_()
+        emb.word_embeddings.weight[tok.convert_tokens_to_ids(word)] = direction
+        emb.position_embeddings.weight.zero_()
+        emb.token_type_embeddings.weight.zero_()
+        model.classifier.weight.zero_()
+        model.classifier.bias.zero_()
+        model.classifier.weight[labels.index(label)] = direction
+        model.classifier.bias[labels.index("O")] = 1.0
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
 def save_reader(path: Path, seed: int = 0) -> Path:
     """A randomly initialised extractive QA model (start/end logits per token)."""
     torch.manual_seed(seed)

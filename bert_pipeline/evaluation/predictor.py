@@ -103,13 +103,20 @@ def max_length(pred: Predictor, requested: int) -> int:
     return min(requested, limit) if limit else requested
 
 
+def token_counts(pred: Predictor, texts: Sequence[str]) -> list[int]:
+    """Tokens of each text with the model's special tokens (what a window must hold to see it whole)."""
+    return [len(ids) for ids in pred.tokenizer(list(texts), truncation=False)["input_ids"]]
+
+
 @torch.no_grad()
 def class_probabilities(pred: Predictor, texts: Sequence[str], batch_size: int = 32,
                         max_seq_length: int = 128) -> torch.Tensor:
     """Softmax class probabilities, ``(len(texts), num_labels)`` float32, in the order of ``texts``.
 
-    Texts are batched by length (``batch_size`` at a time, padded to the longest in the batch) so little
-    compute goes to padding; the result does not depend on the batching.
+    Each text is read up to ``max_seq_length`` tokens (capped at the model's ``max_position_embeddings``): a
+    sentence classifier sees one window, as in fine-tuning. Texts are batched by length (``batch_size`` at a time,
+    padded to the longest in the batch) so little compute goes to padding; the result does not depend on the
+    batching.
     """
     order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
     probs = torch.zeros(len(texts), pred.model.config.num_labels)
@@ -122,18 +129,40 @@ def class_probabilities(pred: Predictor, texts: Sequence[str], batch_size: int =
 
 
 def classify(pred: Predictor, texts: Sequence[str], batch_size: int = 32, max_seq_length: int = 128) -> list[dict]:
-    """``[{"label": name, "probability": p}]`` per text: the arg-max class and its softmax probability."""
+    """``[{"label", "probability", "tokens", "truncated"}]`` per text: the arg-max class, its softmax probability,
+    the text's length in tokens and whether the model read only its first ``max_seq_length`` tokens (capped at the
+    model's ``max_position_embeddings``): a long text is classified on its beginning, and the output says so."""
     probs = class_probabilities(pred, texts, batch_size, max_seq_length)
     id2label = pred.model.config.id2label
-    return [{"label": id2label[int(p.argmax())], "probability": round(float(p.max()), 4)} for p in probs]
+    limit = max_length(pred, max_seq_length)
+    return [{"label": id2label[int(p.argmax())], "probability": round(float(p.max()), 4), "tokens": n,
+             "truncated": n > limit} for p, n in zip(probs, token_counts(pred, texts), strict=True)]
 
 
-def entities(pred: Predictor, texts: Sequence[str]) -> list[list[dict]]:
-    """Per text, its entities ``{"type", "text", "start", "end", "score"}`` (character offsets, end exclusive)."""
+def entities(pred: Predictor, texts: Sequence[str], max_seq_length: int = 384, doc_stride: int = 128) -> list[list[dict]]:
+    """Per text, its entities ``{"type", "text", "start", "end", "score"}`` (character offsets, end exclusive).
+
+    The whole text is tagged, however long: Hugging Face's ``token-classification`` pipeline with ``stride`` cuts
+    it into windows of ``max_seq_length`` tokens (capped at the model's ``max_position_embeddings``) that overlap by
+    ``doc_stride`` tokens (capped at half the window's text, as a model with short position embeddings needs),
+    and merges the entities of overlapping windows (the longer, then the higher-scored, entity wins).
+
+    Raises:
+        PipelineError: ``max_seq_length`` holds no text after the special tokens.
+    """
+    import copy
+
     from transformers import pipeline
 
-    tagger = pipeline("token-classification", model=pred.model, tokenizer=pred.tokenizer,
-                      aggregation_strategy="first", device=-1)
+    window = max_length(pred, max_seq_length)
+    room = window - pred.tokenizer.num_special_tokens_to_add(pair=False)
+    if room < 2:
+        raise PipelineError(f"--max-seq-length {window}: leaves no room for text after the special tokens")
+    doc_stride = min(doc_stride, room // 2)  # each window moves on by at least half its text
+    tokenizer = copy.copy(pred.tokenizer)  # the pipeline windows at the tokenizer's model_max_length
+    tokenizer.model_max_length = window
+    tagger = pipeline("token-classification", model=pred.model, tokenizer=tokenizer,
+                      aggregation_strategy="first", stride=doc_stride, device=-1)
     results = []
     for text in texts:
         found = tagger(text)
@@ -145,7 +174,9 @@ def entities(pred: Predictor, texts: Sequence[str]) -> list[list[dict]]:
 @torch.no_grad()
 def answer(pred: Predictor, question: str, context: str, max_seq_length: int = 384, doc_stride: int = 128,
            n_best: int = 20, max_answer_length: int = 30) -> dict:
-    """The best answer span in ``context``: ``{"answer", "start", "end", "score"}`` (character offsets).
+    """The best answer span in ``context``: ``{"answer", "start", "end", "score", "windows",
+    "question_truncated"}`` (character offsets; the number of windows the context took; whether the question
+    was cut to ``max_seq_length // 2`` tokens, the one limit left: every context token is in some window).
 
     The windows and the decoding are the ones fine-tuning scores the test split with
     (:func:`bert_pipeline.model.heads.prepare_qa_features`, :func:`bert_pipeline.model.heads.decode_qa`): windows
@@ -170,4 +201,5 @@ def answer(pred: Predictor, question: str, context: str, max_seq_length: int = 3
     (span,) = decode_qa([context], feats["example_index"], feats["offset_mapping"], starts, ends, n_best,
                         max_answer_length)
     return {"answer": span.text, "start": span.start, "end": span.end,
-            "score": None if span.score is None else round(span.score, 4)}
+            "score": None if span.score is None else round(span.score, 4), "windows": len(windows),
+            "question_truncated": feats["question_truncated"][0]}

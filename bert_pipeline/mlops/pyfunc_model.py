@@ -8,8 +8,9 @@ nothing imports it.
 
 Input rows (a DataFrame, a list, or ``{"inputs": [...]}`` when served): sentence classification and NER take
 texts (strings, or mappings/columns named ``text``); QA takes ``{"question", "context"}``. Output per row, as
-:mod:`bert_pipeline.evaluation.predictor`: ``{"label", "probability"}``; ``{"entities": [...]}`` with character offsets;
-``{"answer", "start", "end", "score"}``.
+:mod:`bert_pipeline.evaluation.predictor`: ``{"label", "probability", "tokens", "truncated"}``; ``{"entities": [...]}``
+with character offsets (a long text tagged whole, in windows); ``{"answer", "start", "end", "score", "windows",
+"question_truncated"}``.
 """
 
 from __future__ import annotations

@@ -149,7 +149,8 @@ def prepare_qa_features(
     Returns:
         lists per window: ``input_ids``, ``attention_mask``, (``token_type_ids``), ``example_index`` (the
         pair it came from), ``offset_mapping`` (``(start, end)`` character offsets into the *context*, or
-        ``None`` for question and special tokens), and the positions when ``answers`` is given.
+        ``None`` for question and special tokens), and the positions when ``answers`` is given; per *example*:
+        ``question_truncated`` (bool: the question was cut to ``max_question_length`` tokens).
     Raises:
         ValueError: the tokenizer is not a fast tokenizer (offsets are needed), or the question leaves no
             room for the context.
@@ -158,6 +159,7 @@ def prepare_qa_features(
         raise ValueError("QA needs a fast tokenizer (offset_mapping)")
     pad_right = tokenizer.padding_side == "right"
     max_q = max_question_length or max_length // 2
+    asked = questions
     questions = truncate_questions(tokenizer, questions, max_q)
     longest_q = max((len(ids) for ids in tokenizer(questions, add_special_tokens=False)["input_ids"]), default=0)
     room = max_length - longest_q - tokenizer.num_special_tokens_to_add(pair=True)
@@ -174,6 +176,7 @@ def prepare_qa_features(
     offsets_all = enc.pop("offset_mapping")
     out: dict[str, list] = {k: list(v) for k, v in enc.items()}
     out["example_index"], out["offset_mapping"] = [], []
+    out["question_truncated"] = [cut != whole for cut, whole in zip(questions, asked, strict=True)]
     if answers is not None:
         out["start_positions"], out["end_positions"] = [], []
     for i, offsets in enumerate(offsets_all):
