@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from bert_pipeline.mlops.registry import CANDIDATE, CHAMPION, Entry, decide, promote_task
-from tests.tiny_models import save_classifier, save_reader
+from tests.tiny_models import save_classifier, save_reader, save_word_tagger
 
 SPLIT = "a" * 64
 
@@ -96,6 +96,25 @@ def test_qa_version_serves_through_pyfunc(store, tmp_path):
     (out,) = model.predict([{"question": "who met bob ?", "context": context}])
     assert out["answer"]
     assert context[out["start"]:out["end"]] == out["answer"]
+
+
+def test_served_ner_version_tags_a_long_text_to_its_end(store, tmp_path):
+    """The registered NER model serves what ``predict`` prints: entities with character offsets, a long text
+    tagged whole (its entity in the last 200 characters of 10,000 found), a text without entities answered."""
+    import mlflow.pyfunc
+
+    client, uri = store
+    folder = save_word_tagger(tmp_path / "ner", max_position_embeddings=64)
+    decision = promote_task(client, [Entry("minilm", "ner", folder, 0, "f1", 0.5, SPLIT)], uri)
+    assert decision.promoted
+    assert client.get_model_version("ner", decision.candidate_version).tags["flavour"] == "pyfunc"
+    model = mlflow.pyfunc.load_model("models:/ner@champion")
+    long_text = "the film was good and the plot was boring . " * 230 + "bob met alice ."
+    start = long_text.rindex("alice")
+    found, none = model.predict([long_text, "the film was good"])
+    assert [(e["type"], e["start"], e["end"]) for e in found["entities"]] == [("PER", start, start + 5)]
+    assert start > len(long_text) - 200
+    assert none == {"entities": []}
 
 
 def test_split_fingerprint_follows_the_scored_examples(tmp_path):

@@ -139,30 +139,42 @@ def classify(pred: Predictor, texts: Sequence[str], batch_size: int = 32, max_se
              "truncated": n > limit} for p, n in zip(probs, token_counts(pred, texts), strict=True)]
 
 
-def entities(pred: Predictor, texts: Sequence[str], max_seq_length: int = 384, doc_stride: int = 128) -> list[list[dict]]:
-    """Per text, its entities ``{"type", "text", "start", "end", "score"}`` (character offsets, end exclusive).
-
-    The whole text is tagged, however long: Hugging Face's ``token-classification`` pipeline with ``stride`` cuts
-    it into windows of ``max_seq_length`` tokens (capped at the model's ``max_position_embeddings``) that overlap by
-    ``doc_stride`` tokens (capped at half the window's text, as a model with short position embeddings needs),
-    and merges the entities of overlapping windows (the longer, then the higher-scored, entity wins).
+def tagging_windows(pred: Predictor, max_seq_length: int = 384, doc_stride: int = 128) -> tuple[Any, int]:
+    """What Hugging Face's ``token-classification`` pipeline needs to tag a long text whole: a copy of the
+    tokenizer whose ``model_max_length`` (the pipeline's window) is ``max_seq_length`` capped at the model's
+    ``max_position_embeddings``, and the stride capped at half the window's text (each window moves on by at least
+    half).
 
     Raises:
-        PipelineError: ``max_seq_length`` holds no text after the special tokens.
+        PipelineError: the window holds no text after the special tokens.
     """
     import copy
-
-    from transformers import pipeline
 
     window = max_length(pred, max_seq_length)
     room = window - pred.tokenizer.num_special_tokens_to_add(pair=False)
     if room < 2:
         raise PipelineError(f"--max-seq-length {window}: leaves no room for text after the special tokens")
-    doc_stride = min(doc_stride, room // 2)  # each window moves on by at least half its text
-    tokenizer = copy.copy(pred.tokenizer)  # the pipeline windows at the tokenizer's model_max_length
+    tokenizer = copy.copy(pred.tokenizer)
     tokenizer.model_max_length = window
+    return tokenizer, min(doc_stride, room // 2)
+
+
+def entities(pred: Predictor, texts: Sequence[str], max_seq_length: int = 384, doc_stride: int = 128) -> list[list[dict]]:
+    """Per text, its entities ``{"type", "text", "start", "end", "score"}`` (character offsets, end exclusive).
+
+    The whole text is tagged, however long: Hugging Face's ``token-classification`` pipeline with ``stride`` cuts
+    it into windows of ``max_seq_length`` tokens (capped at the model's ``max_position_embeddings``) that overlap by
+    ``doc_stride`` tokens (:func:`tagging_windows`), and merges the entities of overlapping windows (the longer,
+    then the higher-scored, entity wins).
+
+    Raises:
+        PipelineError: ``max_seq_length`` holds no text after the special tokens.
+    """
+    from transformers import pipeline
+
+    tokenizer, stride = tagging_windows(pred, max_seq_length, doc_stride)
     tagger = pipeline("token-classification", model=pred.model, tokenizer=tokenizer,
-                      aggregation_strategy="first", stride=doc_stride, device=-1)
+                      aggregation_strategy="first", stride=stride, device=-1)
     results = []
     for text in texts:
         found = tagger(text)

@@ -1,8 +1,9 @@
 """MLflow "model from code" for fine-tuned folders the ``mlflow.transformers`` flavour cannot hold.
 
-Two cases (see :mod:`bert_pipeline.mlops.registry`): extractive QA (transformers 5 removed the question-answering pipeline the
-flavour builds) and sentence classifiers with finetune's mean-pooling head (``config.classifier_pooling: mean``,
-a class of ``bert_pipeline.model.heads`` that the flavour would reload as the plain ``[CLS]``-pooler class). Logged with the
+Three cases (see :mod:`bert_pipeline.mlops.registry`): extractive QA (transformers 5 removed the question-answering
+pipeline the flavour builds), NER (the flavour keeps only entity types and reads one window), and sentence
+classifiers with finetune's mean-pooling head (``config.classifier_pooling: mean``, a class of
+``bert_pipeline.model.heads`` that the flavour would reload as the plain ``[CLS]``-pooler class). Logged with the
 fine-tuned folder as artifact ``model`` and the ``bert_pipeline`` package as code; MLflow executes this file to build the model,
 nothing imports it.
 

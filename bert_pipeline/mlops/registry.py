@@ -6,11 +6,14 @@ moving aliases change shared state. Rules (ARCHITECTURE.md, "who owns what"):
 
 - Every fine-tuned ``{model}-{task}/`` folder becomes a version of registered model ``{task}``, logged with the
   ``mlflow.transformers`` flavour and explicit ``pip_requirements`` (the inferred ones ask for torchvision and
-  fail) when the flavour can hold it: token classifiers and ``[CLS]``-pooled sentence classifiers. Two cases it
-  cannot hold go in as an ``mlflow.pyfunc`` model from code (:mod:`bert_pipeline.mlops.pyfunc_model`) wrapping the same folder:
-  extractive QA (transformers 5 removed the question-answering pipeline the flavour builds) and finetune's
-  mean-pooling sentence classifier (a ``bert_pipeline.model.heads`` class the flavour would reload as the ``[CLS]`` class).
-  Tag ``flavour`` says which. A folder already registered (same content sha256) is not registered twice.
+  fail) when the flavour can hold it: ``[CLS]``-pooled sentence classifiers. Three cases it cannot hold go in as
+  an ``mlflow.pyfunc`` model from code (:mod:`bert_pipeline.mlops.pyfunc_model`) wrapping the same folder and
+  serving what ``predict`` prints: extractive QA (transformers 5 removed the question-answering pipeline the
+  flavour builds); NER (the flavour's output keeps only the entity types found, without offsets, reads one
+  truncated window, and fails on a text without entities: MLflow 3.17's ``_parse_tokenizer_output``); finetune's
+  mean-pooling sentence classifier (a ``bert_pipeline.model.heads`` class the flavour would reload as the
+  ``[CLS]`` class). Tag ``flavour`` says which. A folder already registered (same content sha256) is not
+  registered twice.
 - Version tags: ``family_member``, ``seed``, ``main_metric``, ``score`` (test mean of the main metric),
   ``test_split_sha256`` (content hash of the test split it was scored on), ``model_sha256``, ``source``.
 - ``candidate`` moves to the best current version (highest score; ties go to the earlier family member).
@@ -227,9 +230,9 @@ def _kind(model_dir: Path) -> str:
 
 def serving_flavour(model_dir: Path) -> str:
     """``transformers`` when the ``mlflow.transformers`` flavour can hold the folder, else ``pyfunc``
-    (extractive QA; sentence classifiers with a pooling other than ``[CLS]``)."""
+    (extractive QA; NER; sentence classifiers with a pooling other than ``[CLS]``)."""
     kind = _kind(model_dir)
-    if kind == "question-answering":
+    if kind in ("question-answering", "token-classification"):
         return "pyfunc"
     cfg = json.loads((Path(model_dir) / "config.json").read_text(encoding="utf-8"))
     if kind == "sequence-classification" and cfg.get("classifier_pooling", "cls") != "cls":
