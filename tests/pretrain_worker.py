@@ -2,7 +2,8 @@
 
 Trains a tiny model on synthetic instances with :func:`bert_pipeline.train.loop.train`, checkpoints under ``OUT/ck``,
 and writes ``OUT/final.safetensors`` and ``OUT/history.json``. ``--pause-after STEP`` writes ``OUT/paused``
-after that step's bookkeeping and then sleeps, so the test can SIGKILL it at a known point.
+after that step's bookkeeping and then sleeps, so the test can SIGKILL it at a known point. ``--record-batches``
+appends a digest of every collated batch to ``OUT/batches.txt`` (which batches a run trained on, in order).
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ def main() -> None:
     parser.add_argument("--phases", default="1.0", help="comma-separated step fractions; seq 24, 48, ...")
     parser.add_argument("--pause-after", type=int, default=0)
     parser.add_argument("--accum", type=int, default=2)
+    parser.add_argument("--record-batches", action="store_true",
+                        help="append the sha256 of every collated batch's input_ids to OUT/batches.txt")
     args = parser.parse_args()
     torch.set_num_threads(1)
 
@@ -56,7 +59,17 @@ def main() -> None:
             while True:
                 time.sleep(1)
 
-    result = train(model, phases, pad_collate, cfg, accelerator, manager, unigram_token_id=104, on_log=on_log)
+    collate = pad_collate
+    if args.record_batches:
+        import hashlib
+
+        def collate(rows: list[dict]) -> dict[str, torch.Tensor]:
+            batch = pad_collate(rows)
+            with open(args.out / "batches.txt", "a", encoding="utf-8") as fh:
+                fh.write(hashlib.sha256(batch["input_ids"].numpy().tobytes()).hexdigest() + "\n")
+            return batch
+
+    result = train(model, phases, collate, cfg, accelerator, manager, unigram_token_id=104, on_log=on_log)
     state = {k: v.clone().contiguous() for k, v in model.model.state_dict().items()
              if k != "cls.predictions.decoder.weight"}
     save_file(state, str(args.out / "final.safetensors"))

@@ -91,6 +91,31 @@ def test_sigkill_after_phase1_checkpoint_then_resume_into_phase2_is_bit_identica
     assert evals == [4, 8]
 
 
+def test_resume_past_the_first_epoch_trains_on_the_batches_an_uninterrupted_run_sees(tmp_path):
+    """accelerate#2016's failure (wrong batches after resuming past epoch 1), checked here: 40 instances in global
+    micro-batches of 4 with 2 accumulation steps are 5 optimizer steps per epoch; the checkpoint at step 6 is in the
+    second epoch, the run is killed after step 7 and resumed. The resumed run collates exactly the batches the
+    uninterrupted run collated from step 7 on, and ends with the same weights."""
+    straight, killed = tmp_path / "straight", tmp_path / "killed"
+    straight.mkdir()
+    killed.mkdir()
+    args = ("--steps", "12", "--save-steps", "6", "--accum", "2", "--record-batches")
+    victim = _worker(killed, *args, "--pause-after", "7")
+    _finish(_worker(straight, *args))
+    _kill_after_pause(killed, victim)
+    assert sorted(p.name for p in (killed / "ck").iterdir()) == ["step-00000006"]
+    (killed / "batches.txt").rename(killed / "before-kill.txt")
+    _finish(_worker(killed, *args))
+    _same_weights(straight, killed)
+    whole = (straight / "batches.txt").read_text().split()
+    before = (killed / "before-kill.txt").read_text().split()
+    resumed = (killed / "batches.txt").read_text().split()
+    assert json.loads((killed / "history.json").read_text())["resumed_from"] == 6
+    assert 0 < len(resumed) < len(whole)
+    assert resumed == whole[-len(resumed):]  # the batches of steps 7-12 (and the evaluations), in order
+    assert before == whole[:len(before)]  # before the kill, the same batches too
+
+
 def test_phase_boundaries():
     assert phase_boundaries(100, [0.9, 0.1]) == [(0, 90), (90, 100)]
     assert phase_boundaries(7, [1.0]) == [(0, 7)]
