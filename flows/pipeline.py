@@ -12,8 +12,9 @@ STAGE``, so DVC still decides whether it changed and records ``dvc.lock``; its o
 
 A failed stage is retried (``orchestration.retries``, ``retry_delay_seconds``); if it still fails, its dependents
 fail without running ("upstream stage X failed") while unrelated branches go on, and the flow fails with the
-stage's name and its last output lines. DVC locks a workspace while it runs, so in one workspace stages run one
-at a time; with ``workers`` (separate clones, see :mod:`flows.worker`) independent stages run in parallel, each
+stage's name and its last output lines. A flow run holds DVC's lock of the workspace from start to end
+(:class:`flows.dvc_cli.WorkspaceLock`), so a second flow or a user's ``dvc repro`` on it fails on the lock at once
+(the flow: one line at its start) and the first run finishes unharmed; its stages run one at a time; with ``workers`` (separate clones, see :mod:`flows.worker`) independent stages run in parallel, each
 GPU stage on its own device (``CUDA_VISIBLE_DEVICES``) and tagged ``gpu`` for the Prefect concurrency limit.
 
 With a profile or params overrides the user's workspace is never touched (:mod:`flows.workspace`): the run happens
@@ -40,7 +41,7 @@ from prefect.artifacts import create_markdown_artifact
 from bert_pipeline.errors import PipelineError
 from flows import tracking
 from flows.dag import StageGraph, load_graph, lock_entry, merge_lock
-from flows.dvc_cli import CommandFailed, dvc, repro_status, run_logged, tool_env
+from flows.dvc_cli import CommandFailed, WorkspaceLock, dvc, handed_over, repro_status, run_logged, tool_env
 from flows.worker import git_rev, stage_on_worker
 from flows.workspace import make_clone, remove_clone, save_experiment
 from stages.params import ParamsError
@@ -77,8 +78,9 @@ def run_stage(stage: str, root: str, needs_run: bool, env: dict[str, str], tail_
         logger.info("%s: unchanged since dvc.lock (dvc status): skipped", stage)
         return {"stage": stage, "status": "skipped", "seconds": 0.0, "lock": lock_entry(root, stage)}
     started = time.monotonic()
-    tail = run_logged(dvc("repro", "--single-item", stage), root, logger, tool_env(env), tail_lines,
-                      what=f"stage {stage}")
+    with handed_over(root) as options:
+        tail = run_logged(dvc(*options, "repro", "--single-item", stage), root, logger, tool_env(env), tail_lines,
+                          what=f"stage {stage}")
     return {"stage": stage, "status": repro_status(tail),
             "seconds": round(time.monotonic() - started, 3), "lock": lock_entry(root, stage)}
 
@@ -93,7 +95,9 @@ def stage_blocked(stage: str, failed_upstream: list[str]) -> None:
 def push_outputs(root: str, stages: list[str], remote: str | None, tail_lines: int = 20) -> None:
     """``dvc push`` the outputs of ``stages`` to the DVC remote."""
     args = ["-r", remote] if remote else []
-    run_logged(dvc("push", *args, *stages), root, get_run_logger(), tool_env(), tail_lines, what="dvc push")
+    with handed_over(root) as options:
+        run_logged(dvc(*options, "push", *args, *stages), root, get_run_logger(), tool_env(), tail_lines,
+                   what="dvc push")
 
 
 @task(name="promote")
@@ -350,6 +354,10 @@ def pipeline(
     if throwaway and promote_models:
         logger.warning("promote skipped: a run with a profile or overrides is a throwaway experiment")
         promote_models = False
+    # the user's workspace is this run's alone until it ends: other DVC commands fail on DVC's lock
+    workspace_lock = None if throwaway else WorkspaceLock(root)
+    if workspace_lock is not None:
+        workspace_lock.acquire()
     workspace = make_clone(root, overrides, logger) if throwaway else root
     flow_run_id = _flow_run_id()
     summary: dict[str, Any] = {"ok": False, "workspace": str(workspace), "experiment": None,
@@ -358,8 +366,9 @@ def pipeline(
     outcome: dict[str, dict[str, Any]] = {}
     try:
         orch = read_orchestration(workspace)
-        graph = load_graph(workspace, orch.gpu_stages).select(stages)
-        needs = graph.needs_run()
+        with handed_over(workspace):  # DVC's API takes the lock itself
+            graph = load_graph(workspace, orch.gpu_stages).select(stages)
+            needs = graph.needs_run()
         logger.info("%d stages; out of date per dvc status: %s; may run: %s", len(graph.order),
                     sorted(graph.out_of_date) or "none", sorted(needs) or "none")
         env: dict[str, str] = {}
@@ -424,6 +433,8 @@ def pipeline(
         _publish(summary, outcome, workspace, uri, parent, exp_id, logger)
         if throwaway:
             remove_clone(workspace)
+        if workspace_lock is not None:
+            workspace_lock.release()
     if not summary["ok"]:
         first = failed[0]
         tail = "\n".join(outcome[first].get("tail") or [])

@@ -7,6 +7,7 @@ One Prefect test server (temporary database) serves every flow run of this modul
 
 from __future__ import annotations
 
+import subprocess
 import sys
 import time
 
@@ -15,6 +16,7 @@ import yaml
 
 from flows.dag import parse_dot, read_lock
 from flows.pipeline import PipelineFailed, pipeline
+from tests.conftest import REPO as REPO_ROOT
 from tests.flow_repos import make_repo, py, sh
 
 DVC = [sys.executable, "-m", "dvc"]
@@ -194,3 +196,110 @@ def test_mlflow_stage_runs_nest_under_the_flow_parent_run(tmp_path, monkeypatch)
     text = next(a.data for a in artifact if a.key == "bert-pipeline-summary")
     assert parent.info.run_id in text
     assert children[0]["run_id"] in text
+
+
+# ------------------------------------------------------------------------------------ one workspace, two runs
+WAIT = '''import pathlib, sys, time
+pathlib.Path("started").write_text("1")
+deadline = time.monotonic() + 120
+while not pathlib.Path("go").exists():
+    if time.monotonic() > deadline:
+        sys.exit("go never came")
+    time.sleep(0.1)
+pathlib.Path("s.txt").write_text("s")
+'''
+SLOW = {"s": {"cmd": f"{sys.executable} wait.py", "deps": ["wait.py"], "outs": ["s.txt"]},
+        "t": {"cmd": "cat s.txt > t.txt", "deps": ["s.txt"], "outs": ["t.txt"]}}
+LOCKED = "Unable to acquire lock"
+
+
+def _slow_repo(tmp_path):
+    from tests.flow_repos import commit
+
+    repo = make_repo(tmp_path / "repo", SLOW, FAST)
+    (repo / "wait.py").write_text(WAIT, encoding="utf-8")
+    (repo / ".gitignore").write_text("/attempts*\n/started\n/go\n", encoding="utf-8")
+    commit(repo, "slow stage")
+    return repo
+
+
+def _wait_for(path, proc, seconds=120):
+    deadline = time.monotonic() + seconds
+    while not path.exists():
+        assert proc.poll() is None, proc.communicate()[0][-3000:]
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+
+
+def _background(cmd, repo):
+    from flows.dvc_cli import tool_env
+
+    return subprocess.Popen(cmd, cwd=repo, env=tool_env({"PYTHONPATH": str(REPO_ROOT), **_prefect_env()}),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+
+
+def _prefect_env() -> dict[str, str]:
+    from prefect.settings import PREFECT_API_URL
+
+    url = PREFECT_API_URL.value()
+    return {"PREFECT_API_URL": url} if url else {}
+
+
+def test_dvc_commands_fail_while_a_flow_holds_the_workspace_between_its_stages(tmp_path):
+    """Between two stages a flow holds DVC's lock: a user's `dvc repro` (or a second flow) fails on it, and the
+    flow's own command, handed the lock, runs."""
+    from bert_pipeline.errors import PipelineError
+    from flows.dvc_cli import WorkspaceLock, handed_over
+
+    repo = make_repo(tmp_path / "repo", {"a": {"cmd": "echo a > a.txt", "outs": ["a.txt"]}}, FAST)
+    with WorkspaceLock(repo):
+        user = subprocess.run(DVC + ["repro"], cwd=repo, capture_output=True, text=True)
+        assert user.returncode != 0
+        assert LOCKED in user.stderr
+        assert not (repo / "a.txt").exists()
+        with pytest.raises(PipelineError, match=r"repo: the workspace is in use by another flow run; wait for it to "
+                                                r"finish, or run the flow with --profile/--set-param \(a temporary "
+                                                r"clone\)$"):
+            WorkspaceLock(repo).acquire()
+        with handed_over(repo) as options:
+            assert options == ["--wait-for-lock"]
+            sh(DVC + options + ["repro"], repo)
+        assert (repo / "a.txt").read_text() == "a\n"
+        again = subprocess.run(DVC + ["repro"], cwd=repo, capture_output=True, text=True)
+        assert LOCKED in again.stderr  # taken back after the flow's own command
+    sh(DVC + ["repro"], repo)  # released at the end
+
+
+def test_a_second_flow_and_a_user_repro_fail_while_a_flow_runs_and_the_first_finishes(tmp_path, capsys):
+    from flows.pipeline import main
+
+    repo = _slow_repo(tmp_path)
+    first = _background([sys.executable, "-m", "flows.pipeline", "--repo", str(repo), "--no-mlflow"], repo)
+    _wait_for(repo / "started", first)
+    assert main(["--repo", str(repo), "--no-mlflow"]) == 1  # the second flow: one line, at once
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line == (f"error: {repo}: the workspace is in use by another flow run; wait for it to finish, or run the "
+                    "flow with --profile/--set-param (a temporary clone)")
+    user = subprocess.run(DVC + ["repro"], cwd=repo, capture_output=True, text=True)
+    assert user.returncode != 0
+    assert "s.txt' is busy, it is being blocked by" in user.stderr  # DVC's lock on the running stage's output
+    (repo / "go").write_text("1")
+    out, _ = first.communicate(timeout=300)
+    assert first.returncode == 0, out[-3000:]
+    assert (repo / "t.txt").read_text() == "s"
+    assert set(read_lock(repo)) == {"s", "t"}
+
+
+def test_a_flow_started_during_a_user_repro_fails_in_one_line_and_the_repro_finishes(tmp_path, capsys):
+    from bert_pipeline.errors import PipelineError
+
+    repo = _slow_repo(tmp_path)
+    user = _background(DVC + ["repro"], repo)
+    _wait_for(repo / "started", user)
+    with pytest.raises(PipelineError, match=r"repo: the workspace is in use by a DVC stage running \(PID \d+: "
+                                            r".*repro\); wait for it to finish"):
+        pipeline(repo=str(repo), track=False)
+    (repo / "go").write_text("1")
+    out, _ = user.communicate(timeout=300)
+    assert user.returncode == 0, out[-3000:]
+    assert (repo / "t.txt").read_text() == "s"
