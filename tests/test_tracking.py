@@ -18,9 +18,7 @@ def test_run_tags_params_metrics_nesting(module_mlflow_uri, monkeypatch, tmp_pat
     monkeypatch.delenv("BERT_PIPELINE_FLOW_RUN_ID", raising=False)
     monkeypatch.delenv("MLFLOW_EXPERIMENT_NAME", raising=False)
     client = MlflowClient(module_mlflow_uri)
-    exp = client.get_experiment_by_name("bert-pipeline") or client.get_experiment(
-        client.create_experiment("bert-pipeline"))
-    parent = client.create_run(exp.experiment_id, run_name="flow")
+    parent = client.create_run(tracking.experiment_id(client, module_mlflow_uri), run_name="flow")
     monkeypatch.setenv(tracking.PARENT_RUN_ENV, parent.info.run_id)
     monkeypatch.setenv("MLFLOW_RUN_ID", "must-not-be-used")
     (tmp_path / "model").mkdir()
