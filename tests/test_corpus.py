@@ -334,6 +334,36 @@ def test_bad_input_one_line_error_no_partial_output(workdir, capsys, case, messa
     assert [p.name for p in (workdir / "data").iterdir()] == ["raw"]
 
 
+def test_an_empty_validation_split_fails_in_one_line_before_splitting(workdir, capsys, monkeypatch):
+    """Too few documents for the split: prepare_corpus says so, and which key to change, not a later stage."""
+    from bert_pipeline.data import sentences
+
+    (workdir / "user/v.txt").write_text(f"{_story(1)}\n\n{_story(2)}\n")
+    assert {corpus.split_of(f"mine:user/v.txt:block={i}", 7, 0.01) for i in (0, 1)} == {"train"}
+
+    def no_splitter(*args, **kwargs):
+        raise AssertionError("the split is checked before spaCy is loaded")
+
+    monkeypatch.setattr(sentences, "load_splitter", no_splitter)
+    sources = [{"name": "mine", "path": "user/v.txt", "format": "txt", "unit": "block"}]
+    code, err = _run(workdir, _params(sources, validation_fraction=0.01), capsys)
+    assert code == 1
+    assert [ln for ln in err.splitlines() if ln.startswith("error:")] == [
+        "error: params.yaml: prepare_corpus.validation_fraction: no validation document (2 documents kept, each "
+        "in validation with probability 0.01); raise validation_fraction or add documents to prepare_corpus.sources"]
+    assert [p.name for p in (workdir / "data").iterdir()] == ["raw"]
+    assert not (workdir / "metrics/corpus.json").exists()
+
+
+def test_an_empty_train_split_is_refused():
+    with pytest.raises(PipelineError) as err:
+        corpus.check_splits(["validation"], 0.3)
+    assert str(err.value) == ("params.yaml: prepare_corpus.validation_fraction: no train document (1 documents kept, "
+                              "all in validation at 0.3); lower validation_fraction or add documents to "
+                              "prepare_corpus.sources")
+    corpus.check_splits(["validation", "train"], 0.3)
+
+
 def test_wrong_params_type_via_cli(tmp_path):
     params = _params(["news_articles"], min_words="ten")
     write_params(tmp_path, params)

@@ -176,6 +176,26 @@ def test_missing_corpus_and_too_long_max_seq_length_fail_without_partial_outputs
     assert not (tmp_path / "data/pretraining").exists()
 
 
+def test_a_corpus_with_an_empty_validation_split_is_one_line(tmp_path, monkeypatch):
+    import datasets
+
+    from stages.create_pretraining_data import main
+
+    make_tokenizer(tmp_path / "models/tokenizer")
+    make_corpus(tmp_path / "full", n_train=6, n_val=1)
+    full = datasets.load_from_disk(str(tmp_path / "full"))
+    datasets.DatasetDict(train=full["train"], validation=full["validation"].select([])).save_to_disk(
+        str(tmp_path / "data/corpus"))
+    monkeypatch.chdir(tmp_path)
+    _write_params(tmp_path)
+    with pytest.raises(PipelineError) as err:
+        main()
+    assert str(err.value) == ("data/corpus: the validation split is empty (expected at least one document; rebuild it "
+                              "with prepare_corpus.validation_fraction changed or more documents in "
+                              "prepare_corpus.sources)")
+    assert not (tmp_path / "data/pretraining").exists()
+
+
 def test_missing_tokenizer_is_one_line(tmp_path, monkeypatch):
     from stages.create_pretraining_data import main
 
