@@ -218,6 +218,28 @@ def test_other_packaged_sources_read(raw_data, name):
     assert sum(corpus.count_words(d.text) for d in docs) > 20_000
 
 
+def test_iter_sentence_batches_streams_a_split_in_bounded_batches(tmp_path):
+    """Every sentence of a document range, in order, in batches of at most max_bytes (a longer sentence alone),
+    across the Arrow record batches (1,000 rows each) of the saved split; a document without sentences once."""
+    import datasets
+
+    docs = [{"doc_id": f"d{i}", "source": "s", "text": "",
+             "sentences": [f"sentence {j} of document {i} " + "x" * (j * 7 % 40) for j in range(i % 5)]}
+            for i in range(2300)]
+    docs[7]["sentences"] = ["é" * 300]  # one sentence over max_bytes (UTF-8 bytes, not characters)
+    datasets.DatasetDict(train=datasets.Dataset.from_list(docs), validation=datasets.Dataset.from_list(docs[:3])
+                         ).save_to_disk(str(tmp_path / "c"))
+    for start, end, max_bytes in ((0, 2300, 200), (990, 2010, 64), (5, 6, 10**9), (999, 1001, 1)):
+        seen: dict[int, list[str]] = {}
+        for batch in corpus.iter_sentence_batches(tmp_path / "c", "train", start, end, max_bytes):
+            sentences = [s for _, part in batch for s in part]
+            assert len(sentences) == 1 or sum(len(s.encode()) for s in sentences) <= max_bytes
+            for doc, part in batch:
+                assert doc not in seen or (part and doc == max(seen))  # documents in order, continued only at the end
+                seen.setdefault(doc, []).extend(part)
+        assert seen == {i: docs[i]["sentences"] for i in range(start, end)}
+
+
 # ------------------------------------------------------------------------------------------- the stage
 def _params(sources, **over):
     section = {"sources": sources, "min_words": 5, "max_documents_per_source": None, "validation_fraction": 0.3,

@@ -244,6 +244,91 @@ def test_tokenizer_padding_and_truncation_in_tokenizer_json_are_ignored(tmp_path
     assert all(0 not in s for d in docs for s in d)
 
 
+def test_document_units_cut_long_documents_at_sentence_ends_and_long_sentences_at_words():
+    from bert_pipeline.data.shards import CUT_COUNTS, document_units
+
+    ids = iter(range(10**6))
+
+    def sents(*lengths: int) -> list[np.ndarray]:
+        return [np.array([next(ids) for _ in range(n)], dtype=np.int64) for n in lengths]
+
+    doc0, doc1, doc2, doc4 = sents(*[10] * 5), sents(*[9] * 40), sents(*[9] * 23), sents(250)
+    stream = [(0, doc0), (1, doc1[:13]), (1, doc1[13:] + [np.zeros(0, dtype=np.int64)]), (2, doc2), (3, []),
+              (4, doc4)]
+    counts = dict.fromkeys(CUT_COUNTS, 0)
+    units = list(document_units(iter(stream), max_document_tokens=100, is_continuation=np.zeros(10**6, dtype=bool),
+                                min_piece=30, max_piece=60, counts=counts))
+    shapes = [[len(s) for s in u] for u in units]
+    assert shapes == [
+        [10] * 5,                                    # under the bound: the document as it is
+        [9] * 11, [9] * 11, [9] * 11, [9] * 7,        # 360 tokens: pieces of whole sentences, at most 100 tokens
+        [9] * 11, [9] * 12,                          # a last piece of one sentence joins the one before
+        [],                                          # an empty document stays (create_instances counts it)
+        [30] * 3, [30] * 3, [30, 40],                # a 250-token sentence cut at 30s, the rest (40) whole, packed
+    ]
+    assert counts == {"cut_sentences": 1, "cut_sentence_pieces": 8, "cut_documents": 3, "cut_document_pieces": 9}
+    for unit, doc in ((units[0], doc0), (np.concatenate([np.concatenate(u) for u in units[1:5]]), doc1)):
+        assert np.array_equal(np.concatenate(unit) if isinstance(unit, list) else unit, np.concatenate(doc))
+
+
+def make_long_document_corpus(folder: Path, n_words: int, chunk_chars: int = 100_000, n_small: int = 9,
+                              seed: int = 0) -> int:
+    """A corpus like prepare_corpus writes for one line of ``n_words`` words without a sentence end (one
+    "sentence" per ``chunk_chars`` chunk, cut at a space) next to ``n_small`` short documents (one in
+    validation); returns the number of chunks."""
+    import datasets
+
+    from bert_pipeline.data.sentences import chunk_text
+
+    rng = np.random.default_rng(seed)
+    words = np.array(["".join(w) for w in [(a,) for a in SYLLABLES] + [(a, b) for a in SYLLABLES for b in SYLLABLES]
+                      + [(a, b, c) for a in SYLLABLES[:4] for b in SYLLABLES for c in SYLLABLES[:2]]])
+    line = " ".join(words[rng.integers(0, words.size, size=n_words)])
+    chunks = [c.strip() for c in chunk_text(line, chunk_chars)]
+    huge = {"doc_id": "huge:user/huge.txt:block=0", "source": "huge", "text": line, "sentences": chunks}
+    del line
+    small = [{"doc_id": f"s{i}", "source": "small", "text": "", "sentences": [
+        " ".join(words[rng.integers(0, 72, size=int(rng.integers(4, 14)))]) + "." for _ in range(int(rng.integers(2, 9)))]}
+        for i in range(n_small)]
+    datasets.DatasetDict(train=datasets.Dataset.from_list([small[0], huge, *small[1:-1]]),
+                         validation=datasets.Dataset.from_list(small[-1:])).save_to_disk(str(folder))
+    return len(chunks)
+
+
+def test_a_long_one_line_document_is_cut_into_packable_pieces(tmp_path, monkeypatch):
+    """A 60,000-word line without sentence ends: its 20,000-character "sentences" are cut at words, the document
+    at sentence ends; the pairs keep its tokens (the old code truncated every pair to 61 of about 10,000 tokens);
+    the bytes do not depend on num_proc."""
+    import datasets
+
+    from bert_pipeline.data.tokenizer import load_tokenizer, raw_backend
+
+    make_tokenizer(tmp_path / "models/tokenizer")
+    n_chunks = make_long_document_corpus(tmp_path / "data/corpus", n_words=60_000, chunk_chars=20_000)
+    cfg = dict(max_seq_length=64, shard_size=4, max_document_tokens=2048, dupe_factor=1)
+    first = run(tmp_path, monkeypatch, **cfg)
+    m = json.loads((tmp_path / "metrics/pretraining_data.json").read_text())["train"]
+    backend = raw_backend(load_tokenizer(tmp_path / "models/tokenizer"))
+    huge = datasets.load_from_disk(str(tmp_path / "data/corpus"))["train"][1]["sentences"]
+    lengths = [len(e.ids) for e in backend.encode_batch(huge, add_special_tokens=False)]
+    assert m["documents"] == 9
+    assert m["shards"] == 3
+    assert min(lengths) > 61  # every chunk is longer than a pair's segment can be
+    assert m["cut_sentences"] == n_chunks
+    assert sum(lengths) / 61 < m["cut_sentence_pieces"] < sum(lengths) / 31 + n_chunks
+    assert m["cut_documents"] == 1
+    assert sum(lengths) / 2048 < m["cut_document_pieces"] < sum(lengths) / (2048 - 61) + 1
+    assert m["truncated_tokens"] < 0.05 * m["tokens"]  # a word's overshoot per pair (all but 61 tokens before)
+    assert m["padding_share"] < 0.01
+    assert m["max_length"] == 64
+    assert m["pair_label_1_share"] == pytest.approx(0.5, abs=0.02)
+    train = datasets.load_from_disk(str(tmp_path / "data/pretraining/train"))
+    assert len(train) == m["instances"]
+    assert max(len(r) for r in train["input_ids"]) <= 64
+    assert run(tmp_path, monkeypatch, **cfg, num_proc=2) == first
+    assert run(tmp_path, monkeypatch, **cfg) == first
+
+
 def test_whole_word_masking_in_the_stage_never_masks_part_of_a_word(workspace, monkeypatch):
     import datasets
     from transformers import AutoTokenizer

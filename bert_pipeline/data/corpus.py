@@ -726,3 +726,73 @@ def open_corpus(path: str | Path, columns: Sequence[str] = COLUMNS):
             raise PipelineError(f"{path}: the {split} split is empty (expected at least one document; "
                                 f"{_EMPTY_SPLIT_HINT})")
     return corpus
+
+
+def iter_sentence_batches(path: str | Path, split: str, start: int, end: int,
+                          max_bytes: int) -> Iterator[list[tuple[int, list[str]]]]:
+    """Stream the ``sentences`` of documents ``[start, end)`` of one split of a corpus, in bounded batches.
+
+    Yields batches in document and sentence order; a batch is a list of ``(document index, sentences)`` whose
+    sentences hold at most ``max_bytes`` UTF-8 bytes together (a longer sentence is a batch of its own). A document
+    may continue over several batches; one without sentences appears once with ``[]``.
+
+    Memory: the split's Arrow files are memory-mapped, only the sentences of the current batch are turned into
+    Python strings, and the mapping's pages are released after each batch (``madvise(MADV_DONTNEED)``: a page read
+    once stays resident otherwise, and counts in the process's RSS), so resident memory holds about one batch, not
+    the document (a one-line 200 MB document is one row). The folder must be one :func:`open_corpus` accepts;
+    rows are read in the order ``datasets.load_from_disk`` gives them.
+
+    Raises:
+        ValueError: ``max_bytes`` < 1.
+    """
+    import mmap
+
+    import numpy as np
+    import pyarrow as pa
+
+    if max_bytes < 1:
+        raise ValueError(f"max_bytes: expected >= 1, got {max_bytes}")
+    folder = Path(path) / split
+    files = [folder / f["filename"] for f in json.loads((folder / "state.json").read_text("utf-8"))["_data_files"]]
+    release = getattr(mmap, "MADV_DONTNEED", None)
+    batch: list[tuple[int, list[str]]] = []
+    size = 0
+    row = 0
+    for file in files:
+        if row >= end:
+            break
+        with open(file, "rb") as fh:
+            mapped = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+        column = pa.ipc.open_stream(pa.py_buffer(mapped)).read_all().column("sentences")  # zero-copy views
+        chunk = values = ends = lists = None
+        for chunk in column.chunks:
+            first, last = max(start, row), min(end, row + len(chunk))
+            lists = chunk.offsets.to_numpy()  # sentence ranges in chunk.values, the chunk's own offset applied
+            values = chunk.values
+            width = np.int64 if pa.types.is_large_string(values.type) else np.int32
+            ends = np.frombuffer(values.buffers()[1], dtype=width)[values.offset:values.offset + len(values) + 1]
+            for doc in range(first, last):
+                lo, hi = int(lists[doc - row]), int(lists[doc - row + 1])
+                if lo == hi:
+                    batch.append((doc, []))
+                while lo < hi:
+                    # the sentences from lo that fit in what is left of the batch; at least one in an empty batch
+                    take = int(np.searchsorted(ends[lo + 1:hi + 1], int(ends[lo]) + max_bytes - size, side="right"))
+                    take = take or (0 if batch else 1)
+                    if take:
+                        batch.append((doc, values.slice(lo, take).to_pylist()))
+                        size += int(ends[lo + take]) - int(ends[lo])
+                        lo += take
+                    if lo < hi or size >= max_bytes:
+                        yield batch
+                        batch, size = [], 0
+                        if release is not None:
+                            mapped.madvise(release)
+            row += len(chunk)
+        del column, chunk, values, ends, lists
+        try:
+            mapped.close()
+        except BufferError:  # an Arrow buffer still refers to it: the mapping goes with the last reference
+            pass
+    if batch:
+        yield batch
