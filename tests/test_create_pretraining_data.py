@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -11,7 +14,7 @@ import pytest
 from bert_pipeline.data.masking import IGNORE_INDEX, collator_from_info
 from bert_pipeline.errors import PipelineError
 from stages.params import ParamsError, load_params
-from tests.conftest import tree_digests, write_params
+from tests.conftest import REPO, tree_digests, write_params
 
 SYLLABLES = ["ka", "lo", "mi", "ne", "su", "ta", "ri", "po"]
 
@@ -327,6 +330,48 @@ def test_a_long_one_line_document_is_cut_into_packable_pieces(tmp_path, monkeypa
     assert max(len(r) for r in train["input_ids"]) <= 64
     assert run(tmp_path, monkeypatch, **cfg, num_proc=2) == first
     assert run(tmp_path, monkeypatch, **cfg) == first
+
+
+_MEASURE = """import resource, subprocess, sys
+code = subprocess.call([sys.executable, "-m", "stages.create_pretraining_data"], stdout=open("stage.log", "wb"),
+                       stderr=subprocess.STDOUT)
+print(code, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+"""
+
+
+def _stage_peak_rss_mb(root: Path) -> float:
+    """Run the stage in ``root`` as a child process; return its peak RSS in MB (``ru_maxrss`` of the children
+    of a small launcher: the stage's, or that of a worker process it waited for when larger).
+
+    The launcher matters: a child forked straight from this (large) test process would report this process's
+    RSS, which its copy of the address space had before ``exec``."""
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    out = subprocess.run([sys.executable, "-c", _MEASURE], cwd=root, env=env, capture_output=True, text=True,
+                         check=True).stdout.split()
+    assert out[0] == "0", (root / "stage.log").read_text()[-3000:]
+    return int(out[1]) / 1024  # KB on Linux
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="ru_maxrss in KB and /proc semantics")
+def test_peak_memory_does_not_grow_with_a_one_line_document(tmp_path_factory):
+    """The issue's case scaled down: one line without sentence ends, 5 MB and 20 MB, next to short documents.
+    Peak RSS of the stage within 10% (the old code held the whole document and its encodings: 45 bytes per
+    input byte, 511 MB against 857 MB here), and the instances grow with the document."""
+    peaks, metrics = {}, {}
+    for mb in (5, 20):
+        root = tmp_path_factory.mktemp(f"rss{mb}")
+        make_tokenizer(root / "models/tokenizer")
+        chunks = make_long_document_corpus(root / "data/corpus", n_words=mb * 180_000)
+        write_params(root, create_pretraining_data={"max_seq_length": 64, "shard_size": 4, "dupe_factor": 1,
+                                                    "num_proc": 1, "max_document_tokens": 4096})
+        peaks[mb] = _stage_peak_rss_mb(root)
+        metrics[mb] = json.loads((root / "metrics/pretraining_data.json").read_text())["train"]
+        assert metrics[mb]["cut_sentences"] == chunks
+        assert metrics[mb]["cut_documents"] == 1
+        assert metrics[mb]["truncated_tokens"] < 0.05 * metrics[mb]["tokens"]
+    assert peaks[20] < 1.1 * peaks[5], peaks
+    assert metrics[20]["instances"] / metrics[5]["instances"] == pytest.approx(4, rel=0.02)
+    assert metrics[20]["cut_document_pieces"] / metrics[5]["cut_document_pieces"] == pytest.approx(4, rel=0.02)
 
 
 def test_whole_word_masking_in_the_stage_never_masks_part_of_a_word(workspace, monkeypatch):
