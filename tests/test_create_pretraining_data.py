@@ -176,6 +176,12 @@ def test_missing_corpus_and_too_long_max_seq_length_fail_without_partial_outputs
     _write_params(tmp_path, max_seq_length=600)
     with pytest.raises(PipelineError, match="max_seq_length: 600 exceeds the tokenizer's model_max_length 512"):
         main()
+    _write_params(tmp_path, max_document_tokens=100,
+                  pretrain={"phases": [{"max_seq_length": 32, "fraction": 0.5}, {"max_seq_length": 64, "fraction": 0.5}]})
+    with pytest.raises(PipelineError) as err:
+        main()
+    assert str(err.value) == ("create_pretraining_data.max_document_tokens: expected >= 2 x the longest sequence "
+                              "length (128 for 64), got 100")
     assert not (tmp_path / "data/pretraining").exists()
 
 
@@ -218,6 +224,7 @@ def test_missing_tokenizer_is_one_line(tmp_path, monkeypatch):
         (dict(max_seq_length=4), "create_pretraining_data.max_seq_length: expected int >= 5"),
         (dict(objective="mlm"), "create_pretraining_data.objective: expected one of"),
         (dict(masking="sometimes"), "create_pretraining_data.masking: expected one of"),
+        (dict(max_document_tokens=8), "create_pretraining_data.max_document_tokens: expected int >= 16"),
     ],
 )
 def test_bad_params_are_one_line(tmp_path, overrides, message):

@@ -26,14 +26,16 @@ Deviations from the reference, all to make the label exactly balanced and the ou
 - The 0.5 decisions are block-randomised: each consecutive pair of decisions is one 0 and one 1 in random order,
   so the label share is 50% within one instance per shard and dupe (the instances are shuffled afterwards).
 - The random other document comes from the same shard of documents (bounded memory; a shard holds many
-  documents). With a single document in the shard no NotNext is possible and every pair is IsNext.
+  documents), or from the same group of documents and document pieces when the stage builds a shard in groups
+  (below). With a single document in the shard no NotNext is possible and every pair is IsNext.
 - Documents of one sentence are skipped for ``nsp``/``sop`` (counted), kept for ``none``.
-
-Before pairing, the stage (:mod:`bert_pipeline.data.shards`) cuts what the procedure cannot use whole
-(:func:`cut_sentence`, :func:`sentence_piece_bounds`): a "sentence" longer than a segment can be (a chunk of
-text without sentence ends, as the sentence splitter returns it) is cut at word starts into pieces that two fill
-one pair; and a document longer than ``max_document_tokens`` is cut at sentence ends into pieces that are paired
-as documents of their own.
+- Before pairing, the stage (:mod:`bert_pipeline.data.shards`) cuts what the procedure cannot use whole. A
+  "sentence" longer than a segment can be (a chunk of text without sentence ends, as the sentence splitter
+  returns it) is cut at word starts into pieces two of which fill one pair (:func:`cut_sentence`,
+  :func:`sentence_piece_bounds`); the reference keeps it and truncates the pair, which throws away all but
+  ``max_seq_length - 3`` of its tokens. A document longer than ``max_document_tokens`` is cut at sentence ends
+  into pieces, and each piece is a document of its own here: its pairs never span two pieces, and a NotNext
+  segment may come from another piece of the same document (bounded memory whatever a document's size).
 
 Public API: :func:`create_instances` (one shard's documents -> :class:`Instances`), :func:`min_seq_length`,
 :func:`cut_sentence`, :func:`sentence_piece_bounds`.

@@ -3,18 +3,29 @@
 
 Layout of one dataset folder (what :func:`build_dataset` writes and ``datasets.load_from_disk`` opens):
 
-- ``{train,validation}/``: one Arrow file per shard of ``shard_size`` documents, columns ``input_ids`` (uint16 when
-  the vocabulary has <= 65,536 ids), ``token_type_ids`` (uint8), ``masked_lm_positions`` and ``masked_lm_ids``
-  (static masking only), ``next_sentence_label`` (``nsp``) or ``sentence_order_label`` (``sop``), int8.
-  ``train`` holds ``dupe_factor`` copies of every document's instances, each with its own pairs and mask
-  (static masking) or unmasked (dynamic masking: the collator masks per batch); ``validation`` is always one
+- ``{train,validation}/``: one Arrow file (IPC stream) per shard of ``shard_size`` documents, columns
+  ``input_ids`` (uint16 when the vocabulary has <= 65,536 ids), ``token_type_ids`` (uint8), ``masked_lm_positions``
+  and ``masked_lm_ids`` (static masking only), ``next_sentence_label`` (``nsp``) or ``sentence_order_label``
+  (``sop``), int8. ``train`` holds ``dupe_factor`` copies of every document's instances, each with its own pairs and
+  mask (static masking) or unmasked (dynamic masking: the collator masks per batch); ``validation`` is always one
   statically masked copy, so evaluation losses are comparable between runs. Instances are shuffled within a
-  shard; the training loop shuffles across shards.
+  group (below): a whole shard unless it holds a cut document; the training loop shuffles across shards.
 - ``info.json``: objective, masking, rules, ``max_seq_length``, ``vocab_size``, tokenizer path and sha256, counts:
   what pre-training checks for compatibility (:func:`bert_pipeline.data.masking.collator_from_info`).
 
-Memory stays bounded by one shard per worker. Every random draw of shard ``k``, copy ``d`` comes from a generator
-seeded by ``(seed, split, k, d)``, so the bytes do not depend on ``num_proc``.
+Memory is bounded by params, not by a document's size. A worker reads its shard's sentences from the corpus in
+batches of :data:`TOKENIZE_BATCH_BYTES` (:func:`bert_pipeline.data.corpus.iter_sentence_batches`) and tokenizes
+them batch by batch. What cannot be used whole is cut first (:func:`document_units`): a sentence longer than a
+segment at word starts (:func:`bert_pipeline.data.instances.cut_sentence`), and a document longer than
+``max_document_tokens`` at sentence ends into pieces, each paired as a document of its own (NotNext segments come
+from the other documents and pieces of the group; pairs never span two pieces). The resulting units are paired,
+masked, shuffled and written in groups of ``shard_size``, one group at a time: a shard whose documents are all at
+most ``max_document_tokens`` long is one group, exactly as when shards were built whole; the pieces of a cut
+document fill further groups. A worker thus holds at most ``shard_size x max_document_tokens`` tokens of text,
+with their ``dupe_factor`` copies of instances (about 100 bytes per text token at ``dupe_factor`` 5).
+
+Every random draw of shard ``k``, group ``g``, copy ``d`` comes from a generator seeded by ``(seed, split, k, d)``
+(and ``g`` when ``g > 0``), so the bytes do not depend on ``num_proc``.
 """
 
 from __future__ import annotations
@@ -31,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from bert_pipeline.data.corpus import iter_sentence_batches
+from bert_pipeline.data.corpus import iter_sentence_batches, open_corpus
 from bert_pipeline.data.instances import (
     Instances,
     create_instances,
@@ -264,7 +275,7 @@ class ShardBuilder:
             if group or not results:
                 results.append(self.build_group(group, shard, len(results), writer))
         stats = {k: (max if k == "max_length" else sum)(r[k] for r in results) for k in results[0]}
-        stats.update(counts, documents=end - start, groups=len(results))
+        stats.update(counts, documents=end - start)
         return stats
 
     def build_group(self, units: list[list[np.ndarray]], shard: int, group: int, writer: Any) -> dict[str, Any]:
@@ -485,8 +496,10 @@ class InstanceOptions:
 
     ``objective``: ``nsp`` (BERT), ``sop`` (ALBERT) or ``none`` (RoBERTa); ``masking``: ``static``
     (``dupe_factor`` copies, each with its own mask) or ``dynamic`` (unmasked train split); ``shard_size`` in
-    documents (bounds memory per worker); the MLM probabilities as :class:`MaskingRules`
-    (Devlin et al. 2019, §3.1 and Appendix A.1).
+    documents; ``max_document_tokens`` in WordPiece tokens: a longer document is cut at sentence ends into pieces
+    paired as documents of their own, and a worker holds at most ``shard_size`` such units at a time (memory per
+    worker is bounded by ``shard_size x max_document_tokens`` tokens; module docstring); the MLM probabilities as
+    :class:`MaskingRules` (Devlin et al. 2019, §3.1 and Appendix A.1).
     """
 
     max_seq_length: int
@@ -592,10 +605,9 @@ def build_pretraining_data(corpus_dir: Path, tok_path: Path, out: Path, options:
         wall seconds, seconds per split, tokens per second and ``num_proc``.
 
     Raises:
-        PipelineError: a tokenizer, corpus or length that cannot work (one line naming the file or key).
+        PipelineError: a tokenizer, corpus or length that cannot work, or ``max_document_tokens`` under twice the
+            longest sequence length (one line naming the file or key).
     """
-    from bert_pipeline.data.corpus import open_corpus
-
     started = time.perf_counter()
     tokenizer = load_tokenizer(tok_path, hint="run train_tokenizer, or set pretrain.init to a checkpoint folder")
     lengths = [options.max_seq_length] + sorted(set(phase_lengths) - {options.max_seq_length})
