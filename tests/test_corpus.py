@@ -317,10 +317,12 @@ def test_ten_megabyte_line_without_newline(workdir, capsys):
     (workdir / "user/huge.txt").write_text(line)
     assert len(line) > 10_000_000
     assert "\n" not in line
-    sources = [{"name": "huge", "path": "user/huge.txt", "format": "txt", "unit": "block"}]
+    (workdir / "user/stories.txt").write_text("\n\n".join(_story(i) for i in range(6)))  # both splits need one
+    sources = [{"name": "huge", "path": "user/huge.txt", "format": "txt", "unit": "block"},
+               {"name": "stories", "path": "user/stories.txt", "format": "txt", "unit": "block"}]
     code, err = _run(workdir, _params(sources, chunk_chars=100_000), capsys)
     assert code == 0, err
-    metrics = json.loads((workdir / "metrics/corpus.json").read_text())
+    metrics = json.loads((workdir / "metrics/corpus.json").read_text())["per_source"]["huge"]
     assert metrics["documents"] == 1
     assert metrics["words"] == len(line.split())
     assert metrics["sentences"] >= line.count(" end.") - 100 - 1  # at most one extra cut per 100k-char chunk
