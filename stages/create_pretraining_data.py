@@ -7,7 +7,11 @@ the checkpoint's own), and writes with :func:`bert_pipeline.data.shards.build_pr
 - with ``pretrain.phases`` at other lengths, ``data/pretraining/seq{L}/`` for each (``max_predictions_per_seq``
   scaled with the length, 20 at 128 -> 80 at 512 as BERT's phase 2), metrics under the key ``seq{L}``;
 - ``metrics/pretraining_data.json`` (instances, tokens, padding share at ``max_seq_length``, realised masking rate
-  and 80/10/10 split, pair-label balance, skipped documents) and ``metrics/pretraining_data-timing.json``.
+  and 80/10/10 split, pair-label balance, skipped documents, truncated tokens, and what was cut before pairing:
+  ``cut_sentences`` longer than a segment and the ``cut_sentence_pieces`` they became, ``cut_documents`` longer
+  than ``max_document_tokens`` and their ``cut_document_pieces``) and ``metrics/pretraining_data-timing.json``.
+
+Memory per worker is bounded by ``shard_size x max_document_tokens`` tokens, not by a document's size.
 """
 
 from __future__ import annotations

@@ -133,7 +133,11 @@ class CreatePretrainingDataParams(Section):
     ``objective``: ``nsp`` (BERT), ``sop`` (ALBERT) or ``none`` (RoBERTa, packed sentences, no pair label).
     ``mask_token_prob`` + ``random_token_prob`` must be <= 1; the rest of the chosen tokens keep their id.
     ``masking``: ``static`` (``dupe_factor`` copies, each with its own mask) or ``dynamic`` (unmasked instances,
-    the collator masks every batch anew). ``shard_size`` is in documents per shard (bounds memory per worker).
+    the collator masks every batch anew). ``shard_size`` is in documents per shard; ``max_document_tokens`` in
+    WordPiece tokens: a longer document is cut at sentence ends into pieces paired as documents of their own, and a
+    worker holds at most ``shard_size`` documents or pieces at a time (memory per worker is bounded by
+    ``shard_size x max_document_tokens`` tokens, whatever a document's size); at least twice the longest sequence
+    length (checked by the stage, which knows the phases).
     """
 
     max_seq_length: Annotated[int, annotated_types.Ge(5), annotated_types.Le(65536)]
@@ -148,6 +152,7 @@ class CreatePretrainingDataParams(Section):
     dupe_factor: Annotated[int, annotated_types.Ge(1)]
     seed: Annotated[int, annotated_types.Ge(0)]
     shard_size: Annotated[int, annotated_types.Ge(1)]
+    max_document_tokens: Annotated[int, annotated_types.Ge(16), annotated_types.Le(1 << 24)]
     num_proc: Annotated[int, annotated_types.Ge(1)]
 
     @model_validator(mode="after")

@@ -218,6 +218,28 @@ def test_other_packaged_sources_read(raw_data, name):
     assert sum(corpus.count_words(d.text) for d in docs) > 20_000
 
 
+def test_iter_sentence_batches_streams_a_split_in_bounded_batches(tmp_path):
+    """Every sentence of a document range, in order, in batches of at most max_bytes (a longer sentence alone),
+    across the Arrow record batches (1,000 rows each) of the saved split; a document without sentences once."""
+    import datasets
+
+    docs = [{"doc_id": f"d{i}", "source": "s", "text": "",
+             "sentences": [f"sentence {j} of document {i} " + "x" * (j * 7 % 40) for j in range(i % 5)]}
+            for i in range(2300)]
+    docs[7]["sentences"] = ["é" * 300]  # one sentence over max_bytes (UTF-8 bytes, not characters)
+    datasets.DatasetDict(train=datasets.Dataset.from_list(docs), validation=datasets.Dataset.from_list(docs[:3])
+                         ).save_to_disk(str(tmp_path / "c"))
+    for start, end, max_bytes in ((0, 2300, 200), (990, 2010, 64), (5, 6, 10**9), (999, 1001, 1)):
+        seen: dict[int, list[str]] = {}
+        for batch in corpus.iter_sentence_batches(tmp_path / "c", "train", start, end, max_bytes):
+            sentences = [s for _, part in batch for s in part]
+            assert len(sentences) == 1 or sum(len(s.encode()) for s in sentences) <= max_bytes
+            for doc, part in batch:
+                assert doc not in seen or (part and doc == max(seen))  # documents in order, continued only at the end
+                seen.setdefault(doc, []).extend(part)
+        assert seen == {i: docs[i]["sentences"] for i in range(start, end)}
+
+
 # ------------------------------------------------------------------------------------------- the stage
 def _params(sources, **over):
     section = {"sources": sources, "min_words": 5, "max_documents_per_source": None, "validation_fraction": 0.3,
@@ -295,10 +317,12 @@ def test_ten_megabyte_line_without_newline(workdir, capsys):
     (workdir / "user/huge.txt").write_text(line)
     assert len(line) > 10_000_000
     assert "\n" not in line
-    sources = [{"name": "huge", "path": "user/huge.txt", "format": "txt", "unit": "block"}]
+    (workdir / "user/stories.txt").write_text("\n\n".join(_story(i) for i in range(6)))  # both splits need one
+    sources = [{"name": "huge", "path": "user/huge.txt", "format": "txt", "unit": "block"},
+               {"name": "stories", "path": "user/stories.txt", "format": "txt", "unit": "block"}]
     code, err = _run(workdir, _params(sources, chunk_chars=100_000), capsys)
     assert code == 0, err
-    metrics = json.loads((workdir / "metrics/corpus.json").read_text())
+    metrics = json.loads((workdir / "metrics/corpus.json").read_text())["per_source"]["huge"]
     assert metrics["documents"] == 1
     assert metrics["words"] == len(line.split())
     assert metrics["sentences"] >= line.count(" end.") - 100 - 1  # at most one extra cut per 100k-char chunk
@@ -332,6 +356,36 @@ def test_bad_input_one_line_error_no_partial_output(workdir, capsys, case, messa
     assert not (workdir / "data/corpus").exists()
     assert not (workdir / "metrics/corpus.json").exists()
     assert [p.name for p in (workdir / "data").iterdir()] == ["raw"]
+
+
+def test_an_empty_validation_split_fails_in_one_line_before_splitting(workdir, capsys, monkeypatch):
+    """Too few documents for the split: prepare_corpus says so, and which key to change, not a later stage."""
+    from bert_pipeline.data import sentences
+
+    (workdir / "user/v.txt").write_text(f"{_story(1)}\n\n{_story(2)}\n")
+    assert {corpus.split_of(f"mine:user/v.txt:block={i}", 7, 0.01) for i in (0, 1)} == {"train"}
+
+    def no_splitter(*args, **kwargs):
+        raise AssertionError("the split is checked before spaCy is loaded")
+
+    monkeypatch.setattr(sentences, "load_splitter", no_splitter)
+    sources = [{"name": "mine", "path": "user/v.txt", "format": "txt", "unit": "block"}]
+    code, err = _run(workdir, _params(sources, validation_fraction=0.01), capsys)
+    assert code == 1
+    assert [ln for ln in err.splitlines() if ln.startswith("error:")] == [
+        "error: params.yaml: prepare_corpus.validation_fraction: no validation document (2 documents kept, each "
+        "in validation with probability 0.01); raise validation_fraction or add documents to prepare_corpus.sources"]
+    assert [p.name for p in (workdir / "data").iterdir()] == ["raw"]
+    assert not (workdir / "metrics/corpus.json").exists()
+
+
+def test_an_empty_train_split_is_refused():
+    with pytest.raises(PipelineError) as err:
+        corpus.check_splits(["validation"], 0.3)
+    assert str(err.value) == ("params.yaml: prepare_corpus.validation_fraction: no train document (1 documents kept, "
+                              "all in validation at 0.3); lower validation_fraction or add documents to "
+                              "prepare_corpus.sources")
+    corpus.check_splits(["validation", "train"], 0.3)
 
 
 def test_wrong_params_type_via_cli(tmp_path):

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -11,7 +14,7 @@ import pytest
 from bert_pipeline.data.masking import IGNORE_INDEX, collator_from_info
 from bert_pipeline.errors import PipelineError
 from stages.params import ParamsError, load_params
-from tests.conftest import tree_digests, write_params
+from tests.conftest import REPO, tree_digests, write_params
 
 SYLLABLES = ["ka", "lo", "mi", "ne", "su", "ta", "ri", "po"]
 
@@ -173,6 +176,32 @@ def test_missing_corpus_and_too_long_max_seq_length_fail_without_partial_outputs
     _write_params(tmp_path, max_seq_length=600)
     with pytest.raises(PipelineError, match="max_seq_length: 600 exceeds the tokenizer's model_max_length 512"):
         main()
+    _write_params(tmp_path, max_document_tokens=100,
+                  pretrain={"phases": [{"max_seq_length": 32, "fraction": 0.5}, {"max_seq_length": 64, "fraction": 0.5}]})
+    with pytest.raises(PipelineError) as err:
+        main()
+    assert str(err.value) == ("create_pretraining_data.max_document_tokens: expected >= 2 x the longest sequence "
+                              "length (128 for 64), got 100")
+    assert not (tmp_path / "data/pretraining").exists()
+
+
+def test_a_corpus_with_an_empty_validation_split_is_one_line(tmp_path, monkeypatch):
+    import datasets
+
+    from stages.create_pretraining_data import main
+
+    make_tokenizer(tmp_path / "models/tokenizer")
+    make_corpus(tmp_path / "full", n_train=6, n_val=1)
+    full = datasets.load_from_disk(str(tmp_path / "full"))
+    datasets.DatasetDict(train=full["train"], validation=full["validation"].select([])).save_to_disk(
+        str(tmp_path / "data/corpus"))
+    monkeypatch.chdir(tmp_path)
+    _write_params(tmp_path)
+    with pytest.raises(PipelineError) as err:
+        main()
+    assert str(err.value) == ("data/corpus: the validation split is empty (expected at least one document; rebuild it "
+                              "with prepare_corpus.validation_fraction changed or more documents in "
+                              "prepare_corpus.sources)")
     assert not (tmp_path / "data/pretraining").exists()
 
 
@@ -195,6 +224,7 @@ def test_missing_tokenizer_is_one_line(tmp_path, monkeypatch):
         (dict(max_seq_length=4), "create_pretraining_data.max_seq_length: expected int >= 5"),
         (dict(objective="mlm"), "create_pretraining_data.objective: expected one of"),
         (dict(masking="sometimes"), "create_pretraining_data.masking: expected one of"),
+        (dict(max_document_tokens=8), "create_pretraining_data.max_document_tokens: expected int >= 16"),
     ],
 )
 def test_bad_params_are_one_line(tmp_path, overrides, message):
@@ -222,6 +252,133 @@ def test_tokenizer_padding_and_truncation_in_tokenizer_json_are_ignored(tmp_path
     assert [[len(s) for s in d] for d in docs] == [[4, 11], [2]]
     assert docs[0][0][-1] == docs[1][0][-1]  # the '.' id; no [PAD] (0) anywhere
     assert all(0 not in s for d in docs for s in d)
+
+
+def test_document_units_cut_long_documents_at_sentence_ends_and_long_sentences_at_words():
+    from bert_pipeline.data.shards import CUT_COUNTS, document_units
+
+    ids = iter(range(10**6))
+
+    def sents(*lengths: int) -> list[np.ndarray]:
+        return [np.array([next(ids) for _ in range(n)], dtype=np.int64) for n in lengths]
+
+    doc0, doc1, doc2, doc4 = sents(*[10] * 5), sents(*[9] * 40), sents(*[9] * 23), sents(250)
+    stream = [(0, doc0), (1, doc1[:13]), (1, doc1[13:] + [np.zeros(0, dtype=np.int64)]), (2, doc2), (3, []),
+              (4, doc4)]
+    counts = dict.fromkeys(CUT_COUNTS, 0)
+    units = list(document_units(iter(stream), max_document_tokens=100, is_continuation=np.zeros(10**6, dtype=bool),
+                                min_piece=30, max_piece=60, counts=counts))
+    shapes = [[len(s) for s in u] for u in units]
+    assert shapes == [
+        [10] * 5,                                    # under the bound: the document as it is
+        [9] * 11, [9] * 11, [9] * 11, [9] * 7,        # 360 tokens: pieces of whole sentences, at most 100 tokens
+        [9] * 11, [9] * 12,                          # a last piece of one sentence joins the one before
+        [],                                          # an empty document stays (create_instances counts it)
+        [30] * 3, [30] * 3, [30, 40],                # a 250-token sentence cut at 30s, the rest (40) whole, packed
+    ]
+    assert counts == {"cut_sentences": 1, "cut_sentence_pieces": 8, "cut_documents": 3, "cut_document_pieces": 9}
+    for unit, doc in ((units[0], doc0), (np.concatenate([np.concatenate(u) for u in units[1:5]]), doc1)):
+        assert np.array_equal(np.concatenate(unit) if isinstance(unit, list) else unit, np.concatenate(doc))
+
+
+def make_long_document_corpus(folder: Path, n_words: int, chunk_chars: int = 100_000, n_small: int = 9,
+                              seed: int = 0) -> int:
+    """A corpus like prepare_corpus writes for one line of ``n_words`` words without a sentence end (one
+    "sentence" per ``chunk_chars`` chunk, cut at a space) next to ``n_small`` short documents (one in
+    validation); returns the number of chunks."""
+    import datasets
+
+    from bert_pipeline.data.sentences import chunk_text
+
+    rng = np.random.default_rng(seed)
+    words = np.array(["".join(w) for w in [(a,) for a in SYLLABLES] + [(a, b) for a in SYLLABLES for b in SYLLABLES]
+                      + [(a, b, c) for a in SYLLABLES[:4] for b in SYLLABLES for c in SYLLABLES[:2]]])
+    line = " ".join(words[rng.integers(0, words.size, size=n_words)])
+    chunks = [c.strip() for c in chunk_text(line, chunk_chars)]
+    huge = {"doc_id": "huge:user/huge.txt:block=0", "source": "huge", "text": line, "sentences": chunks}
+    del line
+    small = [{"doc_id": f"s{i}", "source": "small", "text": "", "sentences": [
+        " ".join(words[rng.integers(0, 72, size=int(rng.integers(4, 14)))]) + "." for _ in range(int(rng.integers(2, 9)))]}
+        for i in range(n_small)]
+    datasets.DatasetDict(train=datasets.Dataset.from_list([small[0], huge, *small[1:-1]]),
+                         validation=datasets.Dataset.from_list(small[-1:])).save_to_disk(str(folder))
+    return len(chunks)
+
+
+def test_a_long_one_line_document_is_cut_into_packable_pieces(tmp_path, monkeypatch):
+    """A 60,000-word line without sentence ends: its 20,000-character "sentences" are cut at words, the document
+    at sentence ends; the pairs keep its tokens (the old code truncated every pair to 61 of about 10,000 tokens);
+    the bytes do not depend on num_proc."""
+    import datasets
+
+    from bert_pipeline.data.tokenizer import load_tokenizer, raw_backend
+
+    make_tokenizer(tmp_path / "models/tokenizer")
+    n_chunks = make_long_document_corpus(tmp_path / "data/corpus", n_words=60_000, chunk_chars=20_000)
+    cfg = dict(max_seq_length=64, shard_size=4, max_document_tokens=2048, dupe_factor=1)
+    first = run(tmp_path, monkeypatch, **cfg)
+    m = json.loads((tmp_path / "metrics/pretraining_data.json").read_text())["train"]
+    backend = raw_backend(load_tokenizer(tmp_path / "models/tokenizer"))
+    huge = datasets.load_from_disk(str(tmp_path / "data/corpus"))["train"][1]["sentences"]
+    lengths = [len(e.ids) for e in backend.encode_batch(huge, add_special_tokens=False)]
+    assert m["documents"] == 9
+    assert m["shards"] == 3
+    assert min(lengths) > 61  # every chunk is longer than a pair's segment can be
+    assert m["cut_sentences"] == n_chunks
+    assert sum(lengths) / 61 < m["cut_sentence_pieces"] < sum(lengths) / 31 + n_chunks
+    assert m["cut_documents"] == 1
+    assert sum(lengths) / 2048 < m["cut_document_pieces"] < sum(lengths) / (2048 - 61) + 1
+    assert m["truncated_tokens"] < 0.05 * m["tokens"]  # a word's overshoot per pair (all but 61 tokens before)
+    assert m["padding_share"] < 0.01
+    assert m["max_length"] == 64
+    assert m["pair_label_1_share"] == pytest.approx(0.5, abs=0.02)
+    train = datasets.load_from_disk(str(tmp_path / "data/pretraining/train"))
+    assert len(train) == m["instances"]
+    assert max(len(r) for r in train["input_ids"]) <= 64
+    assert run(tmp_path, monkeypatch, **cfg, num_proc=2) == first
+    assert run(tmp_path, monkeypatch, **cfg) == first
+
+
+_MEASURE = """import resource, subprocess, sys
+code = subprocess.call([sys.executable, "-m", "stages.create_pretraining_data"], stdout=open("stage.log", "wb"),
+                       stderr=subprocess.STDOUT)
+print(code, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+"""
+
+
+def _stage_peak_rss_mb(root: Path) -> float:
+    """Run the stage in ``root`` as a child process; return its peak RSS in MB (``ru_maxrss`` of the children
+    of a small launcher: the stage's, or that of a worker process it waited for when larger).
+
+    The launcher matters: a child forked straight from this (large) test process would report this process's
+    RSS, which its copy of the address space had before ``exec``."""
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    out = subprocess.run([sys.executable, "-c", _MEASURE], cwd=root, env=env, capture_output=True, text=True,
+                         check=True).stdout.split()
+    assert out[0] == "0", (root / "stage.log").read_text()[-3000:]
+    return int(out[1]) / 1024  # KB on Linux
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="ru_maxrss in KB and /proc semantics")
+def test_peak_memory_does_not_grow_with_a_one_line_document(tmp_path_factory):
+    """The issue's case scaled down: one line without sentence ends, 5 MB and 20 MB, next to short documents.
+    Peak RSS of the stage within 10% (the old code held the whole document and its encodings: 45 bytes per
+    input byte, 511 MB against 857 MB here), and the instances grow with the document."""
+    peaks, metrics = {}, {}
+    for mb in (5, 20):
+        root = tmp_path_factory.mktemp(f"rss{mb}")
+        make_tokenizer(root / "models/tokenizer")
+        chunks = make_long_document_corpus(root / "data/corpus", n_words=mb * 180_000)
+        write_params(root, create_pretraining_data={"max_seq_length": 64, "shard_size": 4, "dupe_factor": 1,
+                                                    "num_proc": 1, "max_document_tokens": 4096})
+        peaks[mb] = _stage_peak_rss_mb(root)
+        metrics[mb] = json.loads((root / "metrics/pretraining_data.json").read_text())["train"]
+        assert metrics[mb]["cut_sentences"] == chunks
+        assert metrics[mb]["cut_documents"] == 1
+        assert metrics[mb]["truncated_tokens"] < 0.05 * metrics[mb]["tokens"]
+    assert peaks[20] < 1.1 * peaks[5], peaks
+    assert metrics[20]["instances"] / metrics[5]["instances"] == pytest.approx(4, rel=0.02)
+    assert metrics[20]["cut_document_pieces"] / metrics[5]["cut_document_pieces"] == pytest.approx(4, rel=0.02)
 
 
 def test_whole_word_masking_in_the_stage_never_masks_part_of_a_word(workspace, monkeypatch):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bert_pipeline.data.instances import _truncate, create_instances
+from bert_pipeline.data.instances import _truncate, create_instances, cut_sentence, sentence_piece_bounds
 
 CLS, SEP = 101, 102
 BASE = 1000
@@ -213,3 +213,34 @@ def test_bad_arguments_raise(kwargs, message):
     with pytest.raises(ValueError) as err:
         create_instances(DOCS[:5], cls_token_id=CLS, sep_token_id=SEP, rng=np.random.default_rng(0), **args)
     assert message in str(err.value)
+
+
+def _sentence(words: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """A sentence of words of the given piece counts: id 1 starts a word, id 2 continues it (``##``)."""
+    ids = np.concatenate([[1] + [2] * (n - 1) for n in words]).astype(np.int64)
+    return ids, np.array([False, False, True])
+
+
+def test_a_long_sentence_is_cut_at_word_starts_into_pieces_two_of_which_fill_a_pair():
+    min_piece, max_piece = sentence_piece_bounds("nsp", 128)
+    assert (min_piece, max_piece) == (63, 125)
+    rng = np.random.default_rng(0)
+    ids, cont = _sentence(list(rng.integers(1, 4, size=400)))
+    pieces = cut_sentence(ids, cont, min_piece, max_piece)
+    assert np.array_equal(np.concatenate(pieces), ids)
+    assert all(p[0] == 1 for p in pieces)  # every piece starts a word
+    assert all(min_piece <= len(p) <= min_piece + 2 for p in pieces[:-1])  # words of at most 3 pieces overshoot by 2
+    assert 0 < len(pieces[-1]) <= max_piece
+    assert all(len(a) + len(b) >= max_piece for a, b in zip(pieces[:-2], pieces[1:-1], strict=True))
+
+
+def test_cut_sentence_keeps_short_sentences_and_cuts_a_huge_word_hard():
+    ids, cont = _sentence([5, 3])
+    assert [p.tolist() for p in cut_sentence(ids, cont, 4, 8)] == [ids.tolist()]
+    ids, cont = _sentence([3, 20, 2])  # no word start 4..8 tokens in: the one at 3, then hard cuts, then the rest
+    assert [len(p) for p in cut_sentence(ids, cont, 4, 8)] == [3, 8, 8, 6]
+    assert sentence_piece_bounds("none", 128) == (126, 126)  # none packs whole segments: pieces as long as allowed
+    ids, cont = _sentence([2] * 99)
+    assert [len(p) for p in cut_sentence(ids, cont, 50, 50)] == [50, 50, 50, 48]
+    with pytest.raises(ValueError, match="expected 1 <= min_piece <= max_piece"):
+        cut_sentence(ids, cont, 9, 8)

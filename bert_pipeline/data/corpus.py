@@ -589,7 +589,8 @@ def build_corpus(
         dropped, repaired mojibake: in total, ``per_source`` and ``per_split``.
 
     Raises:
-        PipelineError: a missing source or file, bad content, or no document left after filtering.
+        PipelineError: a missing source or file, bad content, no document left after filtering, or a split
+            without documents (:func:`check_splits`; nothing is written).
     """
     from bert_pipeline.data.sentences import load_splitter, split_documents
 
@@ -602,14 +603,15 @@ def build_corpus(
             f"{sum(s.dropped_short for s in cleaned.stats.values())} under min_words={min_words}, "
             f"{sum(s.duplicates_dropped for s in cleaned.stats.values())} duplicates)"
         )
+    splits = [split_of(d.doc_id, split_seed, validation_fraction) for d in docs]
+    check_splits(splits, validation_fraction)  # before the slow part: an empty split is known from the ids
     nlp = load_splitter(spacy_model_dir, sentence_splitter)
     log.info("splitting %d documents into sentences (%s, %d processes)", len(docs), sentence_splitter, num_proc)
     columns: dict[str, dict[str, list]] = {s: {k: [] for k in COLUMNS} for s in SPLITS}
     per_split = {s: SourceStats() for s in SPLITS}
     sentence_lists = split_documents(nlp, (d.text for d in docs), chunk_chars, batch_size, num_proc,
                                      progress=progress, total=len(docs))
-    for doc, sentences in zip(docs, sentence_lists, strict=True):
-        split = split_of(doc.doc_id, split_seed, validation_fraction)
+    for doc, split, sentences in zip(docs, splits, sentence_lists, strict=True):
         col = columns[split]
         col["doc_id"].append(doc.doc_id)
         col["source"].append(doc.source)
@@ -633,6 +635,33 @@ def build_corpus(
         "per_split": {name: {k: v for k, v in s.as_dict().items() if k in ("documents", "sentences", "words", "bytes")}
                       for name, s in per_split.items()},
     }
+
+
+_EMPTY_SPLIT_HINT = ("rebuild it with prepare_corpus.validation_fraction changed or more documents in "
+                    "prepare_corpus.sources")
+
+
+def check_splits(splits: Sequence[str], validation_fraction: float) -> None:
+    """Fail when a split of the corpus would hold no document (every later stage needs both).
+
+    Args:
+        splits: the split (:func:`split_of`) of each document kept, in order.
+
+    Raises:
+        PipelineError: one line naming the documents kept per split and the params key to change.
+    """
+    n_val = sum(1 for s in splits if s == "validation")
+    n_train = len(splits) - n_val
+    if n_val == 0:
+        raise PipelineError(
+            f"params.yaml: prepare_corpus.validation_fraction: no validation document ({len(splits)} documents kept, "
+            f"each in validation with probability {validation_fraction:g}); raise validation_fraction or add "
+            "documents to prepare_corpus.sources")
+    if n_train == 0:
+        raise PipelineError(
+            f"params.yaml: prepare_corpus.validation_fraction: no train document ({len(splits)} documents kept, all "
+            f"in validation at {validation_fraction:g}); lower validation_fraction or add documents to "
+            "prepare_corpus.sources")
 
 
 def _save_corpus(columns: dict[str, dict[str, list]], out_dir: Path) -> None:
@@ -678,7 +707,8 @@ def open_corpus(path: str | Path, columns: Sequence[str] = COLUMNS):
     for split in SPLITS:  # datasets cannot load a split saved without rows (0 Arrow shards)
         state = path / split / "state.json"
         if state.is_file() and not json.loads(state.read_text(encoding="utf-8")).get("_data_files"):
-            raise PipelineError(f"{path}: the {split} split is empty (expected at least one document)")
+            raise PipelineError(f"{path}: the {split} split is empty (expected at least one document; "
+                                f"{_EMPTY_SPLIT_HINT})")
     try:
         corpus = datasets.load_from_disk(str(path))
     except (FileNotFoundError, ValueError) as exc:
@@ -693,5 +723,76 @@ def open_corpus(path: str | Path, columns: Sequence[str] = COLUMNS):
             raise PipelineError(f"{path}: {split} split: expected a {missing[0]!r} column, got "
                                 f"{corpus[split].column_names}")
         if len(corpus[split]) == 0:
-            raise PipelineError(f"{path}: the {split} split is empty (expected at least one document)")
+            raise PipelineError(f"{path}: the {split} split is empty (expected at least one document; "
+                                f"{_EMPTY_SPLIT_HINT})")
     return corpus
+
+
+def iter_sentence_batches(path: str | Path, split: str, start: int, end: int,
+                          max_bytes: int) -> Iterator[list[tuple[int, list[str]]]]:
+    """Stream the ``sentences`` of documents ``[start, end)`` of one split of a corpus, in bounded batches.
+
+    Yields batches in document and sentence order; a batch is a list of ``(document index, sentences)`` whose
+    sentences hold at most ``max_bytes`` UTF-8 bytes together (a longer sentence is a batch of its own). A document
+    may continue over several batches; one without sentences appears once with ``[]``.
+
+    Memory: the split's Arrow files are memory-mapped, only the sentences of the current batch are turned into
+    Python strings, and the mapping's pages are released after each batch (``madvise(MADV_DONTNEED)``: a page read
+    once stays resident otherwise, and counts in the process's RSS), so resident memory holds about one batch, not
+    the document (a one-line 200 MB document is one row). The folder must be one :func:`open_corpus` accepts;
+    rows are read in the order ``datasets.load_from_disk`` gives them.
+
+    Raises:
+        ValueError: ``max_bytes`` < 1.
+    """
+    import mmap
+
+    import numpy as np
+    import pyarrow as pa
+
+    if max_bytes < 1:
+        raise ValueError(f"max_bytes: expected >= 1, got {max_bytes}")
+    folder = Path(path) / split
+    files = [folder / f["filename"] for f in json.loads((folder / "state.json").read_text("utf-8"))["_data_files"]]
+    release = getattr(mmap, "MADV_DONTNEED", None)
+    batch: list[tuple[int, list[str]]] = []
+    size = 0
+    row = 0
+    for file in files:
+        if row >= end:
+            break
+        with open(file, "rb") as fh:
+            mapped = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+        column = pa.ipc.open_stream(pa.py_buffer(mapped)).read_all().column("sentences")  # zero-copy views
+        chunk = values = ends = lists = None
+        for chunk in column.chunks:
+            first, last = max(start, row), min(end, row + len(chunk))
+            lists = chunk.offsets.to_numpy()  # sentence ranges in chunk.values, the chunk's own offset applied
+            values = chunk.values
+            width = np.int64 if pa.types.is_large_string(values.type) else np.int32
+            ends = np.frombuffer(values.buffers()[1], dtype=width)[values.offset:values.offset + len(values) + 1]
+            for doc in range(first, last):
+                lo, hi = int(lists[doc - row]), int(lists[doc - row + 1])
+                if lo == hi:
+                    batch.append((doc, []))
+                while lo < hi:
+                    # the sentences from lo that fit in what is left of the batch; at least one in an empty batch
+                    take = int(np.searchsorted(ends[lo + 1:hi + 1], int(ends[lo]) + max_bytes - size, side="right"))
+                    take = take or (0 if batch else 1)
+                    if take:
+                        batch.append((doc, values.slice(lo, take).to_pylist()))
+                        size += int(ends[lo + take]) - int(ends[lo])
+                        lo += take
+                    if lo < hi or size >= max_bytes:
+                        yield batch
+                        batch, size = [], 0
+                        if release is not None:
+                            mapped.madvise(release)
+            row += len(chunk)
+        del column, chunk, values, ends, lists
+        try:
+            mapped.close()
+        except BufferError:  # an Arrow buffer still refers to it: the mapping goes with the last reference
+            pass
+    if batch:
+        yield batch

@@ -26,10 +26,19 @@ Deviations from the reference, all to make the label exactly balanced and the ou
 - The 0.5 decisions are block-randomised: each consecutive pair of decisions is one 0 and one 1 in random order,
   so the label share is 50% within one instance per shard and dupe (the instances are shuffled afterwards).
 - The random other document comes from the same shard of documents (bounded memory; a shard holds many
-  documents). With a single document in the shard no NotNext is possible and every pair is IsNext.
+  documents), or from the same group of documents and document pieces when the stage builds a shard in groups
+  (below). With a single document in the shard no NotNext is possible and every pair is IsNext.
 - Documents of one sentence are skipped for ``nsp``/``sop`` (counted), kept for ``none``.
+- Before pairing, the stage (:mod:`bert_pipeline.data.shards`) cuts what the procedure cannot use whole. A
+  "sentence" longer than a segment can be (a chunk of text without sentence ends, as the sentence splitter
+  returns it) is cut at word starts into pieces two of which fill one pair (:func:`cut_sentence`,
+  :func:`sentence_piece_bounds`); the reference keeps it and truncates the pair, which throws away all but
+  ``max_seq_length - 3`` of its tokens. A document longer than ``max_document_tokens`` is cut at sentence ends
+  into pieces, and each piece is a document of its own here: its pairs never span two pieces, and a NotNext
+  segment may come from another piece of the same document (bounded memory whatever a document's size).
 
-Public API: :func:`create_instances` (one shard's documents -> :class:`Instances`), :func:`min_seq_length`.
+Public API: :func:`create_instances` (one shard's documents -> :class:`Instances`), :func:`min_seq_length`,
+:func:`cut_sentence`, :func:`sentence_piece_bounds`.
 """
 
 from __future__ import annotations
@@ -49,6 +58,66 @@ def min_seq_length(objective: str) -> int:
     """Smallest ``max_seq_length`` that holds one token per segment: 5 for ``[CLS] A [SEP] B [SEP]``, 3 for
     ``[CLS] A [SEP]`` (``none``)."""
     return 3 if objective == "none" else 5
+
+
+def sentence_piece_bounds(objective: str, max_seq_length: int) -> tuple[int, int]:
+    """``(min_piece, max_piece)`` in tokens for :func:`cut_sentence` at ``max_seq_length``.
+
+    ``max_piece`` is the longest segment an instance holds: ``max_seq_length - 3`` for a pair, ``- 2`` for
+    ``none``. For pairs ``min_piece`` is half of it, rounded up: a chunk stops growing once it reaches its target
+    length (``max_piece`` mostly) with two segments, so two pieces just over half fill one pair and truncation
+    takes at most the pieces of the words that overshoot (pieces of exactly ``max_piece`` tokens would lose half
+    of every pair to truncation; pieces just under half would need a third piece). ``none`` packs whole segments
+    up to ``max_piece``, so its pieces are as long as possible (``min_piece == max_piece``).
+    """
+    if objective == "none":
+        return max_seq_length - 2, max_seq_length - 2
+    longest = max_seq_length - 3
+    return (longest + 1) // 2, longest
+
+
+def cut_sentence(ids: np.ndarray, is_continuation: np.ndarray, min_piece: int, max_piece: int) -> list[np.ndarray]:
+    """Cut a sentence longer than ``max_piece`` tokens at word starts into consecutive pieces of at most
+    ``max_piece`` tokens, each of at least ``min_piece`` tokens where a word start allows.
+
+    A word start is a token that is not a WordPiece continuation (``##ing``). Each cut goes at the first word
+    start at or after ``min_piece`` tokens into the piece; failing one up to ``max_piece``, at the last word start
+    before ``min_piece``; failing that (one word longer than ``max_piece`` tokens), hard at ``max_piece``. The last
+    piece is what is left (it may be short). Google's ``create_pretraining_data.py`` keeps such a sentence whole
+    and truncates the pair; this cut keeps its tokens (see :func:`sentence_piece_bounds`).
+
+    Args:
+        ids: ``(n,)`` integer token ids of one sentence, no special tokens.
+        is_continuation: ``(vocab_size,)`` bool, the continuation pieces
+            (:attr:`bert_pipeline.data.masking.VocabInfo.is_continuation`).
+        min_piece, max_piece: ``1 <= min_piece <= max_piece``, in tokens.
+
+    Returns:
+        Views of ``ids`` whose concatenation is ``ids``; ``[ids]`` when it has at most ``max_piece`` tokens.
+
+    Raises:
+        ValueError: ``min_piece`` or ``max_piece`` out of range.
+    """
+    if not 1 <= min_piece <= max_piece:
+        raise ValueError(f"expected 1 <= min_piece <= max_piece, got {min_piece} and {max_piece}")
+    n = len(ids)
+    if n <= max_piece:
+        return [ids]
+    starts = np.flatnonzero(~is_continuation[ids])
+    pieces = []
+    at = 0
+    while n - at > max_piece:
+        k = int(np.searchsorted(starts, at + min_piece))
+        if k < starts.size and starts[k] <= at + max_piece:
+            cut = int(starts[k])
+        elif k > 0 and starts[k - 1] > at:
+            cut = int(starts[k - 1])
+        else:
+            cut = at + max_piece
+        pieces.append(ids[at:cut])
+        at = cut
+    pieces.append(ids[at:])
+    return pieces
 
 
 @dataclass

@@ -3,18 +3,29 @@
 
 Layout of one dataset folder (what :func:`build_dataset` writes and ``datasets.load_from_disk`` opens):
 
-- ``{train,validation}/``: one Arrow file per shard of ``shard_size`` documents, columns ``input_ids`` (uint16 when
-  the vocabulary has <= 65,536 ids), ``token_type_ids`` (uint8), ``masked_lm_positions`` and ``masked_lm_ids``
-  (static masking only), ``next_sentence_label`` (``nsp``) or ``sentence_order_label`` (``sop``), int8.
-  ``train`` holds ``dupe_factor`` copies of every document's instances, each with its own pairs and mask
-  (static masking) or unmasked (dynamic masking: the collator masks per batch); ``validation`` is always one
+- ``{train,validation}/``: one Arrow file (IPC stream) per shard of ``shard_size`` documents, columns
+  ``input_ids`` (uint16 when the vocabulary has <= 65,536 ids), ``token_type_ids`` (uint8), ``masked_lm_positions``
+  and ``masked_lm_ids`` (static masking only), ``next_sentence_label`` (``nsp``) or ``sentence_order_label``
+  (``sop``), int8. ``train`` holds ``dupe_factor`` copies of every document's instances, each with its own pairs and
+  mask (static masking) or unmasked (dynamic masking: the collator masks per batch); ``validation`` is always one
   statically masked copy, so evaluation losses are comparable between runs. Instances are shuffled within a
-  shard; the training loop shuffles across shards.
+  group (below): a whole shard unless it holds a cut document; the training loop shuffles across shards.
 - ``info.json``: objective, masking, rules, ``max_seq_length``, ``vocab_size``, tokenizer path and sha256, counts:
   what pre-training checks for compatibility (:func:`bert_pipeline.data.masking.collator_from_info`).
 
-Memory stays bounded by one shard per worker. Every random draw of shard ``k``, copy ``d`` comes from a generator
-seeded by ``(seed, split, k, d)``, so the bytes do not depend on ``num_proc``.
+Memory is bounded by params, not by a document's size. A worker reads its shard's sentences from the corpus in
+batches of :data:`TOKENIZE_BATCH_BYTES` (:func:`bert_pipeline.data.corpus.iter_sentence_batches`) and tokenizes
+them batch by batch. What cannot be used whole is cut first (:func:`document_units`): a sentence longer than a
+segment at word starts (:func:`bert_pipeline.data.instances.cut_sentence`), and a document longer than
+``max_document_tokens`` at sentence ends into pieces, each paired as a document of its own (NotNext segments come
+from the other documents and pieces of the group; pairs never span two pieces). The resulting units are paired,
+masked, shuffled and written in groups of ``shard_size``, one group at a time: a shard whose documents are all at
+most ``max_document_tokens`` long is one group, exactly as when shards were built whole; the pieces of a cut
+document fill further groups. A worker thus holds at most ``shard_size x max_document_tokens`` tokens of text,
+with their ``dupe_factor`` copies of instances (about 100 bytes per text token at ``dupe_factor`` 5).
+
+Every random draw of shard ``k``, group ``g``, copy ``d`` comes from a generator seeded by ``(seed, split, k, d)``
+(and ``g`` when ``g > 0``), so the bytes do not depend on ``num_proc``.
 """
 
 from __future__ import annotations
@@ -23,6 +34,7 @@ import logging
 import math
 import multiprocessing
 import time
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from itertools import chain
 from pathlib import Path
@@ -30,7 +42,14 @@ from typing import Any
 
 import numpy as np
 
-from bert_pipeline.data.instances import Instances, create_instances, min_seq_length
+from bert_pipeline.data.corpus import iter_sentence_batches, open_corpus
+from bert_pipeline.data.instances import (
+    Instances,
+    create_instances,
+    cut_sentence,
+    min_seq_length,
+    sentence_piece_bounds,
+)
 from bert_pipeline.data.masking import PAIR_LABELS, MaskingRules, VocabInfo, mask_ragged
 from bert_pipeline.data.tokenizer import load_tokenizer, raw_backend
 from bert_pipeline.errors import PipelineError
@@ -58,6 +77,8 @@ class ShardJob:
     store_masks: bool
     dupe_factor: int
     seed: int
+    max_document_tokens: int
+    group_documents: int
 
     def bounds(self, shard: int) -> tuple[int, int]:
         """Document range ``[start, end)`` of ``shard`` (shards differ by at most one document)."""
@@ -67,23 +88,118 @@ class ShardJob:
         return f"data-{shard:05d}-of-{self.n_shards:05d}.arrow"
 
 
+TOKENIZE_BATCH_BYTES = 1 << 20
+"""UTF-8 bytes of sentences per ``encode_batch`` call: about 0.25M tokens, some 30 MB of ``Encoding`` objects."""
+
+CUT_COUNTS = ("cut_sentences", "cut_sentence_pieces", "cut_documents", "cut_document_pieces")
+"""Per-shard counts of what was cut before pairing (:func:`document_units`)."""
+
+
+def tokenize_sentences(backend: Any, sentences: list[str], dtype: np.dtype) -> list[np.ndarray]:
+    """Tokenize sentences in one batched call (no special tokens); returns 1-D ``dtype`` id arrays, views into one
+    flat array."""
+    if not sentences:
+        return []
+    encodings = backend.encode_batch(sentences, add_special_tokens=False)
+    lengths = np.fromiter((len(e.ids) for e in encodings), dtype=np.int64, count=len(encodings))
+    ids = np.fromiter(chain.from_iterable(e.ids for e in encodings), dtype=dtype, count=int(lengths.sum()))
+    return np.split(ids, np.cumsum(lengths)[:-1])
+
+
 def tokenize_documents(backend: Any, documents: list[list[str]], dtype: np.dtype) -> list[list[np.ndarray]]:
     """Tokenize every sentence of every document in one batched call (no special tokens).
 
     Returns ``docs[d][s]``, 1-D ``dtype`` id arrays (views into one flat array).
     """
-    flat = [s for doc in documents for s in doc]
-    if not flat:
-        return [[] for _ in documents]
-    encodings = backend.encode_batch(flat, add_special_tokens=False)
-    lengths = np.fromiter((len(e.ids) for e in encodings), dtype=np.int64, count=len(encodings))
-    ids = np.fromiter(chain.from_iterable(e.ids for e in encodings), dtype=dtype, count=int(lengths.sum()))
-    sentences = np.split(ids, np.cumsum(lengths)[:-1])
+    sentences = tokenize_sentences(backend, [s for doc in documents for s in doc], dtype)
     out, k = [], 0
     for doc in documents:
         out.append(sentences[k:k + len(doc)])
         k += len(doc)
     return out
+
+
+class _DocumentPieces:
+    """The sentences of one document, closed into pieces of at most ``max_tokens`` tokens (whole sentences, each
+    at most ``max_tokens``), holding the last closed piece back: a last piece of one sentence joins it (a pair
+    needs two segments)."""
+
+    def __init__(self, max_tokens: int) -> None:
+        self.max_tokens = max_tokens
+        self.held: list[np.ndarray] | None = None
+        self.current: list[np.ndarray] = []
+        self.tokens = 0
+        self.pieces = 0
+
+    def add(self, sentence: np.ndarray) -> list[np.ndarray] | None:
+        """Add one sentence; returns a piece that is final now, or ``None``."""
+        out = None
+        if self.current and self.tokens + len(sentence) > self.max_tokens:
+            out, self.held = self.held, self.current
+            self.pieces += 1
+            self.current, self.tokens = [], 0
+        self.current.append(sentence)
+        self.tokens += len(sentence)
+        return out
+
+    def end(self) -> list[list[np.ndarray]]:
+        """The document's last units: the whole document if it was never cut, else its last one or two pieces."""
+        if self.held is None:
+            return [self.current]
+        if len(self.current) < 2:
+            return [self.held + self.current]
+        self.pieces += 1
+        return [self.held, self.current]
+
+
+def document_units(documents: Iterable[tuple[int, list[np.ndarray]]], *, max_document_tokens: int,
+                   is_continuation: np.ndarray, min_piece: int, max_piece: int,
+                   counts: dict[str, int]) -> Iterator[list[np.ndarray]]:
+    """What :func:`bert_pipeline.data.instances.create_instances` pairs, from a stream of tokenized sentences.
+
+    Args:
+        documents: ``(document index, sentences)`` in order, a document possibly over several consecutive items
+            (what :func:`bert_pipeline.data.corpus.iter_sentence_batches` gives, tokenized); sentences are 1-D id
+            arrays, empty ones are dropped.
+        max_document_tokens: a document with more tokens is cut at sentence ends into pieces of at most this many
+            tokens (a last piece of one sentence joins the piece before, which may then exceed it by one
+            sentence), so no more than one piece of a document is held at a time.
+        is_continuation, min_piece, max_piece: a sentence over ``max_piece`` tokens is first cut at word starts
+            (:func:`bert_pipeline.data.instances.cut_sentence`).
+        counts: ``cut_sentences`` / ``cut_sentence_pieces`` (sentences cut, the pieces they became) and
+            ``cut_documents`` / ``cut_document_pieces`` are added to it (keys :data:`CUT_COUNTS`).
+
+    Yields:
+        One unit per document (its sentences) or, for a cut document, one per piece, in order.
+    """
+    current: int | None = None
+    pieces = _DocumentPieces(max_document_tokens)
+    for doc, sentences in documents:
+        if doc != current:
+            if current is not None:
+                yield from _end_document(pieces, counts)
+            current, pieces = doc, _DocumentPieces(max_document_tokens)
+        for sentence in sentences:
+            if not len(sentence):
+                continue
+            cut = cut_sentence(sentence, is_continuation, min_piece, max_piece)
+            if len(cut) > 1:
+                counts["cut_sentences"] += 1
+                counts["cut_sentence_pieces"] += len(cut)
+            for part in cut:
+                unit = pieces.add(part)
+                if unit is not None:
+                    yield unit
+    if current is not None:
+        yield from _end_document(pieces, counts)
+
+
+def _end_document(pieces: _DocumentPieces, counts: dict[str, int]) -> list[list[np.ndarray]]:
+    units = pieces.end()
+    if pieces.held is not None:
+        counts["cut_documents"] += 1
+        counts["cut_document_pieces"] += pieces.pieces
+    return units
 
 
 def _features(objective: str, store_masks: bool, id_dtype: np.dtype):
@@ -105,73 +221,128 @@ def _list_array(values: np.ndarray, offsets: np.ndarray):
     return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), pa.array(values))
 
 
-def _write_arrow(path: Path, features, columns: dict[str, Any]) -> None:
-    import pyarrow as pa
-
-    schema = features.arrow_schema
-    table = pa.Table.from_arrays([columns[name] for name in schema.names], schema=schema)
-    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_stream(sink, schema) as writer:
-        writer.write_table(table, max_chunksize=10_000)
-
-
 class ShardBuilder:
-    """Builds the shards of one split; one instance per worker process (holds the tokenizer and the corpus)."""
+    """Builds the shards of one split; one instance per worker process (holds the tokenizer)."""
 
     def __init__(self, job: ShardJob) -> None:
-        import datasets
-
         self.job = job
         self.tokenizer = load_tokenizer(job.tokenizer_path)
         self.backend = raw_backend(self.tokenizer)
         self.vocab = VocabInfo.from_tokenizer(self.tokenizer)
-        self.dataset = datasets.load_from_disk(job.corpus_dir)[job.split]
         self.features = _features(job.objective, job.store_masks, self.vocab.id_dtype)
 
+    def units(self, start: int, end: int, counts: dict[str, int]) -> Iterator[list[np.ndarray]]:
+        """The units of documents ``[start, end)`` (:func:`document_units`), read and tokenized in batches of
+        :data:`TOKENIZE_BATCH_BYTES`."""
+        job = self.job
+        min_piece, max_piece = sentence_piece_bounds(job.objective, job.max_seq_length)
+
+        def tokenized() -> Iterator[tuple[int, list[np.ndarray]]]:
+            for batch in iter_sentence_batches(job.corpus_dir, job.split, start, end, TOKENIZE_BATCH_BYTES):
+                ids = tokenize_sentences(self.backend, [s for _, sents in batch for s in sents], np.dtype(np.int64))
+                k = 0
+                for doc, sents in batch:
+                    yield doc, ids[k:k + len(sents)]
+                    k += len(sents)
+
+        return document_units(tokenized(), max_document_tokens=job.max_document_tokens,
+                              is_continuation=self.vocab.is_continuation, min_piece=min_piece, max_piece=max_piece,
+                              counts=counts)
+
     def build(self, shard: int) -> dict[str, Any]:
-        """Tokenize, pair, mask and write shard ``shard``; return its counts."""
+        """Tokenize, pair, mask and write shard ``shard``; return its counts.
+
+        Units (:meth:`units`) are paired in groups of ``group_documents`` (``shard_size``): a shard whose documents
+        are all at most ``max_document_tokens`` long is one group, built as a whole; a cut document's pieces fill
+        further groups. Each group is written to the shard's Arrow stream as soon as it is built, so memory holds
+        one group, never the whole shard's output.
+        """
+        import pyarrow as pa
+
+        job = self.job
+        start, end = job.bounds(shard)
+        counts = dict.fromkeys(CUT_COUNTS, 0)
+        results: list[dict[str, Any]] = []
+        schema = self.features.arrow_schema
+        with pa.OSFile(str(Path(job.out_dir) / job.filename(shard)), "wb") as sink, \
+                pa.ipc.new_stream(sink, schema) as writer:
+            group: list[list[np.ndarray]] = []
+            for unit in self.units(start, end, counts):
+                group.append(unit)
+                if len(group) == job.group_documents:
+                    results.append(self.build_group(group, shard, len(results), writer))
+                    group = []
+            if group or not results:
+                results.append(self.build_group(group, shard, len(results), writer))
+        stats = {k: (max if k == "max_length" else sum)(r[k] for r in results) for k in results[0]}
+        stats.update(counts, documents=end - start)
+        return stats
+
+    def build_group(self, units: list[list[np.ndarray]], shard: int, group: int, writer: Any) -> dict[str, Any]:
+        """Pair, mask, shuffle and write one group of units (all ``dupe_factor`` copies); return its counts.
+
+        Random draws of group ``g`` of shard ``k``, copy ``d`` come from generators seeded by ``(seed, split, k, d)``
+        (plus ``g`` when ``g > 0``), so a shard of one group gives the bytes it gave before groups existed.
+        """
+        import pyarrow as pa
+
         job, vocab = self.job, self.vocab
-        start, end = self.job.bounds(shard)
-        documents = self.dataset[start:end]["sentences"] if end > start else []
-        docs = tokenize_documents(self.backend, documents, np.dtype(np.int64))
         split_code = SPLIT_CODES.get(job.split, 2)
+        tail = [group] if group else []
         parts: list[Instances] = []
         masked: list[Any] = []
         for dupe in range(job.dupe_factor):
-            rng = np.random.default_rng([job.seed, split_code, shard, dupe, 0])
+            rng = np.random.default_rng([job.seed, split_code, shard, dupe, 0, *tail])
             inst = create_instances(
-                docs, objective=job.objective, max_seq_length=job.max_seq_length, short_seq_prob=job.short_seq_prob,
+                units, objective=job.objective, max_seq_length=job.max_seq_length, short_seq_prob=job.short_seq_prob,
                 cls_token_id=vocab.cls_token_id, sep_token_id=vocab.sep_token_id, rng=rng,
             )
+            mask = mask_ragged(inst.input_ids, inst.offsets, vocab, job.rules,
+                               np.random.default_rng([job.seed, split_code, shard, dupe, 1, *tail]))
+            # the copies wait for the shuffle in the id dtype of the output (uint16 for BERT's vocabulary), not int64
+            inst.input_ids = inst.input_ids.astype(vocab.id_dtype)
+            mask.input_ids = mask.input_ids.astype(vocab.id_dtype)
+            mask.positions = mask.positions.astype(np.uint16)
+            mask.masked_ids = mask.masked_ids.astype(vocab.id_dtype)
             parts.append(inst)
-            masked.append(mask_ragged(inst.input_ids, inst.offsets, vocab, job.rules,
-                                      np.random.default_rng([job.seed, split_code, shard, dupe, 1])))
+            masked.append(mask)
         inst = _concat_instances(parts)
+        del parts
         m_ids = np.concatenate([m.input_ids for m in masked])
         m_pos = np.concatenate([m.positions for m in masked])
         m_lab = np.concatenate([m.masked_ids for m in masked])
         m_off = _concat_offsets([m.label_offsets for m in masked])
-        order = np.random.default_rng([job.seed, split_code, shard, 1 << 20]).permutation(len(inst))
+        del masked
+        order = np.random.default_rng([job.seed, split_code, shard, 1 << 20, *tail]).permutation(len(inst))
         stats = _shard_stats(inst, m_ids, m_lab, m_pos, m_off, vocab)
         # shuffle: instances and their label lists in the same order
-        idx_tok = _gather_index(inst.offsets, order)
-        idx_lab = _gather_index(m_off, order)
         lengths = np.diff(inst.offsets)[order]
         offsets = np.concatenate(([0], np.cumsum(lengths)))
         lab_offsets = np.concatenate(([0], np.cumsum(np.diff(m_off)[order])))
-        ids = (m_ids if job.store_masks else inst.input_ids)[idx_tok].astype(vocab.id_dtype)
         columns: dict[str, Any] = {
-            "input_ids": _list_array(ids, offsets),
-            "token_type_ids": _list_array(inst.token_type_ids()[idx_tok], offsets),
-        }
+            "input_ids": _list_array(_take_rows(m_ids if job.store_masks else inst.input_ids, inst.offsets, order),
+                                     offsets)}
+        del m_ids
+        columns["token_type_ids"] = _list_array(_token_types(offsets, inst.len_a[order]), offsets)
         if job.store_masks:
-            columns["masked_lm_positions"] = _list_array(m_pos[idx_lab].astype(np.uint16), lab_offsets)
-            columns["masked_lm_ids"] = _list_array(m_lab[idx_lab].astype(vocab.id_dtype), lab_offsets)
+            columns["masked_lm_positions"] = _list_array(_take_rows(m_pos, m_off, order), lab_offsets)
+            columns["masked_lm_ids"] = _list_array(_take_rows(m_lab, m_off, order), lab_offsets)
         if PAIR_LABELS[job.objective]:
-            import pyarrow as pa
-
             columns[PAIR_LABELS[job.objective]] = pa.array(inst.labels[order].astype(np.int8))
-        _write_arrow(Path(job.out_dir) / job.filename(shard), self.features, columns)
+        del inst
+        schema = self.features.arrow_schema
+        writer.write_table(pa.Table.from_arrays([columns[name] for name in schema.names], schema=schema),
+                           max_chunksize=10_000)
         return stats
+
+
+def _token_types(offsets: np.ndarray, len_a: np.ndarray) -> np.ndarray:
+    """``(total,)`` uint8 token_type_ids of rows ``offsets`` (0 on the first ``len_a[i]`` tokens of row ``i``, 1
+    after), built with one byte per token: +1 where B starts, -1 where the row ends, summed."""
+    steps = np.zeros(int(offsets[-1]) + 1, dtype=np.int8)
+    np.add.at(steps, offsets[:-1] + len_a, 1)
+    np.add.at(steps, offsets[1:], -1)
+    return np.cumsum(steps[:-1], dtype=np.int8).view(np.uint8)
 
 
 def _concat_offsets(offsets: list[np.ndarray]) -> np.ndarray:
@@ -202,6 +373,19 @@ def _gather_index(offsets: np.ndarray, order: np.ndarray) -> np.ndarray:
     starts = offsets[:-1][order]
     total = int(lengths.sum())
     return np.repeat(starts - np.concatenate(([0], np.cumsum(lengths)[:-1])), lengths) + np.arange(total)
+
+
+def _take_rows(values: np.ndarray, offsets: np.ndarray, order: np.ndarray, block: int = 4096) -> np.ndarray:
+    """The ragged rows ``order`` of a (values, offsets) pair, flat, in that order; ``block`` rows at a time, so the
+    index is never built for the whole group (three int64 arrays the size of the output otherwise)."""
+    lengths = np.diff(offsets)[order]
+    out = np.empty(int(lengths.sum()), dtype=values.dtype)
+    at = 0
+    for first in range(0, order.size, block):
+        idx = _gather_index(offsets, order[first:first + block])
+        out[at:at + idx.size] = values[idx]
+        at += idx.size
+    return out
 
 
 def _shard_stats(inst: Instances, m_ids, m_lab, m_pos, m_off, vocab: VocabInfo) -> dict[str, Any]:
@@ -293,6 +477,7 @@ def summarize(results: list[dict[str, Any]], max_seq_length: int, objective: str
         "empty_documents": tot["empty_documents"],
         "dropped_single_segments": tot["dropped_single_segments"],
         "truncated_tokens": tot["truncated_tokens"],
+        **{k: tot[k] for k in CUT_COUNTS},
     }
     label = PAIR_LABELS[objective]
     out["pair_label"] = label
@@ -311,8 +496,10 @@ class InstanceOptions:
 
     ``objective``: ``nsp`` (BERT), ``sop`` (ALBERT) or ``none`` (RoBERTa); ``masking``: ``static``
     (``dupe_factor`` copies, each with its own mask) or ``dynamic`` (unmasked train split); ``shard_size`` in
-    documents (bounds memory per worker); the MLM probabilities as :class:`MaskingRules`
-    (Devlin et al. 2019, §3.1 and Appendix A.1).
+    documents; ``max_document_tokens`` in WordPiece tokens: a longer document is cut at sentence ends into pieces
+    paired as documents of their own, and a worker holds at most ``shard_size`` such units at a time (memory per
+    worker is bounded by ``shard_size x max_document_tokens`` tokens; module docstring); the MLM probabilities as
+    :class:`MaskingRules` (Devlin et al. 2019, §3.1 and Appendix A.1).
     """
 
     max_seq_length: int
@@ -327,6 +514,7 @@ class InstanceOptions:
     dupe_factor: int
     seed: int
     shard_size: int
+    max_document_tokens: int
     num_proc: int
 
     def rules(self, length: int) -> MaskingRules:
@@ -366,7 +554,7 @@ def build_dataset(out: Path, options: InstanceOptions, *, corpus_dir: Path, docu
             n_shards=max(1, math.ceil(n_docs / options.shard_size)), n_documents=n_docs, objective=options.objective,
             max_seq_length=max_seq_length, short_seq_prob=options.short_seq_prob, rules=rules,
             store_masks=not dynamic_train, dupe_factor=options.dupe_factor if split == "train" else 1,
-            seed=options.seed,
+            seed=options.seed, max_document_tokens=options.max_document_tokens, group_documents=options.shard_size,
         )
         summary = summarize(build_split(job, options.num_proc), max_seq_length, options.objective)
         if summary["instances"] == 0:
@@ -417,10 +605,9 @@ def build_pretraining_data(corpus_dir: Path, tok_path: Path, out: Path, options:
         wall seconds, seconds per split, tokens per second and ``num_proc``.
 
     Raises:
-        PipelineError: a tokenizer, corpus or length that cannot work (one line naming the file or key).
+        PipelineError: a tokenizer, corpus or length that cannot work, or ``max_document_tokens`` under twice the
+            longest sequence length (one line naming the file or key).
     """
-    from bert_pipeline.data.corpus import open_corpus
-
     started = time.perf_counter()
     tokenizer = load_tokenizer(tok_path, hint="run train_tokenizer, or set pretrain.init to a checkpoint folder")
     lengths = [options.max_seq_length] + sorted(set(phase_lengths) - {options.max_seq_length})
@@ -432,6 +619,9 @@ def build_pretraining_data(corpus_dir: Path, tok_path: Path, out: Path, options:
         raise PipelineError(f"{tok_path}: {exc}") from None
     for length in lengths:
         check_layout(length, options.objective, getattr(tokenizer, "model_max_length", None), str(tok_path))
+    if options.max_document_tokens < 2 * lengths[-1]:
+        raise PipelineError(f"create_pretraining_data.max_document_tokens: expected >= 2 x the longest sequence length "
+                            f"({2 * lengths[-1]} for {lengths[-1]}), got {options.max_document_tokens}")
     corpus = open_corpus(corpus_dir, columns=["sentences"])
     documents = {split: corpus[split].num_rows for split in ("train", "validation")}
     timings: dict[str, float] = {}
