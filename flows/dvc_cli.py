@@ -95,8 +95,9 @@ class WorkspaceLock:
 
     A flow's stages are separate ``dvc repro --single-item`` processes; without this the workspace would be free
     between two stages, and a user's ``dvc repro`` (or a second flow) started then would run in it. While a stage's
-    command runs, DVC itself guards the stage's dependencies and outputs (its ``rwlock``), so a ``dvc repro`` that
-    needs them fails on DVC's lock. A flow that starts while another DVC process works in the workspace fails at
+    command runs, DVC releases its repository lock and guards the stage's dependencies and outputs (its
+    ``rwlock``), so a ``dvc repro`` that needs them fails on DVC's lock, and one of unrelated stages may run beside
+    it (as beside any ``dvc repro``). A flow that starts while another DVC process works in the workspace fails at
     once, in one line. The locks are DVC's (``dvc.lock.make_lock``, honouring ``core.hardlink_lock``); they go
     with the process that holds them, even on SIGKILL. One gap remains: a DVC command started in the second
     between the flow handing the lock to a stage and that stage taking it may run first; the stage then waits for
@@ -104,11 +105,16 @@ class WorkspaceLock:
     """
 
     def __init__(self, root: str | Path):
+        from dvc.exceptions import NotDvcRepoError
         from dvc.lock import make_lock
         from dvc.repo import Repo
 
         self.root = Path(root).resolve()
-        with Repo(str(self.root)) as repo:
+        try:
+            repo = Repo(str(self.root))
+        except NotDvcRepoError:
+            raise PipelineError(f"{self.root}: not a DVC repository (pass --repo the repository root)") from None
+        with repo:
             hardlink = bool(repo.config["core"].get("hardlink_lock", False))
             self.tmp_dir = Path(repo.tmp_dir)
         self.tmp_dir.mkdir(parents=True, exist_ok=True)

@@ -12,9 +12,11 @@ STAGE``, so DVC still decides whether it changed and records ``dvc.lock``; its o
 
 A failed stage is retried (``orchestration.retries``, ``retry_delay_seconds``); if it still fails, its dependents
 fail without running ("upstream stage X failed") while unrelated branches go on, and the flow fails with the
-stage's name and its last output lines. A flow run holds DVC's lock of the workspace from start to end
-(:class:`flows.dvc_cli.WorkspaceLock`), so a second flow or a user's ``dvc repro`` on it fails on the lock at once
-(the flow: one line at its start) and the first run finishes unharmed; its stages run one at a time; with ``workers`` (separate clones, see :mod:`flows.worker`) independent stages run in parallel, each
+stage's name and its last output lines. A flow run holds its workspace from start to end
+(:class:`flows.dvc_cli.WorkspaceLock`): a second flow, or a flow started while another DVC command works there,
+stops at once in one line; a ``dvc repro`` started during the flow fails on DVC's lock (between stages, or when it
+needs the running stage's files; one of unrelated stages may run beside it, as DVC allows two ``dvc repro`` to);
+the first run finishes unharmed. Its stages run one at a time; with ``workers`` (separate clones, see :mod:`flows.worker`) independent stages run in parallel, each
 GPU stage on its own device (``CUDA_VISIBLE_DEVICES``) and tagged ``gpu`` for the Prefect concurrency limit.
 
 With a profile or params overrides the user's workspace is never touched (:mod:`flows.workspace`): the run happens
@@ -483,7 +485,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-mlflow", action="store_true", help="do not open an MLflow parent run")
     args = parser.parse_args(argv)
     try:
-        collect_overrides(Path(args.repo).resolve(), args.profile, args.set_param)  # fail before Prefect starts
+        overrides = collect_overrides(Path(args.repo).resolve(), args.profile, args.set_param)  # before Prefect starts
+        if not overrides and not args.profile:  # a busy workspace is refused in one line before Prefect starts
+            with WorkspaceLock(args.repo):
+                pass
         result = pipeline(stages=args.stages, profile=args.profile, set_params=args.set_param, push=args.push,
                           promote_models=args.promote, repo=args.repo, remote=args.remote, workers=args.workers,
                           experiment=args.name, track=False if args.no_mlflow else None)

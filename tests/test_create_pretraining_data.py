@@ -182,6 +182,14 @@ def test_missing_corpus_and_too_long_max_seq_length_fail_without_partial_outputs
         main()
     assert str(err.value) == ("create_pretraining_data.max_document_tokens: expected >= 2 x the longest sequence "
                               "length (128 for 64), got 100")
+    _write_params(tmp_path, max_seq_length=64, max_document_tokens=100,  # the longest is the data's own length
+                  pretrain={"phases": [{"max_seq_length": 32, "fraction": 0.5}, {"max_seq_length": 64, "fraction": 0.5}]})
+    with pytest.raises(PipelineError, match=r"expected >= 2 x the longest sequence length \(128 for 64\), got 100$"):
+        main()
+    _write_params(tmp_path, max_seq_length=64, max_document_tokens=100,
+                  pretrain={"phases": [{"max_seq_length": 32, "fraction": 1.0}]})
+    with pytest.raises(PipelineError, match=r"expected >= 2 x the longest sequence length \(128 for 64\), got 100$"):
+        main()
     assert not (tmp_path / "data/pretraining").exists()
 
 

@@ -69,6 +69,9 @@ def test_default_uri_is_absolute_repo_root_also_in_dvc_temp_copies(tmp_path, mon
     (repo / "dvc.yaml").write_text("stages: {}\n")
     assert tracking.repo_root(inner) == repo.resolve()
     assert tracking.tracking_uri(repo / ".dvc") == f"sqlite:///{repo.resolve().as_posix()}/mlflow.db"
+    clone = repo / ".dvc" / "tmp" / "flows" / "run-x"  # the flow's clone has a .git of its own
+    (clone / ".git").mkdir(parents=True)
+    assert tracking.tracking_uri(clone) == f"sqlite:///{repo.resolve().as_posix()}/mlflow.db"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://tracking:5000")
     assert tracking.tracking_uri(inner) == "http://tracking:5000"
 

@@ -619,9 +619,10 @@ def build_pretraining_data(corpus_dir: Path, tok_path: Path, out: Path, options:
         raise PipelineError(f"{tok_path}: {exc}") from None
     for length in lengths:
         check_layout(length, options.objective, getattr(tokenizer, "model_max_length", None), str(tok_path))
-    if options.max_document_tokens < 2 * lengths[-1]:
+    longest = max(lengths)
+    if options.max_document_tokens < 2 * longest:
         raise PipelineError(f"create_pretraining_data.max_document_tokens: expected >= 2 x the longest sequence length "
-                            f"({2 * lengths[-1]} for {lengths[-1]}), got {options.max_document_tokens}")
+                            f"({2 * longest} for {longest}), got {options.max_document_tokens}")
     corpus = open_corpus(corpus_dir, columns=["sentences"])
     documents = {split: corpus[split].num_rows for split in ("train", "validation")}
     timings: dict[str, float] = {}

@@ -105,7 +105,8 @@ def max_length(pred: Predictor, requested: int) -> int:
 
 def token_counts(pred: Predictor, texts: Sequence[str]) -> list[int]:
     """Tokens of each text with the model's special tokens (what a window must hold to see it whole)."""
-    return [len(ids) for ids in pred.tokenizer(list(texts), truncation=False)["input_ids"]]
+    # verbose=False: a text longer than the model is what is being measured, not a mistake to warn about
+    return [len(ids) for ids in pred.tokenizer(list(texts), truncation=False, verbose=False)["input_ids"]]
 
 
 @torch.no_grad()

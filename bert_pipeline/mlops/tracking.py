@@ -16,8 +16,8 @@
   ``dvc exp run --temp`` is a copy DVC deletes after the run. An existing experiment whose artifacts point into
   such a copy is refused in one line (:func:`experiment_id`).
 - Tracking URI from ``MLFLOW_TRACKING_URI``, default ``sqlite:///<absolute repository root>/mlflow.db``; inside a
-  ``dvc exp run --temp`` copy (``<repo>/.dvc/tmp/exps/...``) the root is the original repository, so temporary
-  experiments land in the user's store.
+  ``dvc exp run --temp`` copy (``<repo>/.dvc/tmp/exps/...``) or a flow's clone (``<repo>/.dvc/tmp/flows/...``) the
+  root is the original repository, so temporary experiments land in the user's store.
 - Models are recorded as a pointer (path + content hash, DVC's directory md5), not a second copy.
 
 Uses ``MlflowClient`` with explicit run ids: no fluent global active run, so nothing leaks between runs.
@@ -49,7 +49,9 @@ PARENT_RUN_ENV = "BERT_PIPELINE_PARENT_RUN_ID"
 FLOW_RUN_ENV = "BERT_PIPELINE_FLOW_RUN_ID"
 FLOW_RUN_ENVS = (FLOW_RUN_ENV, "PREFECT__FLOW_RUN_ID")
 EXPERIMENT_ENV = "MLFLOW_EXPERIMENT_NAME"
-DVC_TEMP_PARTS = (".dvc", "tmp", "exps")
+DVC_TEMP_PARTS = (".dvc", "tmp")
+"""Everything under ``<repo>/.dvc/tmp/`` is temporary: ``dvc exp run --temp`` copies (``exps/``), the flow's clones
+(``flows/``)."""
 PARAMS_ARTIFACT = "params.json"
 
 
@@ -63,10 +65,11 @@ def param_limits() -> tuple[int, int]:
 
 
 def _in_dvc_temp_copy(path: Path) -> int | None:
-    """Index in ``path.parts`` where ``.dvc/tmp/exps`` starts, or None."""
+    """Index in ``path.parts`` where the first ``.dvc/tmp`` starts (:data:`DVC_TEMP_PARTS`), or None."""
     parts = path.parts
-    for i in range(len(parts) - 2):
-        if parts[i : i + 3] == DVC_TEMP_PARTS:
+    width = len(DVC_TEMP_PARTS)
+    for i in range(len(parts) - width + 1):
+        if parts[i : i + width] == DVC_TEMP_PARTS:
             return i
     return None
 
@@ -75,7 +78,7 @@ def repo_root(start: str | Path | None = None) -> Path:
     """The repository root: the original one when ``start`` is inside a DVC temporary experiment copy.
 
     Walks up from ``start`` (default: the working directory) to the first folder holding ``dvc.yaml`` or
-    ``.git``; a path under ``<repo>/.dvc/tmp/exps/`` maps to ``<repo>``.
+    ``.git``; a path under ``<repo>/.dvc/tmp/`` (a ``dvc exp run --temp`` copy, a flow's clone) maps to ``<repo>``.
     """
     here = Path(start or Path.cwd()).resolve()
     temp = _in_dvc_temp_copy(here)
@@ -128,7 +131,7 @@ def experiment_id(client: Any, uri: str, name: str | None = None) -> str:
     gets its experiment here.
 
     Raises:
-        PipelineError: the experiment exists but keeps its artifacts in a DVC temporary copy (``.dvc/tmp/exps/``,
+        PipelineError: the experiment exists but keeps its artifacts in a DVC temporary copy (under ``.dvc/tmp/``,
             deleted after the run that created it: what MLflow's ``./mlruns`` default gave a stage run there).
     """
     name = name or os.environ.get(EXPERIMENT_ENV) or EXPERIMENT
