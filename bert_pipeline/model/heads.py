@@ -22,26 +22,6 @@ log = logging.getLogger(__name__)
 
 
 # ------------------------------------------------------------------------------------------------- NER
-def align_word_labels(word_ids: Sequence[int | None], word_labels: Sequence[int]) -> list[int]:
-    """Labels per token from labels per word: the first sub-token of each word gets the word's label, the
-    other sub-tokens and special tokens (``word_id None``) get ``-100`` (ignored by the loss).
-
-    Args:
-        word_ids: from a fast tokenizer's ``BatchEncoding.word_ids(i)``, length ``seq_len``.
-        word_labels: one label id per word.
-    Returns:
-        ``seq_len`` ints.
-    """
-    out, prev = [], None
-    for w in word_ids:
-        if w is None or w == prev:
-            out.append(IGNORE_INDEX)
-        else:
-            out.append(int(word_labels[w]))
-        prev = w
-    return out
-
-
 class NerWindows(NamedTuple):
     """Pre-split sentences as model windows (:func:`tokenize_ner`).
 
@@ -66,7 +46,8 @@ def tokenize_ner(tokenizer, tokens: list[list[str]], tags: list[list[int]] | Non
     A sentence whose sub-tokens do not fit one window is split into windows of ``max_length`` tokens (special
     tokens included) that overlap by ``doc_stride`` sub-tokens, the way ``run_qa.py`` windows long contexts
     (Devlin et al. 2019, §4.2); every window gets the tokenizer's own special tokens. With ``tags``, each window's
-    first sub-tokens carry their word's label, the other positions ``-100`` (:func:`align_word_labels`' rule).
+    first sub-tokens carry their word's label, the other sub-tokens and special tokens ``-100`` (ignored by the
+    loss).
 
     Raises:
         ValueError: ``doc_stride`` leaves no step (it must be below ``max_length`` minus the special tokens).
