@@ -8,6 +8,7 @@ expected failure (:class:`bert_pipeline.errors.PipelineError` and its subclasses
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from collections.abc import Callable
 
@@ -19,6 +20,27 @@ def setup_logging(level: int = logging.INFO) -> None:
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True)
 
 
+QUIET_DEFAULTS = {"HF_DATASETS_DISABLE_PROGRESS_BARS": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
+
+
+def quiet_libraries() -> None:
+    """Turn off the libraries' own progress bars for sub-second steps, unless the user set the variables.
+
+    ``datasets`` draws a bar for every ``save_to_disk``/``filter`` and ``transformers`` one for every weight load
+    and save (a smoke run printed 60 of them, each under a second); the pipeline's own bars (tqdm) cover the long
+    work: corpus sentences, shards, training steps. Warnings stay on. The variables cover a library imported
+    later; one that is already imported is told directly (importing one here would cost seconds).
+    """
+    for key, value in QUIET_DEFAULTS.items():
+        os.environ.setdefault(key, value)
+    if "datasets" in sys.modules and os.environ["HF_DATASETS_DISABLE_PROGRESS_BARS"] == "1":
+        sys.modules["datasets"].disable_progress_bars()
+    if "transformers" in sys.modules and os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] == "1":
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+
+
 def run_main(main: Callable[[], object]) -> None:
     """Run ``main``; print an expected error as one line on stderr and exit 1.
 
@@ -26,6 +48,7 @@ def run_main(main: Callable[[], object]) -> None:
         SystemExit: status 1 after a :class:`PipelineError`.
     """
     setup_logging()
+    quiet_libraries()
     try:
         main()
     except PipelineError as exc:

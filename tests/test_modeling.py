@@ -11,6 +11,7 @@ from transformers import (
     AutoModelForPreTraining,
     BertForMaskedLM,
     BertForPreTraining,
+    BertForSequenceClassification,
     BertModel,
 )
 
@@ -18,6 +19,7 @@ from bert_pipeline.model.configs import (
     ModelConfigError,
     build_config,
     load_pretraining_model,
+    load_weights,
     new_pretraining_model,
     save_model,
     training_flops_per_step,
@@ -110,6 +112,21 @@ def test_checkpoint_without_mlm_head_gets_fresh_head_logged(tmp_path, caplog):
     torch.testing.assert_close(model.bert.encoder.layer[0].attention.self.query.weight,
                                encoder.encoder.layer[0].attention.self.query.weight)
     assert model.get_input_embeddings().weight.shape[0] == VOCAB_SIZE
+
+
+def test_load_weights_says_in_one_line_what_is_new_and_unused(tmp_path, capfd, caplog):
+    save_model(new_pretraining_model(tiny_config(), with_pair_head=True, seed=0), tmp_path / "pt")
+    with caplog.at_level(logging.INFO):
+        model, info = load_weights(BertForSequenceClassification, tmp_path / "pt", num_labels=3)
+    assert model.classifier.out_features == 3
+    assert sorted(info["missing_keys"]) == ["classifier.bias", "classifier.weight"]
+    assert any(k.startswith("cls.predictions") for k in info["unexpected_keys"])
+    lines = [r.getMessage() for r in caplog.records if "new weights" in r.getMessage()]
+    assert lines == [f"BertForSequenceClassification from {tmp_path / 'pt'}: new weights classifier (2 tensors); "
+                     "checkpoint weights not used: cls.predictions (5 tensors), cls.seq_relationship (2 tensors)"]
+    # transformers' own per-tensor table (written by its handler to stderr) is gone; other levels are restored
+    assert "LOAD REPORT" not in capfd.readouterr().err and "LOAD REPORT" not in caplog.text
+    assert logging.getLogger("transformers.modeling_utils").level == logging.NOTSET
 
 
 def test_flops_masked_head_smaller_than_full():

@@ -7,11 +7,14 @@ Reused by pre-training, distillation and fine-tuning. Everything here takes plai
   with one-line :class:`ModelConfigError` messages for the mistakes users make.
 - :func:`new_pretraining_model`, :func:`load_pretraining_model`, :func:`save_model`: the stock
   ``BertForPreTraining`` / ``BertForMaskedLM`` classes, so ``AutoModelFor*`` load what is saved.
+- :func:`load_weights`: ``from_pretrained`` that says in one log line which weights are new and which were left
+  out, instead of transformers' per-tensor load report table.
 - :func:`count_parameters`: the one parameter count (tied weights once) every report uses.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from pathlib import Path
 from typing import Any
@@ -123,7 +126,7 @@ def load_pretraining_model(folder: str | Path, with_pair_head: bool, seed: int) 
         raise ModelConfigError(f"pretrain.init: {folder!s} is a {config.model_type!r} model, expected 'bert'")
     torch.manual_seed(seed)
     cls = BertForPreTraining if with_pair_head else BertForMaskedLM
-    model, info = cls.from_pretrained(str(folder), attn_implementation="sdpa", output_loading_info=True)
+    model, info = load_weights(cls, folder, attn_implementation="sdpa")
     missing = sorted(k for k in info.get("missing_keys", ()) if "decoder.weight" not in k)
     if missing:
         heads = sorted({".".join(k.split(".")[:3]) for k in missing})
@@ -132,6 +135,47 @@ def load_pretraining_model(folder: str | Path, with_pair_head: bool, seed: int) 
             folder, len(missing), ", ".join(heads), seed,
         )
     return model
+
+
+def _weight_groups(keys: Any) -> str:
+    """``"classifier (2 tensors), cls.predictions (5 tensors)"``: keys grouped by their module, first two parts."""
+    groups: dict[str, int] = {}
+    for key in sorted(keys):
+        parts = key.split(".")
+        name = ".".join(parts[:2]) if len(parts) > 2 else parts[0]
+        groups[name] = groups.get(name, 0) + 1
+    return ", ".join(f"{name} ({n} tensor{'s' if n > 1 else ''})" for name, n in groups.items())
+
+
+def load_weights(cls: Any, path: str | Path, **kwargs: Any) -> tuple[PreTrainedModel, dict[str, list[str]]]:
+    """``cls.from_pretrained(path, **kwargs)``, summarising what did not match in one INFO line.
+
+    A task head on a pre-trained encoder always starts with new head weights (``MISSING``) and leaves the
+    pre-training heads out (``UNEXPECTED``); transformers prints a table of every such tensor on each load (about 20
+    lines per fine-tuning seed). That table is silenced for this call only; the line logged instead names the
+    modules, and a shape mismatch or load error still raises as before.
+
+    Returns:
+        the model and its loading info (``missing_keys``, ``unexpected_keys``, ``mismatched_keys``, ``error_msgs``).
+    """
+    hf_logger = logging.getLogger("transformers.modeling_utils")
+    with _level(hf_logger, logging.ERROR):
+        model, info = cls.from_pretrained(str(path), output_loading_info=True, **kwargs)
+    new, unused = info.get("missing_keys", ()), info.get("unexpected_keys", ())
+    if new or unused:
+        log.info("%s from %s: new weights %s; checkpoint weights not used: %s", type(model).__name__, path,
+                 _weight_groups(new) or "none", _weight_groups(unused) or "none")
+    return model, info
+
+
+@contextlib.contextmanager
+def _level(logger: logging.Logger, level: int):
+    old = logger.level
+    logger.setLevel(level)
+    try:
+        yield
+    finally:
+        logger.setLevel(old)
 
 
 def save_model(model: PreTrainedModel, folder: str | Path, tokenizer=None) -> None:

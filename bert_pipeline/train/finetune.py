@@ -31,7 +31,7 @@ from transformers import (
 
 from bert_pipeline.evaluation import metrics as task_metrics
 from bert_pipeline.model import heads
-from bert_pipeline.model.configs import build_config
+from bert_pipeline.model.configs import build_config, load_weights
 from bert_pipeline.train.optim import make_optimizer
 from bert_pipeline.train.precision import autocast_for, resolve_precision
 
@@ -141,7 +141,7 @@ def build_model(
         cls = AutoModelForQuestionAnswering
     if init == "random":
         return cls.from_config(config) if hasattr(cls, "from_config") else cls(config)
-    return cls.from_pretrained(path, config=config)
+    return load_weights(cls, path, config=config)[0]
 
 
 # ---------------------------------------------------------------------------------------------- encoding
