@@ -33,6 +33,9 @@ MODELS_OUT = Path("models/finetuned")
 METRICS = Path("metrics/finetune")
 TIMING = Path("metrics/finetune-timing")
 _HUB_NAME = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+# The MLflow tag ``role`` of a family member, by where its weights come from (evaluate.teacher/student/scratch name
+# the same members for the report; a run's tag is set here so a finetune run needs no evaluate params).
+ROLE_BY_PATH = {"models/pretrained": "teacher", "models/distilled": "student"}
 LOOP_KEYS = {"seeds", "data_seed", "precision", "warmup_ratio", "weight_decay", "max_grad_norm",
              "early_stopping_patience", "evals_per_epoch", "eval_batch_size"}
 
@@ -95,6 +98,7 @@ def run(model_name: str, task_name: str, p: FinetuneParams, tracker: Any = None,
         outcome.tokenizer.save_pretrained(tmp)
     write_json(METRICS / f"{name}.json", metrics)
     if tracker is not None:
+        log_seed_runs(tracker, model_name, task_name, spec, metrics)
         tracker.log_metrics({f"{split}_{k}": v["mean"] for split in ("test", "validation")
                              for k, v in metrics[split].items()})
         if metrics["low_resource"]:
@@ -104,6 +108,29 @@ def run(model_name: str, task_name: str, p: FinetuneParams, tracker: Any = None,
         tracker.log_artifact(METRICS / f"{name}.json")
     write_json(TIMING / f"{name}.json", {"model": model_name, "task": task_name, **outcome.timing})
     return metrics
+
+
+def member_role(spec: FinetuneModel) -> str:
+    """``teacher``, ``student``, ``baseline`` (random weights) or ``reference`` (any other pre-trained model)."""
+    if spec.init == "random":
+        return "baseline"
+    return ROLE_BY_PATH.get(Path(spec.path).as_posix(), "reference")
+
+
+def log_seed_runs(tracker: Any, model_name: str, task_name: str, spec: FinetuneModel, metrics: dict[str, Any]) -> None:
+    """Tag the stage's run for grouping (``model``, ``task``, ``role``, ``main_metric``), log its headline
+    ``test_main_metric`` (the mean over seeds of the task's main metric), and open one child run per seed with the
+    same tags plus ``seed`` and that seed's test and validation scores, so MLflow's compare view sets the family
+    side by side."""
+    main = metrics["main_metric"]
+    tags = {"model": model_name, "task": task_name, "role": member_role(spec), "main_metric": main}
+    tracker.set_tags(tags)
+    tracker.log_metrics({"test_main_metric": metrics["test"][main]["mean"]})
+    for i, seed in enumerate(metrics["seeds"]):
+        with tracker.nested(f"finetune@{model_name}-{task_name} seed {seed}", {**tags, "seed": seed}) as child:
+            scores = {f"{split}_{k}": v["seeds"][i] for split in ("test", "validation")
+                      for k, v in metrics[split].items()}
+            child.log_metrics({**scores, "test_main_metric": metrics["test"][main]["seeds"][i]})
 
 
 def main(argv: list[str] | None = None) -> None:

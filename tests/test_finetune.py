@@ -207,25 +207,43 @@ def test_length_grouped_batches_cover_every_example_once():
         assert [lengths[i] for i in b] == sorted((lengths[i] for i in b), reverse=True)
 
 
-def test_main_tracks_one_mlflow_run(workdir, mlflow_in_tmp):
+def test_main_tracks_one_mlflow_run_with_a_child_per_seed(workdir, mlflow_in_tmp):
     from mlflow import MlflowClient
 
     raw = committed_params()
-    raw["finetune"] = _params(seeds=[4]).model_dump()
+    raw["finetune"] = _params(seeds=[4, 5]).model_dump()
     write_params(workdir, raw)
     uri = mlflow_in_tmp
     finetune.main(["--model", "tiny", "--task", "ner"])
     client = MlflowClient(tracking_uri=uri)
-    runs = client.search_runs([client.get_experiment_by_name("bert-pipeline").experiment_id])
-    assert [r.info.run_name for r in runs] == ["finetune@tiny-ner"]
-    assert runs[0].info.status == "FINISHED"
-    data = runs[0].data
-    assert data.tags["model"] == "tiny"
-    assert data.tags["task"] == "ner"
+    experiment = client.get_experiment_by_name("bert-pipeline")
+    assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"  # the UI opens on the runs
+    runs = {r.info.run_name: r for r in client.search_runs([experiment.experiment_id])}
+    assert sorted(runs) == ["finetune@tiny-ner", "finetune@tiny-ner seed 4", "finetune@tiny-ner seed 5"]
+    parent = runs["finetune@tiny-ner"]
+    assert {r.info.status for r in runs.values()} == {"FINISHED"}
+    data = parent.data
+    assert (data.tags["model"], data.tags["task"], data.tags["role"], data.tags["main_metric"]) == \
+        ("tiny", "ner", "reference", "f1")
     saved = json.loads((workdir / "metrics/finetune/tiny-ner.json").read_text())
     assert data.metrics["test_f1"] == pytest.approx(saved["test"]["f1"]["mean"])
+    assert data.metrics["test_main_metric"] == pytest.approx(saved["test"]["f1"]["mean"])
     assert "seed4/train_loss" in data.metrics
     assert data.params["model.path"] == "tinymodel"
+    for i, seed in enumerate((4, 5)):
+        child = runs[f"finetune@tiny-ner seed {seed}"].data
+        assert child.tags["mlflow.parentRunId"] == parent.info.run_id
+        assert (child.tags["seed"], child.tags["role"], child.tags["task"]) == (str(seed), "reference", "ner")
+        assert child.metrics["test_main_metric"] == pytest.approx(saved["test"]["f1"]["seeds"][i])
+        assert child.metrics["validation_f1"] == pytest.approx(saved["validation"]["f1"]["seeds"][i])
+
+
+def test_member_roles_follow_where_the_weights_come_from():
+    p = _params()
+    assert finetune.member_role(p.models["tiny"].model_copy(update={"path": "models/pretrained"})) == "teacher"
+    assert finetune.member_role(p.models["tiny"].model_copy(update={"path": "models/distilled/"})) == "student"
+    assert finetune.member_role(p.models["tiny"].model_copy(update={"init": "random"})) == "baseline"
+    assert finetune.member_role(p.models["tiny"]) == "reference"
 
 
 def test_ner_evaluation_scores_every_gold_word_of_a_long_sentence():

@@ -11,6 +11,8 @@
 - Params flattened to dotted keys; a value longer than the backend's limit (``MAX_PARAM_VAL_LENGTH`` of the installed
   MLflow: 6,000 characters in 3.x) is shortened, and the run then keeps every full value in artifact ``params.json``
   and names the shortened keys in tag ``params_shortened``.
+- The experiment is tagged ``mlflow.experimentKind=custom_model_development``, so MLflow's UI opens it on its
+  training runs, not on the GenAI overview.
 - The experiment is created with its artifact location beside the store (:func:`artifact_location`): for the local
   SQLite store ``<repo>/mlruns/<experiment>``, never under the working directory, which inside
   ``dvc exp run --temp`` is a copy DVC deletes after the run. An existing experiment whose artifacts point into
@@ -49,6 +51,10 @@ PARENT_RUN_ENV = "BERT_PIPELINE_PARENT_RUN_ID"
 FLOW_RUN_ENV = "BERT_PIPELINE_FLOW_RUN_ID"
 FLOW_RUN_ENVS = (FLOW_RUN_ENV, "PREFECT__FLOW_RUN_ID")
 EXPERIMENT_ENV = "MLFLOW_EXPERIMENT_NAME"
+# MLflow 3's UI opens an experiment by this tag: without it, on the GenAI overview (traces) instead of the
+# training runs. The UI's own values: genai_development, custom_model_development, finetuning, ...
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+EXPERIMENT_KIND = "custom_model_development"
 DVC_TEMP_PARTS = (".dvc", "tmp")
 """Everything under ``<repo>/.dvc/tmp/`` is temporary: ``dvc exp run --temp`` copies (``exps/``), the flow's clones
 (``flows/``)."""
@@ -137,7 +143,10 @@ def experiment_id(client: Any, uri: str, name: str | None = None) -> str:
     name = name or os.environ.get(EXPERIMENT_ENV) or EXPERIMENT
     found = client.get_experiment_by_name(name)
     if found is None:
-        return client.create_experiment(name, artifact_location=artifact_location(uri, name))
+        return client.create_experiment(name, artifact_location=artifact_location(uri, name),
+                                        tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND})
+    if found.tags.get(EXPERIMENT_KIND_TAG) is None:  # an experiment from before the tag: open it on its runs too
+        client.set_experiment_tag(found.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
     folder = _local_path(found.artifact_location or "")
     if folder is not None and _in_dvc_temp_copy(folder) is not None:
         state = "which no longer exists" if not folder.exists() else "which DVC deletes after its run"
@@ -255,6 +264,23 @@ class StageRun:
         """Set run tags (values as strings)."""
         for k, v in tags.items():
             self.client.set_tag(self.run_id, k, str(v))
+
+    @contextlib.contextmanager
+    def nested(self, name: str, tags: dict[str, Any] | None = None) -> Iterator[StageRun]:
+        """A child run of this one (tag ``mlflow.parentRunId``), e.g. one per fine-tuning seed, so the MLflow UI
+        groups it under the stage's run and its compare view can set seeds side by side. Ended FINISHED, or FAILED
+        on an exception (re-raised)."""
+        parent = self.client.get_run(self.run_id)
+        run_tags = {**parent.data.tags, "mlflow.parentRunId": self.run_id, "mlflow.runName": name}
+        run_tags.update({k: str(v) for k, v in (tags or {}).items()})
+        run_tags.pop("params_shortened", None)
+        child = self.client.create_run(parent.info.experiment_id, tags=run_tags, run_name=name)
+        status = "FAILED"
+        try:
+            yield StageRun(self.client, child.info.run_id)
+            status = "FINISHED"
+        finally:
+            self.client.set_terminated(child.info.run_id, status=status)
 
     def log_model_pointer(self, folder: str | Path, name: str = "model") -> dict[str, str]:
         """Record where a model lives (its DVC path and directory hash) as tags, not a second copy."""
