@@ -21,6 +21,7 @@ from pathlib import Path
 from bert_pipeline.console import run_main
 from bert_pipeline.data.shards import InstanceOptions, build_pretraining_data
 from bert_pipeline.io import atomic_dir, write_json
+from stages.headline import write_headline
 from stages.params import load_params
 
 CORPUS_DIR = Path("data/corpus")
@@ -37,6 +38,8 @@ def main() -> None:
             CORPUS_DIR, params.pretrain.tokenizer_path, out, options,
             phase_lengths=[phase.max_seq_length for phase in params.pretrain.phases], init=params.pretrain.init)
     write_json(METRICS, metrics)
+    write_headline("pretraining_data", {"pretraining_data": {
+        "instances": metrics["train"]["instances"], "tokens": metrics["train"]["tokens"]}})
     write_json(TIMING, timing)
 
 

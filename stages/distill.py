@@ -22,6 +22,7 @@ from pathlib import Path
 from bert_pipeline.console import run_main
 from bert_pipeline.errors import PipelineError
 from bert_pipeline.io import atomic_dir, atomic_write_text, write_json
+from stages.headline import write_headline
 from stages.params import load_params
 
 TEACHER_DIR = Path("models/pretrained")
@@ -85,6 +86,8 @@ def main() -> None:
         run.set_tags({"layer_map": outcome.metrics["layer_map"]})
         run.log_model_pointer(OUT_DIR)
         write_json(METRICS, outcome.metrics)
+        write_headline("distill", {"distill": {"mlm_accuracy": outcome.metrics["student"]["mlm_accuracy"],
+                                              "mlm_accuracy_share": outcome.metrics["mlm_accuracy_share"]}})
         write_json(TIMING, outcome.timing)
         atomic_write_text(PLOTS, history_csv(outcome.history, HISTORY_COLUMNS))
         summary = {"mlm_accuracy_share": outcome.metrics["mlm_accuracy_share"], "speedup": outcome.timing["speedup"],

@@ -24,6 +24,7 @@ from bert_pipeline.evaluation.family import FamilyInputs, csv_text, evaluate_fam
 from bert_pipeline.evaluation.report import ReportSources
 from bert_pipeline.io import atomic_dir, atomic_write_text, write_json
 from bert_pipeline.mlops import tracking
+from stages.headline import write_headline
 from stages.params import load_params
 
 log = logging.getLogger(__name__)
@@ -58,6 +59,8 @@ def main() -> None:
             (tmp / "score_vs_speed.csv").write_text(csv_text(
                 ["model", "average", "relative_speed", "latency_ms", "throughput"], result.score_vs_speed))
         write_json(OUT_METRICS, result.flat)
+        write_headline("evaluate", {key.removesuffix(".average"): {"average": value}
+                                    for key, value in result.flat.items() if key.endswith(".average")})
         atomic_write_text(REPORT, result.summary)
         write_json(OUT_TIMING, result.timing)
         log.info("wrote %s, %s, %s, %s/", REPORT, OUT_METRICS, OUT_TIMING, PLOTS)

@@ -26,6 +26,7 @@ from bert_pipeline.errors import PipelineError
 from bert_pipeline.io import atomic_dir, write_json
 from bert_pipeline.mlops import tracking
 from bert_pipeline.train.finetune import FinetuneError, MemberSpec, finetune_task
+from stages.headline import write_headline
 from stages.params import FinetuneModel, FinetuneParams, load_params
 
 TASKS = Path("data/tasks")
@@ -97,6 +98,7 @@ def run(model_name: str, task_name: str, p: FinetuneParams, tracker: Any = None,
         outcome.model.save_pretrained(tmp)
         outcome.tokenizer.save_pretrained(tmp)
     write_json(METRICS / f"{name}.json", metrics)
+    write_headline(f"finetune/{name}", {model_name: {task_name: metrics["test"][metrics["main_metric"]]["mean"]}})
     if tracker is not None:
         log_seed_runs(tracker, model_name, task_name, spec, metrics)
         tracker.log_metrics({f"{split}_{k}": v["mean"] for split in ("test", "validation")

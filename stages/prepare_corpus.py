@@ -22,6 +22,7 @@ from bert_pipeline.data import corpus
 from bert_pipeline.data.sources import SPACY_MODEL
 from bert_pipeline.errors import PipelineError
 from bert_pipeline.io import atomic_dir, write_json
+from stages.headline import write_headline
 from stages.params import FileSource, PrepareCorpusParams, load_params
 
 log = logging.getLogger(__name__)
@@ -64,6 +65,7 @@ def main() -> None:
             readers, tmp, spacy_model_dir=RAW_DIR / SPACY_MODEL,
             **params.model_dump(exclude={"sources"}))
         write_json(METRICS, metrics)
+        write_headline("corpus", {"corpus": {"documents": metrics["documents"], "words": metrics["words"]}})
     log.info("corpus: %d documents, %d sentences, %d words (train %d / validation %d documents)",
              metrics["documents"], metrics["sentences"], metrics["words"],
              metrics["per_split"]["train"]["documents"], metrics["per_split"]["validation"]["documents"])

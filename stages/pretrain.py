@@ -28,6 +28,7 @@ from pathlib import Path
 from bert_pipeline.console import run_main
 from bert_pipeline.errors import PipelineError
 from bert_pipeline.io import atomic_dir, atomic_write_text, write_json
+from stages.headline import write_headline
 from stages.params import load_params
 
 log = logging.getLogger(__name__)
@@ -94,6 +95,7 @@ def main() -> None:
         with atomic_dir(MODEL_DIR) as out:
             save_model(outcome.model, out, tokenizer)
         write_json(METRICS, outcome.quality)
+        write_headline("pretrain", {"pretrain": {k: outcome.quality["eval"][k] for k in ("mlm_accuracy", "mlm_loss")}})
         atomic_write_text(PLOT, pretraining.history_csv(outcome.result.history, pretraining.PLOT_COLUMNS))
         write_json(TIMING, outcome.timing)
         run.log_metrics({f"final_{k}": v for k, v in outcome.quality["eval"].items()}, step=p.max_steps)

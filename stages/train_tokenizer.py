@@ -28,6 +28,7 @@ from bert_pipeline.data.wordpiece import (
 from bert_pipeline.errors import PipelineError
 from bert_pipeline.io import atomic_write_text, write_json
 from bert_pipeline.mlops import tracking
+from stages.headline import write_headline
 from stages.params import load_params
 
 log = logging.getLogger(__name__)
@@ -52,6 +53,7 @@ def main() -> None:
         except ValueError as exc:  # the published folder would not reload to the same ids
             raise PipelineError(str(exc)) from None
         write_json(METRICS, metrics)
+        write_headline("tokenizer", {"tokenizer": {k: metrics[k] for k in ("fertility", "unk_rate")}})
         atomic_write_text(PLOT, histogram_csv(histogram))
         write_json(TIMING, timing)
         log.info("validation: fertility %.3f, [UNK] rate %.4f", metrics["fertility"], metrics["unk_rate"])
