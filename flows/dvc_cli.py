@@ -10,7 +10,7 @@ import logging
 import os
 import subprocess
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 from bert_pipeline.errors import PipelineError
@@ -42,8 +42,10 @@ def run_logged(
     env: Mapping[str, str] | None = None,
     tail_lines: int = 20,
     what: str | None = None,
+    drop: Callable[[str], bool] | None = None,
 ) -> list[str]:
-    """Run ``args`` in ``cwd``; log each stdout/stderr line at INFO as it arrives.
+    """Run ``args`` in ``cwd``; log each stdout/stderr line at INFO as it arrives, except those ``drop`` matches
+    (e.g. :func:`is_git_advice`).
 
     Returns:
         the last ``tail_lines`` output lines.
@@ -59,13 +61,26 @@ def run_logged(
     assert proc.stdout is not None
     for line in proc.stdout:
         line = line.rstrip("\n")
-        if line.strip():
+        if line.strip() and not (drop is not None and drop(line)):
             tail.append(line)
             logger.info(line)
     returncode = proc.wait()
     if returncode != 0:
         raise CommandFailed(what or " ".join(args), returncode, list(tail))
     return list(tail)
+
+
+GIT_ADVICE = ("To track the changes with git, run:", "To enable auto staging, run:", "git add ",
+              "dvc config core.autostage true")
+GIT_ADVICE_ONCE = "dvc.lock changed: run `git add dvc.lock` (and commit) to keep this state"
+
+
+def is_git_advice(line: str) -> bool:
+    """Whether ``line`` belongs to the advice ``dvc repro`` prints after every stage that changed ``dvc.lock``
+    ("To track the changes with git, run: git add dvc.lock ..."). A flow runs one ``dvc repro`` per stage, so it
+    came 20 times per flow run; the flow says it once at its end instead (:data:`GIT_ADVICE_ONCE`)."""
+    text = line.strip()
+    return any(text.startswith(prefix) for prefix in GIT_ADVICE)
 
 
 def dvc(*args: str) -> list[str]:

@@ -43,7 +43,17 @@ from prefect.artifacts import create_markdown_artifact
 from bert_pipeline.errors import PipelineError
 from flows import tracking
 from flows.dag import StageGraph, load_graph, lock_entry, merge_lock
-from flows.dvc_cli import CommandFailed, WorkspaceLock, dvc, handed_over, repro_status, run_logged, tool_env
+from flows.dvc_cli import (
+    GIT_ADVICE_ONCE,
+    CommandFailed,
+    WorkspaceLock,
+    dvc,
+    handed_over,
+    is_git_advice,
+    repro_status,
+    run_logged,
+    tool_env,
+)
 from flows.worker import git_rev, stage_on_worker
 from flows.workspace import make_clone, remove_clone, save_experiment
 from stages.params import ParamsError
@@ -82,7 +92,7 @@ def run_stage(stage: str, root: str, needs_run: bool, env: dict[str, str], tail_
     started = time.monotonic()
     with handed_over(root) as options:
         tail = run_logged(dvc(*options, "repro", "--single-item", stage), root, logger, tool_env(env), tail_lines,
-                          what=f"stage {stage}")
+                          what=f"stage {stage}", drop=is_git_advice)
     return {"stage": stage, "status": repro_status(tail),
             "seconds": round(time.monotonic() - started, 3), "lock": lock_entry(root, stage)}
 
@@ -426,6 +436,8 @@ def pipeline(
                 else:
                     logger.warning("promote requested but stages/cli.py does not exist: skipped")
         summary["ok"] = not failed
+        if not throwaway and any(o["status"] in ("ran", "restored") for o in outcome.values()):
+            logger.info(GIT_ADVICE_ONCE)
     finally:
         summary["stages"] = {s: {k: v for k, v in o.items() if k != "lock"} for s, o in outcome.items()}
         summary["seconds"] = round(time.monotonic() - started, 3)

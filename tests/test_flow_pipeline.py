@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from flows.dag import parse_dot, read_lock
+from flows.dvc_cli import GIT_ADVICE_ONCE, is_git_advice
 from flows.pipeline import PipelineFailed, pipeline
 from tests.conftest import REPO as REPO_ROOT
 from tests.flow_repos import make_repo, py, sh
@@ -61,9 +62,31 @@ GRAPH = {
 FAST = {"orchestration": {"retries": 0, "retry_delay_seconds": 0}}
 
 
+def flow_logs(flow_run_id, until: str) -> list[str]:
+    """The messages the flow run logged (its tasks' included), from the Prefect API; written asynchronously, so
+    polled until one contains ``until``."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+
+    with get_client(sync_client=True) as client:
+        deadline = time.monotonic() + 120
+        while True:
+            logs = [log.message for log in client.read_logs(
+                log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run_id])))]
+            if any(until in m for m in logs) or time.monotonic() > deadline:
+                return logs
+            time.sleep(0.2)
+
+
 def test_task_graph_equals_dvc_dag_and_second_run_skips_everything(tmp_path):
     repo = make_repo(tmp_path / "repo", GRAPH, {"orchestration": {"retries": 0, "gpu_stages": ["m@*"]}})
-    first = pipeline(repo=str(repo), track=False, gpus=2)
+    state = pipeline(repo=str(repo), track=False, gpus=2, return_state=True)
+    first = state.result()
+    logs = flow_logs(state.state_details.flow_run_id, until=GIT_ADVICE_ONCE)
+    assert any(m.startswith("Running stage 'a'") for m in logs)  # the stages' DVC output is logged
+    # DVC's "To track the changes with git, run: git add dvc.lock" came after each of the 5 stages: said once instead
+    assert not any("To track the changes with git" in m or m.strip().startswith("git add") for m in logs)
+    assert sum(m == GIT_ADVICE_ONCE for m in logs) == 1
     assert {s: o["status"] for s, o in first["stages"].items()} == dict.fromkeys(
         ["a", "c", "f@u", "m@p-1", "m@q-1"], "ran")
     assert (repo / "m-q-1.txt").read_text() == "a\nc\n"
@@ -83,6 +106,13 @@ def test_task_graph_equals_dvc_dag_and_second_run_skips_everything(tmp_path):
     assert set(states) == nodes == {"a", "c", "f@u", "m@p-1", "m@q-1"}
     assert edges == dag_edges
     assert set(states.values()) == {"Completed"}
+
+
+def test_git_advice_lines_are_recognised_and_stage_output_is_not():
+    advice = ["To track the changes with git, run:", "\tgit add dvc.lock a.txt.gitignore", "To enable auto staging, run:",
+              "\tdvc config core.autostage true"]
+    assert all(is_git_advice(line) for line in advice)
+    assert not any(is_git_advice(line) for line in ["Running stage 'a':", "> echo a > a.txt", "Updating lock file 'dvc.lock'"])
 
 
 def test_flaky_stage_is_retried_and_flow_completes(tmp_path):
