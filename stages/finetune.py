@@ -4,7 +4,8 @@ Fine-tunes model ``M`` (a key of ``finetune.models``, a local ``save_pretrained`
 ``data/tasks/T/`` once per seed in ``finetune.seeds`` (:func:`bert_pipeline.train.finetune.finetune_task`), and,
 for tasks in ``finetune.low_resource_tasks``, again on ``low_resource_train_examples`` labelled examples. Writes
 
-- ``models/finetuned/{M}-{T}/``: the first seed's model (``save_pretrained``, tokenizer beside);
+- ``models/finetuned/{M}-{T}/``: the first seed's model (``save_pretrained``, tokenizer beside) and its model card
+  ``README.md`` (:func:`bert_pipeline.model.card.finetuned_card`: the test scores of the metrics below);
 - ``metrics/finetune/{M}-{T}.json``: ``{"model", "task", "main_metric", "test": {METRIC: {"mean", "seeds"}},
   "validation": {...}, "low_resource": {"train_examples", "test": {...}}, ...}`` (quality only, byte-identical
   on CPU);
@@ -25,6 +26,7 @@ from bert_pipeline.console import run_main
 from bert_pipeline.errors import PipelineError
 from bert_pipeline.io import atomic_dir, write_json
 from bert_pipeline.mlops import tracking
+from bert_pipeline.model import card
 from bert_pipeline.train.finetune import FinetuneError, MemberSpec, finetune_task
 from stages.params import FinetuneModel, FinetuneParams, load_params
 
@@ -32,6 +34,7 @@ TASKS = Path("data/tasks")
 MODELS_OUT = Path("models/finetuned")
 METRICS = Path("metrics/finetune")
 TIMING = Path("metrics/finetune-timing")
+SOURCES = Path("data/raw/SOURCES.json")  # cited by the model card (the data packages' licences)
 _HUB_NAME = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 LOOP_KEYS = {"seeds", "data_seed", "precision", "warmup_ratio", "weight_decay", "max_grad_norm",
              "early_stopping_patience", "evals_per_epoch", "eval_batch_size"}
@@ -53,6 +56,31 @@ def resolve_model(name: str, p: FinetuneParams) -> FinetuneModel:
         f"--model {name!r}: unknown model; expected a key of finetune.models in params.yaml "
         f"({', '.join(sorted(p.models))}), a folder with config.json, or a hub name owner/name"
     )
+
+
+def model_card(model_name: str, task_name: str, spec: FinetuneModel, p: FinetuneParams, metrics: dict[str, Any],
+               outcome: Any) -> str:
+    """The model card of ``models/finetuned/{model}-{task}/`` (:func:`bert_pipeline.model.card.finetuned_card`):
+    the metrics record, the task's ``task.json``, the base folder's own card, ``data/raw/SOURCES.json``."""
+    from bert_pipeline.model.configs import count_parameters
+    from bert_pipeline.train.precision import resolve_precision
+
+    sources = (card.read_json_record(SOURCES) or {}).get("sources", ())
+    base_path = Path(spec.path)
+    if base_path.is_absolute():  # a card names no absolute path (same inputs, same bytes on any machine)
+        base_path = base_path.relative_to(Path.cwd()) if base_path.is_relative_to(Path.cwd()) else Path(base_path.name)
+    meta, title = card.read_card(spec.path)
+    package = card.package_of(base_path.as_posix(), SOURCES.parent.as_posix(), sources)
+    base = card.BaseModel(base_path.as_posix(), meta, title, package)
+    loop = p.model_dump(include=LOOP_KEYS)
+    device = torch.device(outcome.timing["device"]).type
+    loop["precision"] = resolve_precision(p.precision, device, fp16_fallback=False)
+    shape = card.Architecture.from_config(outcome.model.config.to_dict(), count_parameters(outcome.model),
+                                          spec.size or base.facts.get("size"))
+    return card.finetuned_card(
+        name=model_name, task=task_name, record=metrics, task_info=card.read_json_record(TASKS / task_name / "task.json")
+        or {}, task_settings=p.tasks[task_name].model_dump(), member=spec.model_dump(), loop=loop, sources=sources,
+        base=base, architecture=shape, folder=(MODELS_OUT / f"{model_name.replace('/', '--')}-{task_name}").as_posix())
 
 
 def run(model_name: str, task_name: str, p: FinetuneParams, tracker: Any = None,
@@ -90,9 +118,11 @@ def run(model_name: str, task_name: str, p: FinetuneParams, tracker: Any = None,
         raise PipelineError(str(exc)) from None
     metrics = {"model": model_name, "task": task_name, **outcome.metrics}
     name = f"{model_name.replace('/', '--')}-{task_name}"
+    text = model_card(model_name, task_name, spec, p, metrics, outcome)
     with atomic_dir(MODELS_OUT / name) as tmp:
         outcome.model.save_pretrained(tmp)
         outcome.tokenizer.save_pretrained(tmp)
+        card.write_card(tmp, text)
     write_json(METRICS / f"{name}.json", metrics)
     if tracker is not None:
         tracker.log_metrics({f"{split}_{k}": v["mean"] for split in ("test", "validation")
