@@ -66,12 +66,9 @@ def model_card(model_name: str, task_name: str, spec: FinetuneModel, p: Finetune
     from bert_pipeline.train.precision import resolve_precision
 
     sources = (card.read_json_record(SOURCES) or {}).get("sources", ())
-    base_path = Path(spec.path)
-    if base_path.is_absolute():  # a card names no absolute path (same inputs, same bytes on any machine)
-        base_path = base_path.relative_to(Path.cwd()) if base_path.is_relative_to(Path.cwd()) else Path(base_path.name)
+    base_path = card.portable_path(spec.path, Path.cwd())
     meta, title = card.read_card(spec.path)
-    package = card.package_of(base_path.as_posix(), SOURCES.parent.as_posix(), sources)
-    base = card.BaseModel(base_path.as_posix(), meta, title, package)
+    base = card.BaseModel(base_path, meta, title, card.package_of(base_path, SOURCES.parent.as_posix(), sources))
     loop = p.model_dump(include=LOOP_KEYS)
     device = torch.device(outcome.timing["device"]).type
     loop["precision"] = resolve_precision(p.precision, device, fp16_fallback=False)

@@ -96,7 +96,8 @@ def main() -> None:
         if not main_process:
             return
         text = card.pretrained_card(
-            quality=outcome.quality, data_info=data.info, corpus=card.read_json_record(CORPUS_METRICS),
+            quality={**outcome.quality, "init": card.portable_path(p.init, Path.cwd())}, data_info=data.info,
+            corpus=card.read_json_record(CORPUS_METRICS),
             settings={**section, "precision": accelerator.mixed_precision, "num_processes": accelerator.num_processes},
             architecture=card.Architecture.from_config(outcome.model.config.to_dict(), outcome.quality["parameters"],
                                                        p.model.size if p.init == "scratch" else None),

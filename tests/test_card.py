@@ -173,6 +173,17 @@ def test_encoder_cards_parse_and_render_byte_identical():
         assert "/tmp" not in one and "/work" not in one and "/root" not in one  # no absolute path
 
 
+def test_portable_path_and_other_families_configs(tmp_path):
+    assert card.portable_path("models/pretrained", tmp_path) == "models/pretrained"
+    assert card.portable_path("owner/name", tmp_path) == "owner/name"  # a hub name
+    assert card.portable_path(str(tmp_path / "mine" / "enc"), tmp_path) == "mine/enc"
+    assert card.portable_path("/elsewhere/enc", tmp_path) == "enc"
+    distil = card.Architecture.from_config({"model_type": "distilbert", "n_layers": 6, "dim": 768, "n_heads": 12,
+                                            "hidden_dim": 3072, "vocab_size": 30522}, 66_000_000)
+    assert (distil.layers, distil.hidden_size, distil.attention_heads, distil.intermediate_size) == (6, 768, 12, 3072)
+    assert ("max positions", "not recorded") in distil.rows()
+
+
 def test_read_card_and_front_matter(tmp_path):
     assert card.read_card(tmp_path) == ({}, None)
     text = _finetuned("ner")

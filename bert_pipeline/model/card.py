@@ -53,41 +53,67 @@ PAIR_OBJECTIVE = {"nsp": "masked LM + next-sentence prediction (Devlin et al. 20
 _FRONT_MATTER = re.compile(r"\A---\n(.*?)\n---\n", re.DOTALL)
 
 
+# config.json field names of a shape figure: BERT's first, then other families' (DistilBERT, GPT-2, BART)
+_CONFIG_KEYS = {
+    "layers": ("num_hidden_layers", "n_layers", "num_layers"),
+    "hidden_size": ("hidden_size", "dim", "d_model", "n_embd"),
+    "attention_heads": ("num_attention_heads", "n_heads", "n_head"),
+    "intermediate_size": ("intermediate_size", "hidden_dim", "ffn_dim", "n_inner"),
+    "vocab_size": ("vocab_size",),
+    "max_position_embeddings": ("max_position_embeddings", "n_positions"),
+}
+
+
 @dataclass(frozen=True)
 class Architecture:
-    """The shape a card reports, from a ``config.json`` dict; ``parameters`` counted once per tied tensor;
-    ``size`` the pipeline's size name (``tiny``..``large``) when it built the shape."""
+    """The shape a card reports, from a ``config.json`` dict (``None``: the config names no such field);
+    ``parameters`` counted once per tied tensor; ``size`` the pipeline's size name (``tiny``..``large``) when it
+    built the shape."""
 
     model_type: str
-    layers: int
-    hidden_size: int
-    attention_heads: int
-    intermediate_size: int
-    vocab_size: int
-    max_position_embeddings: int
+    layers: int | None
+    hidden_size: int | None
+    attention_heads: int | None
+    intermediate_size: int | None
+    vocab_size: int | None
+    max_position_embeddings: int | None
     parameters: int
     size: str | None = None
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any], parameters: int, size: str | None = None) -> Architecture:
-        """From a ``PretrainedConfig.to_dict()`` (BERT field names).
+        """From a ``PretrainedConfig.to_dict()``: BERT's field names, or another family's (a user's hub model)."""
+        def pick(field: str) -> int | None:
+            value = next((config[k] for k in _CONFIG_KEYS[field] if config.get(k) is not None), None)
+            return None if value is None else int(value)
 
-        Raises:
-            KeyError: a BERT shape field is missing from ``config``.
-        """
-        return cls(str(config["model_type"]), int(config["num_hidden_layers"]), int(config["hidden_size"]),
-                   int(config["num_attention_heads"]), int(config["intermediate_size"]), int(config["vocab_size"]),
-                   int(config["max_position_embeddings"]), int(parameters), size)
+        return cls(str(config.get("model_type", "unknown")), pick("layers"), pick("hidden_size"),
+                   pick("attention_heads"), pick("intermediate_size"), pick("vocab_size"),
+                   pick("max_position_embeddings"), int(parameters), size)
 
     def rows(self) -> list[tuple[str, str]]:
         """The model-description table rows."""
+        def show(value: int | None, unit: str = "") -> str:
+            return "not recorded" if value is None else f"{value:,}{unit}"
+
         rows = [("size", self.size)] if self.size else []
         return rows + [
-            ("layers", str(self.layers)), ("hidden size", str(self.hidden_size)),
-            ("attention heads", str(self.attention_heads)), ("feed-forward size", str(self.intermediate_size)),
-            ("vocabulary", f"{self.vocab_size:,} WordPiece tokens"),
-            ("max positions", str(self.max_position_embeddings)), ("parameters", f"{self.parameters:,}"),
+            ("layers", show(self.layers)), ("hidden size", show(self.hidden_size)),
+            ("attention heads", show(self.attention_heads)), ("feed-forward size", show(self.intermediate_size)),
+            ("vocabulary", show(self.vocab_size, " WordPiece tokens" if self.model_type == "bert" else " tokens")),
+            ("max positions", show(self.max_position_embeddings)), ("parameters", f"{self.parameters:,}"),
         ]
+
+
+def portable_path(path: str, root: str | Path) -> str:
+    """``path`` as a card may name it: a hub name or relative path unchanged, an absolute path relative to ``root``
+    (the repository) when under it, else only its last component (a card names no absolute path: same inputs,
+    same bytes on any machine)."""
+    p = Path(path)
+    if not p.is_absolute():
+        return path
+    root = Path(root).resolve()
+    return p.relative_to(root).as_posix() if p.is_relative_to(root) else p.name
 
 
 @dataclass(frozen=True)
