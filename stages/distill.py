@@ -7,9 +7,10 @@ pre-training instances and their collator) and runs :func:`bert_pipeline.train.d
 the teacher's layers by default (student layer i <- teacher layer 2i), DistilBERT's triple loss through the shared
 loop (checkpoints under ``checkpoints/distill/``, exact resume). Writes:
 
-- ``models/distilled/``: the student (``save_pretrained``, safetensors) with the teacher's tokenizer beside it;
+- ``models/distilled/``: the student (``save_pretrained``, safetensors) with the teacher's tokenizer beside it and
+  its model card ``README.md`` (:func:`bert_pipeline.model.card.distilled_card`);
 - ``metrics/distill.json``: parameter counts of both and their ratio, held-out MLM accuracy of both and the
-  student's share of the teacher's;
+  student's share of the teacher's, the training tokens the student saw;
 - ``metrics/distill-timing.json`` (``cache: false``): CPU inference throughput of both encoders and the speed-up;
 - ``plots/distill.csv``: train loss, learning rate and held-out student MLM loss/accuracy per step;
 - one MLflow run with params, the curves, the metrics and pointers (path + DVC hash) to teacher and student.
@@ -32,6 +33,8 @@ CHECKPOINT_DIR = Path("checkpoints/distill")
 METRICS = Path("metrics/distill.json")
 TIMING = Path("metrics/distill-timing.json")
 PLOTS = Path("plots/distill.csv")
+CORPUS_METRICS = Path("metrics/corpus.json")  # cited by the model card (prepare_corpus's record)
+SOURCES = Path("data/raw/SOURCES.json")  # cited by the model card (the data packages' licences)
 # Keys that change how often we save or what we measure afterwards, not what is trained: not fingerprinted.
 NOT_FINGERPRINTED = ("save_steps", "save_total_limit", "final_eval_batches", "throughput_runs", "throughput_warmup")
 LOSS_KEYS = {"temperature", "alpha_ce", "alpha_mlm", "alpha_cos", "cos_positions"}
@@ -41,6 +44,7 @@ def main() -> None:
     from bert_pipeline.data.masking import collator_from_info, load_info
     from bert_pipeline.data.tokenizer import load_tokenizer
     from bert_pipeline.mlops.tracking import lock_pointer, stage_run
+    from bert_pipeline.model import card
     from bert_pipeline.model.configs import save_model
     from bert_pipeline.model.distillation import load_teacher
     from bert_pipeline.train.checkpoint import CheckpointManager, fingerprint
@@ -70,19 +74,27 @@ def main() -> None:
     tags = {"teacher_path": TEACHER_DIR.as_posix(), "student_layers": layers}
     if (teacher_pointer := lock_pointer(TEACHER_DIR.as_posix())):
         tags["teacher_dvc_md5"] = teacher_pointer["md5"]
+    accelerator = make_accelerator(p.precision)
     with stage_run("distill", params=section, tags=tags) as run:
         try:
             outcome = run_distillation(
                 teacher, layers, train_set, validation_set, collate, config=config,
-                accelerator=make_accelerator(p.precision), checkpoints=CheckpointManager(CHECKPOINT_DIR, fp, keep=p.save_total_limit),
+                accelerator=accelerator, checkpoints=CheckpointManager(CHECKPOINT_DIR, fp, keep=p.save_total_limit),
                 batch_size=p.batch_size, max_seq_length=int(info["max_seq_length"]),
                 loss=p.model_dump(include=LOSS_KEYS), final_eval_batches=p.final_eval_batches,
                 throughput_runs=p.throughput_runs, throughput_warmup=p.throughput_warmup,
                 on_log=lambda step, row: run.log_metrics({k: v for k, v in row.items() if k != "step"}, step=step))
         except TrainingError as exc:
             raise PipelineError(str(exc)) from None
+        text = card.distilled_card(
+            metrics=outcome.metrics, settings={**section, "precision": accelerator.mixed_precision}, data_info=info,
+            architecture=card.Architecture.from_config(outcome.student.config.to_dict(),
+                                                       outcome.metrics["student"]["parameters"]),
+            teacher=TEACHER_DIR.as_posix(), corpus=card.read_json_record(CORPUS_METRICS),
+            sources=(card.read_json_record(SOURCES) or {}).get("sources", ()), folder=OUT_DIR.as_posix())
         with atomic_dir(OUT_DIR) as tmp:
             save_model(outcome.student, tmp, tokenizer)
+            card.write_card(tmp, text)
         run.set_tags({"layer_map": outcome.metrics["layer_map"]})
         run.log_model_pointer(OUT_DIR)
         write_json(METRICS, outcome.metrics)

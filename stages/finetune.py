@@ -4,7 +4,8 @@ Fine-tunes model ``M`` (a key of ``finetune.models``, a local ``save_pretrained`
 ``data/tasks/T/`` once per seed in ``finetune.seeds`` (:func:`bert_pipeline.train.finetune.finetune_task`), and,
 for tasks in ``finetune.low_resource_tasks``, again on ``low_resource_train_examples`` labelled examples. Writes
 
-- ``models/finetuned/{M}-{T}/``: the first seed's model (``save_pretrained``, tokenizer beside);
+- ``models/finetuned/{M}-{T}/``: the first seed's model (``save_pretrained``, tokenizer beside) and its model card
+  ``README.md`` (:func:`bert_pipeline.model.card.finetuned_card`: the test scores of the metrics below);
 - ``metrics/finetune/{M}-{T}.json``: ``{"model", "task", "main_metric", "test": {METRIC: {"mean", "seeds"}},
   "validation": {...}, "low_resource": {"train_examples", "test": {...}}, ...}`` (quality only, byte-identical
   on CPU);
@@ -25,6 +26,7 @@ from bert_pipeline.console import run_main
 from bert_pipeline.errors import PipelineError
 from bert_pipeline.io import atomic_dir, write_json
 from bert_pipeline.mlops import tracking
+from bert_pipeline.model import card
 from bert_pipeline.train.finetune import FinetuneError, MemberSpec, finetune_task
 from stages.headline import write_headline
 from stages.params import FinetuneModel, FinetuneParams, load_params
@@ -33,6 +35,7 @@ TASKS = Path("data/tasks")
 MODELS_OUT = Path("models/finetuned")
 METRICS = Path("metrics/finetune")
 TIMING = Path("metrics/finetune-timing")
+SOURCES = Path("data/raw/SOURCES.json")  # cited by the model card (the data packages' licences)
 _HUB_NAME = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 # The MLflow tag ``role`` of a family member, by where its weights come from (evaluate.teacher/student/scratch name
 # the same members for the report; a run's tag is set here so a finetune run needs no evaluate params).
@@ -57,6 +60,28 @@ def resolve_model(name: str, p: FinetuneParams) -> FinetuneModel:
         f"--model {name!r}: unknown model; expected a key of finetune.models in params.yaml "
         f"({', '.join(sorted(p.models))}), a folder with config.json, or a hub name owner/name"
     )
+
+
+def model_card(model_name: str, task_name: str, spec: FinetuneModel, p: FinetuneParams, metrics: dict[str, Any],
+               outcome: Any) -> str:
+    """The model card of ``models/finetuned/{model}-{task}/`` (:func:`bert_pipeline.model.card.finetuned_card`):
+    the metrics record, the task's ``task.json``, the base folder's own card, ``data/raw/SOURCES.json``."""
+    from bert_pipeline.model.configs import count_parameters
+    from bert_pipeline.train.precision import resolve_precision
+
+    sources = (card.read_json_record(SOURCES) or {}).get("sources", ())
+    base_path = card.portable_path(spec.path, Path.cwd())
+    meta, title = card.read_card(spec.path)
+    base = card.BaseModel(base_path, meta, title, card.package_of(base_path, SOURCES.parent.as_posix(), sources))
+    loop = p.model_dump(include=LOOP_KEYS)
+    device = torch.device(outcome.timing["device"]).type
+    loop["precision"] = resolve_precision(p.precision, device, fp16_fallback=False)
+    shape = card.Architecture.from_config(outcome.model.config.to_dict(), count_parameters(outcome.model),
+                                          spec.size or base.facts.get("size"))
+    return card.finetuned_card(
+        name=model_name, task=task_name, record=metrics, task_info=card.read_json_record(TASKS / task_name / "task.json")
+        or {}, task_settings=p.tasks[task_name].model_dump(), member=spec.model_dump(), loop=loop, sources=sources,
+        base=base, architecture=shape, folder=(MODELS_OUT / f"{model_name.replace('/', '--')}-{task_name}").as_posix())
 
 
 def run(model_name: str, task_name: str, p: FinetuneParams, tracker: Any = None,
@@ -94,9 +119,11 @@ def run(model_name: str, task_name: str, p: FinetuneParams, tracker: Any = None,
         raise PipelineError(str(exc)) from None
     metrics = {"model": model_name, "task": task_name, **outcome.metrics}
     name = f"{model_name.replace('/', '--')}-{task_name}"
+    text = model_card(model_name, task_name, spec, p, metrics, outcome)
     with atomic_dir(MODELS_OUT / name) as tmp:
         outcome.model.save_pretrained(tmp)
         outcome.tokenizer.save_pretrained(tmp)
+        card.write_card(tmp, text)
     write_json(METRICS / f"{name}.json", metrics)
     write_headline(f"finetune/{name}", {model_name: {task_name: metrics["test"][metrics["main_metric"]]["mean"]}})
     if tracker is not None:

@@ -8,7 +8,8 @@ Reads ``pretrain`` (start point, size, optimizer, schedule, phases) and the data
 of the same params and inputs exists, and writes:
 
 - ``models/pretrained/``: ``save_pretrained`` (safetensors) ``BertForPreTraining`` (``BertForMaskedLM`` for
-  objective ``none``) with the tokenizer beside it;
+  objective ``none``) with the tokenizer beside it and its model card ``README.md``
+  (:func:`bert_pipeline.model.card.pretrained_card`, citing ``metrics/corpus.json`` and ``data/raw/SOURCES.json``);
 - ``metrics/pretrain.json``: tokens seen, held-out MLM loss/accuracy, perplexity, pair accuracy, unigram baseline,
   first vs last evaluation (quality only: byte-identical across reruns on CPU);
 - ``metrics/pretrain-timing.json``: seconds, tokens/s, model FLOPs utilisation against the measured matmul peak;
@@ -39,6 +40,8 @@ CHECKPOINT_DIR = Path("checkpoints/pretrain")
 METRICS = Path("metrics/pretrain.json")
 TIMING = Path("metrics/pretrain-timing.json")
 PLOT = Path("plots/pretrain.csv")
+CORPUS_METRICS = Path("metrics/corpus.json")  # cited by the model card (prepare_corpus's record)
+SOURCES = Path("data/raw/SOURCES.json")  # cited by the model card (the data packages' licences)
 # Keys that change how often we save, not what is trained: not part of the checkpoint fingerprint.
 NOT_FINGERPRINTED = ("save_steps", "save_total_limit", "compute")
 
@@ -62,6 +65,7 @@ def main() -> None:
 
     from bert_pipeline.data.tokenizer import load_tokenizer
     from bert_pipeline.mlops import tracking
+    from bert_pipeline.model import card
     from bert_pipeline.model.configs import save_model
     from bert_pipeline.train import pretrain as pretraining
     from bert_pipeline.train.checkpoint import CheckpointManager, fingerprint
@@ -92,8 +96,16 @@ def main() -> None:
             describe={"init": p.init, "size": p.model.size if p.init == "scratch" else "checkpoint"}, on_log=on_log)
         if not main_process:
             return
+        text = card.pretrained_card(
+            quality={**outcome.quality, "init": card.portable_path(p.init, Path.cwd())}, data_info=data.info,
+            corpus=card.read_json_record(CORPUS_METRICS),
+            settings={**section, "precision": accelerator.mixed_precision, "num_processes": accelerator.num_processes},
+            architecture=card.Architecture.from_config(outcome.model.config.to_dict(), outcome.quality["parameters"],
+                                                       p.model.size if p.init == "scratch" else None),
+            sources=(card.read_json_record(SOURCES) or {}).get("sources", ()), folder=MODEL_DIR.as_posix())
         with atomic_dir(MODEL_DIR) as out:
             save_model(outcome.model, out, tokenizer)
+            card.write_card(out, text)
         write_json(METRICS, outcome.quality)
         write_headline("pretrain", {"pretrain": {k: outcome.quality["eval"][k] for k in ("mlm_accuracy", "mlm_loss")}})
         atomic_write_text(PLOT, pretraining.history_csv(outcome.result.history, pretraining.PLOT_COLUMNS))

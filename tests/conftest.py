@@ -122,6 +122,23 @@ def tree_digests(folder: Path) -> dict[str, str]:
             for p in sorted(Path(folder).rglob("*")) if p.is_file()}
 
 
+def card_header(folder: Path) -> dict[str, Any]:
+    """The YAML front matter of ``folder/README.md`` (a model card), parsed with ``yaml.safe_load``; asserts the card
+    opens with it."""
+    text = (Path(folder) / "README.md").read_text(encoding="utf-8")
+    assert text.startswith("---\n"), f"{folder}/README.md: no YAML front matter"
+    head, sep, _ = text[4:].partition("\n---\n")
+    assert sep, f"{folder}/README.md: front matter not closed"
+    return yaml.safe_load(head)
+
+
+def card_metrics(header: dict[str, Any]) -> dict[str, float]:
+    """``{metric name: value}`` of a card header's one model-index result."""
+    (index,) = header["model-index"]
+    (result,) = index["results"]
+    return {m["name"]: m["value"] for m in result["metrics"]}
+
+
 # ------------------------------------------------------------------------------------------------ corpora
 STEMS = ["play", "work", "talk", "walk", "jump", "read", "paint", "build", "open", "call", "help", "look", "kick",
          "train", "token", "model", "vote", "elect", "govern", "report", "market", "trade", "price", "bank"]

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, card_header, card_metrics
 
 pytestmark = pytest.mark.e2e
 
@@ -241,6 +241,15 @@ def test_finetune_outputs(smoke_run):
             assert (cfg.num_hidden_layers, cfg.hidden_size) == (teacher.num_hidden_layers, teacher.hidden_size)
         if m["model"] == "distilled":
             assert cfg.num_hidden_layers == max(1, teacher.num_hidden_layers // 2)
+        # the model card: the Hub's metadata, the test means, the encoder it started from, the silver caveat
+        from bert_pipeline.model.card import METRIC_NAME, PIPELINE_TAG
+
+        card = card_header(folder)
+        assert card["pipeline_tag"] == PIPELINE_TAG[m["kind"]]
+        assert card_metrics(card)[METRIC_NAME[m["main_metric"]]] == m["test"][m["main_metric"]]["mean"]
+        base = {"pretrained": "models/pretrained", "distilled": "models/distilled", "minilm": "data/raw/minilm"}
+        assert card.get("base_model") == base.get(m["model"])  # scratch: none
+        assert ("agreement with spaCy" in (folder / "README.md").read_text()) == (m["task"] == "ner")
 
 
 def test_evaluate_outputs(smoke_run):
@@ -316,6 +325,12 @@ def test_pretrain_outputs(smoke_run):
     assert final["perplexity"] == pytest.approx(math.exp(final["mlm_loss"]), rel=1e-4)
     assert final["predicted_tokens"] > 0
     assert quality["bad_steps"] == 0
+    card = card_header(folder)
+    assert (card["pipeline_tag"], card["license"]) == ("fill-mask", "apache-2.0")
+    assert card["bert_pipeline"]["tokens_seen"] == quality["tokens_seen"]
+    corpus = json.loads((smoke_run / "metrics/corpus.json").read_text())
+    assert card["datasets"] == sorted(corpus["per_source"])
+    assert "Harvard Dataverse" in (folder / "README.md").read_text()  # the news articles' terms, from SOURCES.json
     rows = (smoke_run / "plots/pretrain.csv").read_text().splitlines()
     assert rows[0].split(",")[:3] == ["step", "train_loss", "learning_rate"]
     assert [r.split(",")[0] for r in rows[1:]] == [str(s) for s in range(1, 7)]
@@ -358,6 +373,9 @@ def test_distill_outputs(smoke_run):
     assert metrics["eval_predicted_tokens"] > 0
     assert metrics["steps"] == 4
     assert metrics["bad_steps"] == 0
+    card = card_header(folder)
+    assert (card["pipeline_tag"], card["base_model"]) == ("fill-mask", "models/pretrained")
+    assert card["bert_pipeline"]["tokens_seen"] == metrics["tokens_seen"] > 0
     if metrics["teacher"]["mlm_accuracy"] > 0:
         assert metrics["mlm_accuracy_share"] == pytest.approx(
             metrics["student"]["mlm_accuracy"] / metrics["teacher"]["mlm_accuracy"], rel=1e-4)

@@ -16,7 +16,7 @@ from bert_pipeline.errors import PipelineError
 from bert_pipeline.train import finetune as finetune_lib
 from stages import finetune
 from stages.params import validate_params
-from tests.conftest import committed_params, tree_digests, write_params
+from tests.conftest import card_header, card_metrics, committed_params, tree_digests, write_params
 from tests.pretrain_fixtures import tiny_config
 from tests.tiny_models import bert_tokenizer
 
@@ -111,7 +111,13 @@ def test_sentiment_layout_learning_and_byte_identical(workdir):
     assert len(timing["low_resource_train_seconds"]) == 2
     out = workdir / "models/finetuned/tiny-sentiment"
     first = tree_digests(out)
-    assert {"config.json", "model.safetensors", "tokenizer.json"} <= set(first)
+    assert {"config.json", "model.safetensors", "tokenizer.json", "README.md"} <= set(first)
+    card = card_header(out)  # the model card: the Hub's metadata, the test means the metrics file holds
+    assert (card["pipeline_tag"], card["base_model"], card["license"]) == ("text-classification", "tinymodel",
+                                                                           "apache-2.0")
+    assert card_metrics(card) == {"accuracy": got["test"]["accuracy"]["mean"],
+                                  "macro F1": got["test"]["macro_f1"]["mean"]}
+    assert "silver" not in (out / "README.md").read_text().partition("\n---\n")[2].lower()
     cfg = json.loads((out / "config.json").read_text())
     assert cfg["classifier_pooling"] == "mean"
     assert cfg["id2label"] == {"0": "negative", "1": "positive"}
@@ -139,7 +145,13 @@ def test_ner_and_qa_run_with_scratch_model(workdir, task):
         assert {"precision", "recall", "f1_PERSON", "f1_GPE"} <= set(m["test"])
     else:
         assert set(m["test"]) == {"exact_match", "f1"}
-    assert (workdir / f"models/finetuned/tinyscratch-{task}/config.json").exists()
+    out = workdir / f"models/finetuned/tinyscratch-{task}"
+    assert (out / "config.json").exists()
+    card = card_header(out)
+    assert card["pipeline_tag"] == {"ner": "token-classification", "qa": "question-answering"}[task]
+    assert "base_model" not in card  # the scratch baseline starts from no weights
+    assert card_metrics(card)["F1"] == m["test"]["f1"]["mean"]
+    assert ("agreement with spaCy" in (out / "README.md").read_text()) == (task == "ner")  # the silver caveat
 
 
 @pytest.mark.parametrize(("task", "key"), [("qa", "n_best"), ("ner", "doc_stride")])

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from bert_pipeline.mlops.registry import CANDIDATE, CHAMPION, Entry, decide, promote_task
@@ -130,3 +132,30 @@ def test_split_fingerprint_follows_the_scored_examples(tmp_path):
     assert split_sha256(tmp_path / "test", 5, seed=1) != split_sha256(tmp_path / "test", 5, seed=2)
     Dataset.from_dict({"text": [f"t{i}" for i in range(10)], "label": [1] * 10}).save_to_disk(str(tmp_path / "t2"))
     assert split_sha256(tmp_path / "t2") != whole
+
+
+CARD = "---\nlicense: apache-2.0\npipeline_tag: text-classification\n---\n\n# tiny card\n\nTrained on nothing real.\n"
+
+
+def test_model_card_travels_with_the_version(store, tmp_path):
+    """The folder's README.md (the model card) reaches the registry: the transformers flavour writes it as its
+    model_card.md / model_card_data.yaml (no hub look-up by name), the pyfunc flavour copies the folder with it."""
+    import mlflow
+    import yaml
+
+    client, uri = store
+    cls = save_classifier(tmp_path / "cls", favour=None)
+    (cls / "README.md").write_text(CARD, encoding="utf-8")
+    qa = save_reader(tmp_path / "qa")
+    (qa / "README.md").write_text(CARD, encoding="utf-8")
+    for task, folder, flavour in (("cardcls", cls, "transformers"), ("cardqa", qa, "pyfunc")):
+        decision = promote_task(client, [Entry("minilm", task, folder, 0, "accuracy", 0.5, SPLIT)], uri)
+        version = client.get_model_version(task, decision.candidate_version)
+        assert version.tags["flavour"] == flavour
+        local = Path(mlflow.artifacts.download_artifacts(version.source, dst_path=str(tmp_path / f"dl-{task}")))
+        if flavour == "transformers":
+            assert (local / "model_card.md").read_text(encoding="utf-8").strip() == "# tiny card\n\nTrained on nothing real."
+            assert yaml.safe_load((local / "model_card_data.yaml").read_text())["pipeline_tag"] == "text-classification"
+        else:
+            (copied,) = local.rglob("README.md")
+            assert copied.read_text(encoding="utf-8") == CARD

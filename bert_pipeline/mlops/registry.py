@@ -13,7 +13,8 @@ moving aliases change shared state. Rules (ARCHITECTURE.md, "who owns what"):
   truncated window, and fails on a text without entities: MLflow 3.17's ``_parse_tokenizer_output``); finetune's
   mean-pooling sentence classifier (a ``bert_pipeline.model.heads`` class the flavour would reload as the
   ``[CLS]`` class). Tag ``flavour`` says which. A folder already registered (same content sha256) is not
-  registered twice.
+  registered twice. The folder's model card (``README.md``) travels with the version: in the pyfunc artifacts
+  as is, in the transformers flavour as its ``model_card.md``.
 - Version tags: ``family_member``, ``seed``, ``main_metric``, ``score`` (test mean of the main metric),
   ``test_split_sha256`` (content hash of the test split it was scored on), ``model_sha256``, ``source``.
 - ``candidate`` moves to the best current version (highest score; ties go to the earlier family member).
@@ -216,10 +217,22 @@ def log_version(client: Any, entry: Entry, uri: str) -> str:
             info = mlflow.transformers.log_model(
                 {"model": pred.model, "tokenizer": pred.tokenizer},
                 name="model", task=kind.replace("sequence-", "text-"), pip_requirements=pip_requirements(),
-                registered_model_name=entry.task,
+                registered_model_name=entry.task, model_card=_model_card(entry.model_dir),
             )
         log.info("%s: logged %s as run %s", entry.task, entry.model_dir, run.info.run_id)
     return str(info.registered_model_version)
+
+
+def _model_card(model_dir: Path) -> Any:
+    """The folder's own model card (``README.md``) as a ``huggingface_hub.ModelCard``, or None: the flavour writes
+    it as ``model_card.md``/``model_card_data.yaml`` instead of looking one up on the hub by the model's name (the
+    pyfunc flavour copies the whole folder, card included)."""
+    from huggingface_hub import ModelCard
+
+    from bert_pipeline.model.card import CARD_FILE
+
+    path = Path(model_dir) / CARD_FILE
+    return ModelCard.load(path) if path.is_file() else None
 
 
 def _kind(model_dir: Path) -> str:

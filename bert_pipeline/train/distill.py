@@ -100,6 +100,7 @@ def run_distillation(teacher: nn.Module, layers: int, train_set: Any, validation
         "mlm_accuracy_share": round(acc_s / acc_t, 6) if acc_t else 0.0,
         "eval_predicted_tokens": held_out["student"]["predicted_tokens"],
         "steps": config.max_steps,
+        "tokens_seen": result.tokens_seen(accelerator),
         "bad_steps": result.bad_steps,
     }
     torch.manual_seed(config.seed)
