@@ -30,6 +30,7 @@ from typing import Any
 from bert_pipeline.console import run_main
 from bert_pipeline.errors import PipelineError
 from bert_pipeline.io import flatten
+from flows.dvc_cli import is_missing_hash_warning, relay_filtered
 from stages.params import DEFAULT_PARAMS, load_params, read_yaml
 
 log = logging.getLogger(__name__)
@@ -84,7 +85,13 @@ def run_profile(args: argparse.Namespace, extra: list[str]) -> None:
         sys.stdout.write(shlex.join(cmd) + "\n")
         return
     log.info("running: %s", shlex.join(cmd))
-    proc = subprocess.run(cmd)
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE)
+    assert proc.stderr is not None
+    dropped = relay_filtered(proc.stderr, sys.stderr.buffer, is_missing_hash_warning)
+    proc.wait()
+    if dropped:
+        log.info("DVC found no dvc.lock entry for %d outputs (a first run here): nothing to restore, the run "
+                 "builds them", dropped)
     if proc.returncode != 0:
         raise PipelineError(f"profile {args.name}: dvc exp run failed with exit code {proc.returncode}")
 

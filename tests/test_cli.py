@@ -120,3 +120,24 @@ def test_an_experiment_left_in_a_temp_copy_is_refused_in_one_line(in_tmp, monkey
             rf"which no longer exists \({lost}\); rename it \(mlflow experiments rename --experiment-id {exp} "
             r"--new-name bert-pipeline-lost\) or set MLFLOW_EXPERIMENT_NAME to a new name, and rerun$")):
         tracking.stage_run("pretrain", {}, uri=uri).__enter__()
+
+
+def test_profile_relays_dvc_output_without_the_first_run_no_hash_warnings():
+    """``bert-pipeline profile`` streams ``dvc exp run``'s stderr as it comes (progress bars redraw with ``\\r``)
+    and leaves out the warning DVC prints per output that a fresh clone's missing ``dvc.lock`` cannot restore."""
+    import io
+
+    from flows.dvc_cli import is_missing_hash_warning, relay_filtered
+
+    script = ("import sys, time\n"
+              "w = sys.stderr.write\n"
+              "w(\"WARNING: No file hash info found for '/r/.dvc/tmp/exps/x/models/a'. It won't be created.\\n\")\n"
+              "w(\"Running stage 'a':\\n\"); sys.stderr.flush(); time.sleep(0.2)\n"
+              "w('\\rstep 1/2'); w('\\rstep 2/2\\n')\n"
+              "w(\"WARNING: No file hash info found for '/r/metrics/b.json'. It won't be created.\\n\")\n"
+              "w('WARNING: something else\\n')\n")
+    proc = subprocess.Popen([sys.executable, "-c", script], stderr=subprocess.PIPE)
+    sink = io.BytesIO()
+    assert relay_filtered(proc.stderr, sink, is_missing_hash_warning) == 2
+    assert proc.wait() == 0
+    assert sink.getvalue().decode() == "Running stage 'a':\n\rstep 1/2\rstep 2/2\nWARNING: something else\n"
