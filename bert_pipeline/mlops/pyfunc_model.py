@@ -7,8 +7,8 @@ classifiers with finetune's mean-pooling head (``config.classifier_pooling: mean
 fine-tuned folder as artifact ``model`` and the ``bert_pipeline`` package as code; MLflow executes this file to build the model,
 nothing imports it.
 
-Input rows (a DataFrame, a list, or ``{"inputs": [...]}`` when served): sentence classification and NER take
-texts (strings, or mappings/columns named ``text``); QA takes ``{"question", "context"}``. Output per row, as
+Input (a list, or ``{"inputs": [...]}`` when served): sentence classification and NER take texts; QA takes
+``{"question", "context"}`` rows. The class is chosen by the ``kind`` in the logged ``model_config``. Output per row, as
 :mod:`bert_pipeline.evaluation.predictor`: ``{"label", "probability", "tokens", "truncated"}``; ``{"entities": [...]}``
 with character offsets (a long text tagged whole, in windows); ``{"answer", "start", "end", "score", "windows",
 "question_truncated"}``.
@@ -22,38 +22,36 @@ import mlflow.models
 from mlflow.pyfunc import PythonModel
 
 
-def _rows(model_input) -> list:
-    if hasattr(model_input, "to_dict"):  # DataFrame
-        if list(model_input.columns) == [0]:
-            return list(model_input[0])
-        return model_input.to_dict("records")
-    if hasattr(model_input, "tolist"):  # numpy array
-        return model_input.tolist()
-    return list(model_input) if isinstance(model_input, list | tuple) else [model_input]
+class FinetunedTextModel(PythonModel):
+    """Serve a fine-tuned sentence classifier or NER folder: texts in, one result per text.
 
-
-def _text(row) -> str:
-    return str(row["text"]) if isinstance(row, dict) else str(row)
-
-
-class FinetunedModel(PythonModel):
-    """Serve a fine-tuned ``{model}-{task}`` folder through :mod:`bert_pipeline.evaluation.predictor`."""
+    The type hint (``list[str]``) is MLflow's schema: it validates served input and infers the signature, and its
+    absence was a warning on every ``promote``.
+    """
 
     def load_context(self, context):
         from bert_pipeline.evaluation.predictor import load_predictor
 
         self.pred = load_predictor(Path(context.artifacts["model"]))
 
-    def predict(self, context, model_input, params=None):
-        from bert_pipeline.evaluation.predictor import answer, classify, entities
+    def predict(self, context, model_input: list[str], params=None):
+        from bert_pipeline.evaluation.predictor import classify, entities
 
-        rows = _rows(model_input)
-        if self.pred.kind == "question-answering":
-            return [answer(self.pred, str(r["question"]), str(r["context"])) for r in rows]
-        texts = [_text(r) for r in rows]
+        texts = [str(text) for text in model_input]
         if self.pred.kind == "token-classification":
             return [{"entities": e} for e in entities(self.pred, texts)]
         return classify(self.pred, texts)
 
 
-mlflow.models.set_model(FinetunedModel())
+class FinetunedQAModel(FinetunedTextModel):
+    """Serve a fine-tuned extractive-QA folder: ``{"question", "context"}`` rows in, one answer per row."""
+
+    def predict(self, context, model_input: list[dict[str, str]], params=None):
+        from bert_pipeline.evaluation.predictor import answer
+
+        return [answer(self.pred, str(row["question"]), str(row["context"])) for row in model_input]
+
+
+# The registry logs this file with model_config {"kind": ...}; MLflow runs it to build the model.
+_KIND = (mlflow.models.ModelConfig(development_config={"kind": "text"}).get("kind"))
+mlflow.models.set_model(FinetunedQAModel() if _KIND == "question-answering" else FinetunedTextModel())

@@ -206,7 +206,7 @@ def log_version(client: Any, entry: Entry, uri: str) -> str:
             info = mlflow.pyfunc.log_model(
                 name="model", python_model=str(PYFUNC_CODE), artifacts={"model": str(entry.model_dir)},
                 code_paths=[str(LIBRARY_DIR)], pip_requirements=pip_requirements(),
-                registered_model_name=entry.task,
+                registered_model_name=entry.task, model_config={"kind": kind},
             )
         else:
             import mlflow.transformers
