@@ -101,7 +101,8 @@ def main() -> int:
 
     rc_plots, plots_log = dvc(["plots", "show", "-o", str(out / "plots")], repo)
     rc_metrics, metrics_log = dvc(["metrics", "show"], repo)
-    failed = [line.strip() for line in (plots_log + metrics_log).splitlines() if FAILED.search(line)]
+    plots_failed = [line.strip() for line in plots_log.splitlines() if FAILED.search(line)]
+    metrics_failed = [line.strip() for line in metrics_log.splitlines() if FAILED.search(line)]
     page = out / "plots" / "index.html"
     if rc_plots != 0 or not page.exists():
         print(json.dumps({"dvc_plots_show_rc": rc_plots, "output": plots_log[-2000:]}, indent=1))
@@ -129,7 +130,8 @@ def main() -> int:
         "page": str(page),
         "dvc_plots_show_rc": rc_plots,
         "dvc_metrics_show_rc": rc_metrics,
-        "failed_to_load_lines": failed,
+        "plots_failed_to_load": plots_failed,
+        "metrics_failed_to_load": metrics_failed,
         "img_elements": len(tags.img_src),
         "img_loaded": len(loaded),
         "img_sizes": {i["src"]: f"{i['width']}x{i['height']}" for i in seen["imgs"]},
@@ -141,7 +143,8 @@ def main() -> int:
         "dom_check_found": bool(found),
     }
     print(json.dumps(report, indent=1))
-    ok = (found and tags.img_src and len(loaded) == len(tags.img_src) == len(seen["imgs"]) and not failed
+    ok = (found and tags.img_src and len(loaded) == len(tags.img_src) == len(seen["imgs"]) and not plots_failed
+          and not metrics_failed
           and not report["http_urls_in_page"] and not network and (report["screenshot_non_white_share"] or 0) > 0.01)
     return 0 if ok else 1
 

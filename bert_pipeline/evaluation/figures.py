@@ -230,7 +230,7 @@ def confusion_png(confusion: Mapping[str, Sequence[Sequence[str]]], labels: Sequ
 
 def ner_per_type_png(rows: Sequence[Sequence[Any]]) -> bytes:
     """Horizontal bars of NER test F1 (points, agreement with spaCy's silver labels) per entity type, one bar per
-    model in each type's group.
+    model in each type's group, its value written at the bar's end (``–`` when the model has no score for the type).
 
     ``rows``: ``[model, type, f1 points, ...]`` as the evaluate stage's ``ner_f1_per_type.csv``; models keep their
     first-seen order, types are sorted.
@@ -244,8 +244,11 @@ def ner_per_type_png(rows: Sequence[Sequence[Any]]) -> bytes:
         height = 0.8 / max(1, len(models))
         for i, m in enumerate(models):
             ys = [t_i + (i - (len(models) - 1) / 2) * height for t_i in range(len(types))]
-            ax.barh(ys, [value.get((m, t)) or 0.0 for t in types], height=height, label=m,
-                    color=PALETTE[i % len(PALETTE)])
+            bars = ax.barh(ys, [value.get((m, t)) or 0.0 for t in types], height=height, label=m,
+                           color=PALETTE[i % len(PALETTE)])
+            # the value at each bar's end, so a zero score reads as 0.0 rather than a missing bar
+            ax.bar_label(bars, labels=["–" if value.get((m, t)) is None else f"{value[m, t]:.1f}" for t in types],
+                         padding=2, fontsize=7)
         ax.set_yticks(range(len(types)), types)
         ax.invert_yaxis()
         ax.set_xlim(0, 100)
