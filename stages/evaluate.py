@@ -5,11 +5,18 @@ measures each member's CPU inference cost (:func:`bert_pipeline.evaluation.famil
 
 - ``reports/summary.md``: the table (a row per member: parameters, each task's test score, the average, relative
   speed with the teacher = 1.0x), the findings (pre-training gain over scratch, the student's share and speed-up),
-  corpus and tokenizer facts, sources, and the report card (provenance);
+  the figures (linked as ``figures/NAME.png``), corpus and tokenizer facts, sources, and the report card
+  (provenance); a cached output, so ``dvc exp apply`` brings it back;
+- ``reports/figures/*.png``: the page's figures, drawn offline (:mod:`bert_pipeline.evaluation.figures`) from
+  ``plots/pretrain.csv``, ``plots/distill.csv``, ``plots/tokenizer_fertility.csv`` and this stage's tables; DVC's
+  image plots (``dvc plots show`` shows them with no JavaScript);
 - ``metrics/evaluate.json``: flat quality figures for ``dvc metrics show/diff`` (byte-identical on rerun);
 - ``metrics/evaluate-timing.json``: latency, throughput, relative speed, wall seconds (``cache: false``);
-- plots: ``plots/evaluate/sentiment_confusion/{model}.csv`` (actual, predicted per test example),
-  ``plots/evaluate/ner_f1_per_type.csv`` (silver labels), ``plots/evaluate/score_vs_speed.csv`` (``cache: false``).
+- ``plots/evaluate/``: ``sentiment_confusion/{model}.csv`` (actual, predicted per test example),
+  ``ner_f1_per_type.csv`` (silver labels), ``score_vs_speed.csv``; a cached output.
+
+The page, ``score_vs_speed.csv`` and ``reports/figures/score_vs_speed.png`` hold wall-clock speed, so their bytes
+change from run to run; they are cached all the same (the run's own record, restored by ``dvc exp apply``).
 
 Registering and promoting models is not done here (``bert-pipeline promote``).
 """
@@ -21,6 +28,7 @@ from pathlib import Path
 
 from bert_pipeline.console import run_main
 from bert_pipeline.evaluation.family import FamilyInputs, csv_text, evaluate_family
+from bert_pipeline.evaluation.figures import FigureSources
 from bert_pipeline.evaluation.report import ReportSources
 from bert_pipeline.io import atomic_dir, atomic_write_text, write_json
 from bert_pipeline.mlops import tracking
@@ -35,19 +43,28 @@ FINETUNED = Path("models/finetuned")
 TASKS = Path("data/tasks")
 SOURCES = Path("data/raw/SOURCES.json")
 REPORT = Path("reports/summary.md")
+FIGURES = Path("reports/figures")
 PLOTS = Path("plots/evaluate")
+PRETRAIN_HISTORY = Path("plots/pretrain.csv")
+DISTILL_HISTORY = Path("plots/distill.csv")
+FERTILITY = Path("plots/tokenizer_fertility.csv")
 OUT_METRICS = METRICS / "evaluate.json"
 OUT_TIMING = METRICS / "evaluate-timing.json"
 REPORT_SOURCES = ReportSources(
     finetune_metrics=FINETUNE_METRICS.as_posix(), finetuned_models=FINETUNED.as_posix(), metrics_dir=METRICS.as_posix(),
     pretrain="metrics/pretrain.json", distill="metrics/distill.json", corpus="metrics/corpus.json",
     tokenizer="metrics/tokenizer.json", evaluate=OUT_METRICS.as_posix(), evaluate_timing=OUT_TIMING.as_posix(),
-    sources_json=SOURCES.as_posix())
+    sources_json=SOURCES.as_posix(), figures=FIGURES.relative_to(REPORT.parent).as_posix())
+FIGURE_SOURCES = FigureSources(
+    pretrain_history=PRETRAIN_HISTORY, distill_history=DISTILL_HISTORY, fertility=FERTILITY,
+    cite_pretrain_history=PRETRAIN_HISTORY.as_posix(), cite_distill_history=DISTILL_HISTORY.as_posix(),
+    cite_fertility=FERTILITY.as_posix(), cite_evaluate_plots=PLOTS.as_posix())
 
 
 def main() -> None:
     p = load_params().evaluate
-    inputs = FamilyInputs(FINETUNE_METRICS, FINETUNED, TASKS, METRICS, SOURCES, Path.cwd(), REPORT_SOURCES)
+    inputs = FamilyInputs(FINETUNE_METRICS, FINETUNED, TASKS, METRICS, SOURCES, Path.cwd(), REPORT_SOURCES,
+                          FIGURE_SOURCES)
     with tracking.stage_run("evaluate", p.model_dump()) as run:
         result = evaluate_family(inputs, **p.model_dump())
         with atomic_dir(PLOTS) as tmp:
@@ -58,16 +75,27 @@ def main() -> None:
                                                               result.ner_per_type))
             (tmp / "score_vs_speed.csv").write_text(csv_text(
                 ["model", "average", "relative_speed", "latency_ms", "throughput"], result.score_vs_speed))
+        write_figures(result.figures)
         write_json(OUT_METRICS, result.flat)
         write_headline("evaluate", {key.removesuffix(".average"): {"average": value}
                                     for key, value in result.flat.items() if key.endswith(".average")})
         atomic_write_text(REPORT, result.summary)
         write_json(OUT_TIMING, result.timing)
-        log.info("wrote %s, %s, %s, %s/", REPORT, OUT_METRICS, OUT_TIMING, PLOTS)
+        log.info("wrote %s, %s/ (%d figures), %s, %s, %s/", REPORT, FIGURES, len(result.figures), OUT_METRICS,
+                 OUT_TIMING, PLOTS)
         run.log_metrics(result.flat)
         run.log_metrics(result.timing)
-        for path in (REPORT, OUT_METRICS, OUT_TIMING, PLOTS / "score_vs_speed.csv", PLOTS / "ner_f1_per_type.csv"):
+        for path in (REPORT, OUT_METRICS, OUT_TIMING, PLOTS / "score_vs_speed.csv", PLOTS / "ner_f1_per_type.csv",
+                     *(FIGURES / f.name for f in result.figures)):
             run.log_artifact(path)
+
+
+def write_figures(figures) -> None:
+    """Replace ``reports/figures/`` with the page's PNGs (one atomic folder; an empty folder when there are none,
+    so the declared output always exists)."""
+    with atomic_dir(FIGURES) as tmp:
+        for figure in figures:
+            (tmp / figure.name).write_bytes(figure.png)
 
 
 if __name__ == "__main__":

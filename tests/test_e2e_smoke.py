@@ -272,12 +272,28 @@ def test_evaluate_outputs(smoke_run):
         ner = list(csv.DictReader(fh))
     assert ner
     assert {row["model"] for row in ner} == {r["model"] for r in results if r["task"] == "ner"}
-    # the report and timing files are cache: false (wall clock), so `dvc exp apply` does not bring them:
-    # rerun the stage alone here; its quality metrics come out byte-identical
+    # the page and its figures are cached outputs: `dvc exp apply` brought them back, every link resolves
+    applied = (smoke_run / "reports/summary.md").read_text()
+    figures = sorted(p.name for p in (smoke_run / "reports/figures").glob("*.png"))
+    assert figures == ["distill_curves.png", "ner_f1_per_type.png", "pretrain_curves.png", "score_vs_speed.png",
+                       "sentiment_confusion.png", "tokenizer_fertility.png"]
+    for name in figures:
+        assert f"](figures/{name})" in applied
+        assert (smoke_run / "reports/figures" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    quality_figures = {n: (smoke_run / "reports/figures" / n).read_bytes() for n in figures if n != "score_vs_speed.png"}
+    # `dvc plots show` renders them as images (no Vega, no CDN script) and loads every plot
     env = dict(os.environ, PYTHONPATH=str(smoke_run), MLFLOW_TRACKING_URI=f"sqlite:///{smoke_run / 'mlflow.db'}")
     env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
+    plots = _run(["dvc", "plots", "show", "-o", str(smoke_run.parent / "dvc_plots")], smoke_run, env)
+    assert "failed to load" not in (plots.stdout + plots.stderr).lower()
+    page = (smoke_run.parent / "dvc_plots/index.html").read_text()
+    assert page.count("<img") == len(figures)
+    assert "cdn.jsdelivr" not in page and "<script" not in page
+    # the timing files are cache: false (wall clock), so `dvc exp apply` does not bring them:
+    # rerun the stage alone here; its quality metrics and quality figures come out byte-identical
     _run(["dvc", "repro", "--single-item", "--force", "evaluate"], smoke_run, env)
     assert (smoke_run / "metrics/evaluate.json").read_bytes() == flat_bytes
+    assert {n: (smoke_run / "reports/figures" / n).read_bytes() for n in quality_figures} == quality_figures
     summary = (smoke_run / "reports/summary.md").read_text()
     timing = json.loads((smoke_run / "metrics/evaluate-timing.json").read_text())
     for r in results:

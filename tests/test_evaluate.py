@@ -35,6 +35,11 @@ def _setup(root):
     write_json(root / "metrics/pretrain.json", {"init": "scratch", "size": "tiny", "objective": "nsp", "steps": 4,
                                                 "tokens_seen": 123456})  # tokens_seen at top level, as pretrain writes
     write_json(root / "metrics/corpus.json", {"documents": 10})
+    (root / "plots").mkdir()
+    (root / "plots/pretrain.csv").write_text(  # as pretrain writes it (history_csv, PLOT_COLUMNS)
+        "step,train_loss,learning_rate,eval_mlm_loss,eval_mlm_accuracy,eval_pair_accuracy,eval_unigram_accuracy\n"
+        "1,5.1,0.001,,,,\n2,4.8,0.0005,4.9,0.06,0.5,0.04\n")
+    # no plots/distill.csv or plots/tokenizer_fertility.csv: those figures are left out
 
 
 def test_evaluate_stage_outputs(in_tmp, mlflow_in_tmp):
@@ -78,7 +83,18 @@ def test_evaluate_stage_outputs(in_tmp, mlflow_in_tmp):
     assert ner[:2] == [("pretrained", "LOC", "25.0"), ("pretrained", "PER", "50.0")]
     assert len(ner) == 6
 
+    figures = sorted(p.name for p in (in_tmp / "reports/figures").iterdir())
+    assert figures == ["ner_f1_per_type.png", "pretrain_curves.png", "score_vs_speed.png", "sentiment_confusion.png"]
+    for name in figures:  # every figure is linked from the page, relative to it, and is a PNG
+        assert f"](figures/{name})" in summary
+        assert (in_tmp / "reports/figures" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "(`plots/pretrain.csv`)" in summary
+
     before = {p: (in_tmp / p).read_bytes() for p in ("metrics/evaluate.json", "plots/evaluate/ner_f1_per_type.csv",
-                                                      "plots/evaluate/sentiment_confusion/pretrained.csv")}
+                                                      "plots/evaluate/sentiment_confusion/pretrained.csv",
+                                                      # figures of quality data only (score vs speed is wall clock)
+                                                      "reports/figures/pretrain_curves.png",
+                                                      "reports/figures/sentiment_confusion.png",
+                                                      "reports/figures/ner_f1_per_type.png")}
     main()
     assert {p: (in_tmp / p).read_bytes() for p in before} == before

@@ -9,9 +9,11 @@ from pathlib import Path
 import pytest
 
 from bert_pipeline.errors import PipelineError
+from bert_pipeline.evaluation.figures import ReportFigure
 from bert_pipeline.evaluation.provenance import report_card, stage_wall_times
 from bert_pipeline.evaluation.report import (
     ModelFacts,
+    figures_section,
     findings,
     load_finetune_results,
     markdown_table,
@@ -123,6 +125,21 @@ def test_summary_and_report_card(metrics, tmp_path):
     assert "| **total** | 633.5 |" in text
     assert "silver" in text
     assert "- a finding" in text
+    assert "## Figures" not in text  # no figure, no empty section
+
+
+def test_summary_embeds_figures_with_relative_links(metrics):
+    header, rows = table(load_finetune_results(metrics), FACTS, "pretrained", "distilled", "scratch")
+    figs = [ReportFigure("pretrain_curves.png", "Pre-training curves", "plots/pretrain.csv", b""),
+            ReportFigure("score_vs_speed.png", "Score vs speed (wall clock)", "plots/evaluate/score_vs_speed.csv", b"")]
+    text = render_summary(header, rows, ["a finding"], None, None, None, REPORT_SOURCES, figures=figs)
+    assert REPORT_SOURCES.figures == "figures"  # reports/figures seen from reports/summary.md
+    assert "![Pre-training curves](figures/pretrain_curves.png)" in text
+    assert "*Figure 2. Score vs speed (wall clock) (`plots/evaluate/score_vs_speed.csv`).*" in text
+    # after the table and findings, in the given order
+    assert text.index("- a finding") < text.index("## Figures") < text.index("pretrain_curves.png") < text.index(
+        "score_vs_speed.png")
+    assert figures_section([], "figures") == []
 
 
 def test_stage_wall_times_reads_what_each_stage_writes(tmp_path):

@@ -2,7 +2,8 @@
 per-type scores, and the inputs of the report (:mod:`bert_pipeline.evaluation.report`).
 
 :func:`evaluate_family` is the evaluate stage's work over folders the caller names (:class:`FamilyInputs`); it
-returns the page, the flat quality metrics, the timing record and the plot tables, and writes nothing.
+returns the page, the flat quality metrics, the timing record, the plot tables and the page's figures (PNG bytes,
+:mod:`bert_pipeline.evaluation.figures`), and writes nothing.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from bert_pipeline.errors import PipelineError
+from bert_pipeline.evaluation.figures import FigureSources, ReportFigure, family_figures
 from bert_pipeline.evaluation.predictor import class_probabilities, load_predictor
 from bert_pipeline.evaluation.provenance import report_card
 from bert_pipeline.evaluation.report import (
@@ -156,7 +158,8 @@ def flat_metrics(index: dict[tuple[str, str], FinetuneResult], facts: dict[str, 
 class FamilyInputs:
     """Where the family's results are: fine-tuning metrics and models, the task sets, the upstream metrics files
     (``metrics_dir`` holds ``pretrain.json``, ``distill.json``, ``corpus.json``, ``tokenizer.json`` and the timing
-    files), the raw data's ``SOURCES.json``, and the repository (git, ``dvc.lock``)."""
+    files), the raw data's ``SOURCES.json``, the repository (git, ``dvc.lock``), and the upstream plot CSVs the
+    figures are drawn from (``figures``; none by default)."""
 
     finetune_metrics: Path
     finetuned: Path
@@ -165,12 +168,14 @@ class FamilyInputs:
     sources_json: Path
     repo: Path
     sources: ReportSources
+    figures: FigureSources = field(default_factory=FigureSources)
 
 
 @dataclass
 class FamilyEvaluation:
     """What :func:`evaluate_family` produced (nothing is written): the Markdown page, the flat quality metrics, the
-    timing record, and the plot tables (``confusion``: per model ``[actual, predicted]`` rows)."""
+    timing record, the plot tables (``confusion``: per model ``[actual, predicted]`` rows) and the figures the page
+    links (``figures``: PNG bytes each, to be written under the folder ``ReportSources.figures`` names)."""
 
     summary: str
     flat: dict[str, float]
@@ -178,6 +183,7 @@ class FamilyEvaluation:
     confusion: dict[str, list[list[str]]]
     ner_per_type: list[list[Any]]
     score_vs_speed: list[list[Any]] = field(default_factory=list)
+    figures: list[ReportFigure] = field(default_factory=list)
 
 
 def evaluate_family(inputs: FamilyInputs, *, teacher: str, student: str, scratch: str, speed_task: str,
@@ -185,10 +191,12 @@ def evaluate_family(inputs: FamilyInputs, *, teacher: str, student: str, scratch
                     timed_runs: int, num_threads: int, confusion_max_examples: int | None) -> FamilyEvaluation:
     """Compare the family: test scores from the metrics files, CPU speed of each member's ``speed_task`` model
     (:func:`bert_pipeline.evaluation.speed.measure_speed`), the confusion matrix of every sentiment model, the
-    findings and the report card.
+    findings, the figures (:func:`bert_pipeline.evaluation.figures.family_figures`; score vs speed is wall clock)
+    and the report card.
 
     Raises:
-        PipelineError: no metrics files, a malformed one, or a fine-tuned folder missing.
+        PipelineError: no metrics files, a malformed one, a fine-tuned folder missing, or a plot CSV without its
+            columns.
     """
     start = time.perf_counter()
     results = load_finetune_results(inputs.finetune_metrics)
@@ -229,8 +237,14 @@ def evaluate_family(inputs: FamilyInputs, *, teacher: str, student: str, scratch
     note = (f"Speed: CPU, {num_threads} thread(s), inputs padded to {lengths} tokens, median of "
             f"{timed_runs} runs after {warmup_runs} warm-up; throughput at batch {throughput_batch_size}; "
             f"relative speed: {reference} = 1.0x.")
+    score_vs_speed = [[m, round(100 * avg, 2) if (avg := average_score(index, m, tasks)) is not None else "",
+                       round(relative_speed(facts, m, reference) or 0.0, 3), round(facts[m].latency_ms or 0, 3),
+                       round(facts[m].throughput or 0, 2)] for m in models]
+    per_type = ner_per_type(index, models)
+    figures = family_figures(inputs.figures, score_vs_speed=score_vs_speed, confusion=confusion,
+                             ner_per_type=per_type, reference=reference)
     summary = render_summary(header, rows, lines, read_json(inputs.metrics_dir / "corpus.json"),
-                             read_json(inputs.metrics_dir / "tokenizer.json"), card, inputs.sources, note)
+                             read_json(inputs.metrics_dir / "tokenizer.json"), card, inputs.sources, note, figures)
 
     flat = flat_metrics(index, facts, models, tasks, teacher, student, scratch)
     for m, pairs in confusion.items():  # the saved (first-seed) model on the confusion matrix's examples
@@ -242,7 +256,4 @@ def evaluate_family(inputs: FamilyInputs, *, teacher: str, student: str, scratch
         timing[f"{m}.throughput_b{s.batch_size}"] = round(s.throughput, 2)
         timing[f"{m}.relative_speed"] = round(relative_speed(facts, m, reference) or 0.0, 3)
     timing["wall_seconds"] = round(time.perf_counter() - start, 2)
-    score_vs_speed = [[m, round(100 * avg, 2) if (avg := average_score(index, m, tasks)) is not None else "",
-                       round(relative_speed(facts, m, reference) or 0.0, 3), round(facts[m].latency_ms or 0, 3),
-                       round(facts[m].throughput or 0, 2)] for m in models]
-    return FamilyEvaluation(summary, flat, timing, confusion, ner_per_type(index, models), score_vs_speed)
+    return FamilyEvaluation(summary, flat, timing, confusion, per_type, score_vs_speed, figures)

@@ -5,7 +5,8 @@ metrics files (the layout in ARCHITECTURE.md), :func:`table` builds the rows a p
 member: parameters, each task's test score, the average, relative speed with the teacher = 1.0x),
 :func:`findings` the sentences that answer the family's questions (gain of pre-training over the same model from
 scratch, the student's share of the teacher's score and its speed-up), :func:`flat_metrics` the figures for
-``dvc metrics``, and :func:`render_summary` the Markdown page with the report card
+``dvc metrics``, and :func:`render_summary` the Markdown page with its figures (:func:`figures_section`, the PNGs
+of :mod:`bert_pipeline.evaluation.figures` linked relative to the page) and the report card
 (:mod:`bert_pipeline.evaluation.provenance`). Every number in the report names the file it came from; the
 caller says where those files are (:class:`ReportSources`).
 """
@@ -17,10 +18,13 @@ import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bert_pipeline.errors import PipelineError
 from bert_pipeline.evaluation.provenance import render_report_card
+
+if TYPE_CHECKING:  # typing only: the report is plain text and needs no matplotlib
+    from bert_pipeline.evaluation.figures import ReportFigure
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +38,8 @@ class ReportSources:
     """The files the report cites, as paths relative to the repository (the pipeline's layout, given by the stage).
 
     ``finetune_metrics``: the folder of ``{model}-{task}.json`` fine-tuning metrics; ``finetuned_models``: the
-    folder of ``{model}-{task}/`` models; the others are single files.
+    folder of ``{model}-{task}/`` models; ``figures``: the PNG folder as the page links it; the others are single
+    files.
     """
 
     finetune_metrics: str
@@ -47,6 +52,8 @@ class ReportSources:
     evaluate: str
     evaluate_timing: str
     sources_json: str
+    figures: str = "figures"
+    """The figures folder relative to the page's own folder (the links' prefix: ``figures/x.png``)."""
 
 
 @dataclass(frozen=True)
@@ -400,6 +407,19 @@ def scalar_facts(obj: Mapping[str, Any], limit: int = 12) -> list[str]:
     return items[:limit]
 
 
+def figures_section(figures: Sequence[ReportFigure], link_dir: str) -> list[str]:
+    """Markdown lines of the page's figures: a ``## Figures`` heading, then per figure an image with a relative
+    link (``![caption](link_dir/name)``) and a numbered caption naming the file its numbers come from; ``[]`` when
+    there is no figure. ``figures``: objects with ``name``, ``caption`` and ``source``
+    (:class:`bert_pipeline.evaluation.figures.ReportFigure`)."""
+    if not figures:
+        return []
+    out = ["## Figures", ""]
+    for i, f in enumerate(figures, 1):
+        out += [f"![{f.caption}]({link_dir}/{f.name})", "", f"*Figure {i}. {f.caption} (`{f.source}`).*", ""]
+    return out
+
+
 def render_summary(
     header: Sequence[str],
     rows: Sequence[Sequence[str]],
@@ -409,14 +429,17 @@ def render_summary(
     card: Mapping[str, Any] | None,
     sources: ReportSources,
     speed_note: str = "",
+    figures: Sequence[ReportFigure] = (),
 ) -> str:
-    """The whole summary page: table, findings, corpus and tokenizer facts, sources, report card."""
+    """The whole summary page: table, findings, figures (:func:`figures_section`), corpus and tokenizer facts,
+    sources, report card."""
     out = ["# The model family", "",
            "Test-split scores in points (mean over fine-tuning seeds) of each task's main metric; NER is scored",
            "against spaCy's **silver** labels (agreement with spaCy, not accuracy). " + speed_note, "",
            markdown_table(header, rows)]
     if lines:
         out += [f"- {line}" for line in lines] + [""]
+    out += figures_section(figures, sources.figures)
     if corpus:
         out += [f"Corpus ({sources.corpus}): " + ", ".join(scalar_facts(corpus)) + ".", ""]
     if tokenizer:
