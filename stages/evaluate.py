@@ -24,6 +24,7 @@ from bert_pipeline.evaluation.family import FamilyInputs, csv_text, evaluate_fam
 from bert_pipeline.evaluation.report import ReportSources
 from bert_pipeline.io import atomic_dir, atomic_write_text, write_json
 from bert_pipeline.mlops import tracking
+from stages import require_inputs
 from stages.params import load_params
 
 log = logging.getLogger(__name__)
@@ -45,6 +46,7 @@ REPORT_SOURCES = ReportSources(
 
 
 def main() -> None:
+    require_inputs("evaluate")
     p = load_params().evaluate
     inputs = FamilyInputs(FINETUNE_METRICS, FINETUNED, TASKS, METRICS, SOURCES, Path.cwd(), REPORT_SOURCES)
     with tracking.stage_run("evaluate", p.model_dump()) as run:
