@@ -43,8 +43,9 @@ def _paths(entries: Any) -> list[str]:
 
 def dvc_stages(dvc_yaml: Path = DVC_YAML) -> dict[str, dict[str, list[str]]]:
     """``{address: {"deps": [...], "outs": [...]}}`` of every stage in ``dvc_yaml``; ``outs`` includes metrics and
-    plots files. A ``foreach`` stage gives one ``name@key`` address per entry, its ``${item.X}``/``${key}`` filled in
-    (DVC's own addresses); paths that stay templated are dropped.
+    plots files. A ``foreach`` stage gives one ``name@key`` address per entry (DVC's: a mapping's key, a scalar
+    list's value, a list of mappings' index), its ``${item.X}``/``${item}``/``${key}`` filled in; paths that stay
+    templated (``vars``, ``matrix``) are dropped.
 
     Raises:
         OSError, yaml.YAMLError: the file cannot be read or parsed.
@@ -58,7 +59,12 @@ def dvc_stages(dvc_yaml: Path = DVC_YAML) -> dict[str, dict[str, list[str]]]:
             continue
         if "foreach" in spec and isinstance(spec.get("do"), dict):
             items = spec["foreach"]
-            pairs = items.items() if isinstance(items, dict) else ((str(v), v) for v in items or [])
+            if isinstance(items, dict):
+                pairs = list(items.items())
+            elif any(isinstance(v, dict | list) for v in items or []):  # DVC's keys: a list of mappings by index
+                pairs = [(str(i), v) for i, v in enumerate(items)]
+            else:
+                pairs = [(str(v), v) for v in items or []]
             instances = []
             for key, item in pairs:
                 values = {"key": key, "item": item}
