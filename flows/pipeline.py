@@ -147,11 +147,11 @@ def collect_overrides(root: Path, profile: str | None, set_params: list[str] | N
     Raises:
         PipelineError: unknown profile. ParamsError: an override the schema rejects (one line naming the key).
     """
-    from stages.cli import load_profile, set_param_args
+    from stages.cli import load_profile, set_param_args, set_param_values
 
     overrides: list[str] = []
-    if profile:
-        overrides += set_param_args(load_profile(profile, root / "profiles"))[1::2]
+    from_profile = load_profile(profile, root / "profiles") if profile else {}
+    overrides += set_param_args(from_profile)[1::2]
     for item in set_params or []:
         if "=" not in item:
             raise ValueError(f"--set-param {item!r}: expected key=value")
@@ -159,11 +159,10 @@ def collect_overrides(root: Path, profile: str | None, set_params: list[str] | N
     if overrides and (root / "stages" / "params.py").exists():
         from stages.params import load_params
 
-        parsed = {}
-        for item in overrides:
-            key, _, value = item.partition("=")
-            parsed[key] = yaml.safe_load(value)
-        load_params(root / "params.yaml", parsed)
+        # values parsed as DVC parses them (Hydra's grammar: 2e-3 is a float); an error names the value's origin
+        given = set_param_values([arg for item in set_params or [] for arg in ("-S", item)])
+        origins = {**dict.fromkeys(from_profile, f"profiles/{profile}.yaml"), **dict.fromkeys(given, "--set-param")}
+        load_params(root / "params.yaml", {**from_profile, **given}, origins)
     return overrides
 
 

@@ -12,8 +12,11 @@ never-cached step that changes the shared registry (:mod:`bert_pipeline.mlops.re
 folder: sentiment ``{"text", "label", "probability", "tokens", "truncated"}`` (``truncated``: the text is longer than
 ``--max-seq-length`` tokens and was classified on its beginning); NER ``{"text", "entities": [{"type", "text",
 "start", "end", "score"}]}`` (character offsets; a long text is tagged whole, in overlapping windows); QA
-(``--context`` required, each input a question) ``{"question", "answer", "start", "end", "score", "windows",
-"question_truncated"}``. Texts come from the arguments, else one per line on stdin.
+(``--context`` required, each input a question) ``{"question", "answer", "start", "end", "score", "logit_sum",
+"windows", "question_truncated"}``: ``score`` is the answer's probability as Hugging Face's question-answering
+pipeline reports it (a softmax of the start and of the end logits over the answer's window, multiplied), and
+``logit_sum`` the start + end logit the decoder ranks spans by (unnormalised). Texts come from the arguments, else
+one per line on stdin; an empty or blank text is refused by position, and so is a terminal on stdin (nothing piped).
 """
 
 from __future__ import annotations
@@ -59,23 +62,74 @@ def load_profile(name: str, profiles_dir: Path = PROFILES_DIR) -> dict[str, Any]
     return flatten(raw)
 
 
+def hydra_value(value: Any) -> str:
+    """``value`` written in Hydra's override grammar, the one ``dvc exp run --set-param`` parses (JSON is not: its
+    quoted mapping keys, as in a profile's ``pretrain.phases``, fail there). Strings are quoted, so ``"2e-3"`` or
+    ``"null"`` stay text."""
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{key}: {hydra_value(item)}" for key, item in value.items()) + "}"
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(hydra_value(item) for item in value) + "]"
+    return json.dumps(value)  # a quoted string, a number, true/false or null
+
+
 def set_param_args(overrides: dict[str, Any]) -> list[str]:
-    """``--set-param key=value`` arguments for ``dvc exp run`` (values as JSON, which DVC's YAML parser reads)."""
+    """``--set-param key=value`` arguments for ``dvc exp run`` (values in Hydra's grammar: :func:`hydra_value`)."""
     args: list[str] = []
     for key, value in overrides.items():
-        args += ["--set-param", f"{key}={json.dumps(value)}"]
+        args += ["--set-param", f"{key}={hydra_value(value)}"]
     return args
 
 
-def profile_command(name: str, extra: list[str] | None = None, params_path: Path = DEFAULT_PARAMS) -> list[str]:
-    """The ``dvc exp run`` command for profile ``name``, after validating the merged params.
+def set_param_values(args: list[str]) -> dict[str, Any]:
+    """The ``--set-param``/``-S`` overrides among ``dvc exp run`` arguments as ``{dotted key: value}``, each value
+    parsed as DVC parses it (Hydra's override grammar, which DVC uses: ``2e-3`` is a float, ``abc`` text, ``[1, 2]``
+    a list). A deletion (``~key``) is left to DVC.
 
     Raises:
-        PipelineError: unknown profile.
-        ParamsError: the profile names a key the schema does not have, or gives a wrong type.
+        PipelineError: an override Hydra's grammar cannot parse (one line naming it).
+    """
+    items: list[str] = []
+    rest = iter(args)
+    for arg in rest:
+        if arg in ("--set-param", "-S"):
+            items.append(next(rest, ""))
+        elif arg.startswith("--set-param="):
+            items.append(arg.removeprefix("--set-param="))
+        elif arg.startswith("-S") and not arg.startswith("--"):
+            items.append(arg[2:].removeprefix("="))
+    if not items:
+        return {}
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import OverrideParseException
+
+    parser = OverridesParser.create()
+    values: dict[str, Any] = {}
+    for item in items:
+        try:
+            (override,) = parser.parse_overrides([item])
+        except OverrideParseException as exc:
+            raise PipelineError(f"--set-param {item!r}: expected key=value as dvc exp run takes it "
+                                f"({str(exc).splitlines()[0]})") from None
+        if not override.is_delete():
+            values[override.key_or_group] = override.value()
+    return values
+
+
+def profile_command(name: str, extra: list[str] | None = None, params_path: Path = DEFAULT_PARAMS) -> list[str]:
+    """The ``dvc exp run`` command for profile ``name``, after validating the merged params: ``params_path``, the
+    profile's overrides, then the ``--set-param`` values among ``extra`` (the order ``dvc exp run`` applies them).
+
+    Raises:
+        PipelineError: unknown profile, or a ``--set-param`` that is not ``key=value``.
+        ParamsError: a key the schema does not have, or a wrong type; the line names where the bad value came
+            from: the profile's file, ``--set-param``, or ``params_path``.
     """
     overrides = load_profile(name)
-    load_params(params_path, overrides)  # fail early with the schema's one-line message
+    given = set_param_values(list(extra or []))
+    origins = {key: (PROFILES_DIR / f"{name}.yaml").as_posix() for key in overrides}
+    origins.update(dict.fromkeys(given, "--set-param"))
+    load_params(params_path, {**overrides, **given}, origins)  # fail early with the schema's one-line message
     return ["dvc", "exp", "run", "--temp", *set_param_args(overrides), *(extra or [])]
 
 
@@ -167,10 +221,43 @@ def predict_lines(args: argparse.Namespace, texts: list[str]) -> list[dict]:
                                      args.max_answer_length)} for q in texts]
 
 
-def run_predict(args: argparse.Namespace) -> None:
-    texts = args.texts or [line.strip() for line in sys.stdin if line.strip()]
+def read_texts(args: argparse.Namespace, stdin: Any = None) -> list[str]:
+    """The texts to predict on: the arguments, else one per line of ``stdin`` (default ``sys.stdin``); each output
+    line answers the input at the same position.
+
+    With no arguments and a terminal on stdin there is nothing to read: refused at once rather than waiting
+    silently for typed lines (``predict`` is a batch command whose stdout is JSON lines for a program; a prompt
+    would mix with a pipeline's output, and a forgotten text is the usual cause).
+
+    Raises:
+        PipelineError: no text at all, an empty or blank text (named by its position: argument or stdin line), or
+            an empty ``--context``.
+    """
+    stdin = sys.stdin if stdin is None else stdin
+    what = "question" if args.context is not None else "text"
+    if args.context is not None and not args.context.strip():
+        raise PipelineError("predict: --context is empty: expected the passage a QA model answers from")
+    if args.texts:
+        for i, text in enumerate(args.texts, 1):
+            if not text.strip():
+                raise PipelineError(f"predict: {what} {i} of {len(args.texts)} (arguments) is "
+                                    f"{'empty' if not text else 'blank'}: give words, or leave it out")
+        return list(args.texts)
+    if stdin is None or stdin.isatty():
+        raise PipelineError(f"predict: no input: give {what}s as arguments or pipe them on stdin, one per line "
+                            "(stdin is a terminal)")
+    texts = [line.rstrip("\r\n") for line in stdin]
+    for i, text in enumerate(texts, 1):
+        if not text.strip():
+            raise PipelineError(f"predict: stdin line {i} is {'empty' if not text else 'blank'}: expected one {what} "
+                                "per line; drop blank lines (e.g. grep -v '^[[:space:]]*$')")
     if not texts:
-        raise PipelineError("no input: give texts as arguments or one per line on stdin")
+        raise PipelineError(f"predict: no input: stdin is empty; give {what}s as arguments or one per line on stdin")
+    return [t.strip() for t in texts]
+
+
+def run_predict(args: argparse.Namespace) -> None:
+    texts = read_texts(args)
     for record in predict_lines(args, texts):
         sys.stdout.write(json.dumps(record, ensure_ascii=False) + "\n")
 
@@ -200,9 +287,16 @@ def parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     prom.add_argument("--tasks", nargs="+", help="only these tasks (default: every task with results)")
     prom.add_argument("--force", action="store_true",
                       help="promote the candidate even when the test split changed since the champion was scored")
-    pred = sub.add_parser("predict", help="one JSON line per input from a fine-tuned model folder")
+    pred = sub.add_parser(
+        "predict", help="one JSON line per input from a fine-tuned model folder",
+        description="One JSON line per input. Sentiment: label, probability, tokens, truncated. NER: entities with "
+        "character offsets and score (the entity's probability). QA: answer, start, end, score (the answer's "
+        "probability as Hugging Face's question-answering pipeline reports it: softmax of the start and of the end "
+        "logits over the answer's window, multiplied), logit_sum (start + end logit, what the decoder ranks spans "
+        "by; not a probability), windows, question_truncated.")
     pred.add_argument("model_dir", type=Path, help="a fine-tuned model folder (models/finetuned/{model}-{task})")
-    pred.add_argument("texts", nargs="*", help="texts (QA: questions); read from stdin, one per line, when absent")
+    pred.add_argument("texts", nargs="*", help="texts (QA: questions), none blank; read from stdin, one per line, "
+                      "when absent (stdin must then be a pipe or a file, not a terminal)")
     pred.add_argument("--context", help="the passage QA answers from (required for a QA model)")
     pred.add_argument("--max-seq-length", type=_positive, default=384, help="tokens per window (default 384)")
     pred.add_argument("--doc-stride", type=_positive, default=128,

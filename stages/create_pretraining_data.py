@@ -21,6 +21,7 @@ from pathlib import Path
 from bert_pipeline.console import run_main
 from bert_pipeline.data.shards import InstanceOptions, build_pretraining_data
 from bert_pipeline.io import atomic_dir, write_json
+from stages import require_inputs
 from stages.headline import write_headline
 from stages.params import load_params
 
@@ -31,6 +32,7 @@ TIMING = Path("metrics/pretraining_data-timing.json")
 
 
 def main() -> None:
+    require_inputs("create_pretraining_data")
     params = load_params()
     options = InstanceOptions(**params.create_pretraining_data.model_dump())
     with atomic_dir(OUT_DIR) as out:

@@ -23,6 +23,7 @@ from pathlib import Path
 from bert_pipeline.console import run_main
 from bert_pipeline.errors import PipelineError
 from bert_pipeline.io import atomic_dir, atomic_write_text, write_json
+from stages import require_inputs
 from stages.headline import write_headline
 from stages.params import load_params
 
@@ -41,6 +42,7 @@ LOSS_KEYS = {"temperature", "alpha_ce", "alpha_mlm", "alpha_cos", "cos_positions
 
 
 def main() -> None:
+    require_inputs("distill")  # before the slow imports below
     from bert_pipeline.data.masking import collator_from_info, load_info
     from bert_pipeline.data.tokenizer import load_tokenizer
     from bert_pipeline.mlops.tracking import lock_pointer, stage_run

@@ -32,6 +32,7 @@ from bert_pipeline.evaluation.figures import FigureSources
 from bert_pipeline.evaluation.report import ReportSources
 from bert_pipeline.io import atomic_dir, atomic_write_text, write_json
 from bert_pipeline.mlops import tracking
+from stages import require_inputs
 from stages.headline import write_headline
 from stages.params import load_params
 
@@ -62,6 +63,7 @@ FIGURE_SOURCES = FigureSources(
 
 
 def main() -> None:
+    require_inputs("evaluate")
     p = load_params().evaluate
     inputs = FamilyInputs(FINETUNE_METRICS, FINETUNED, TASKS, METRICS, SOURCES, Path.cwd(), REPORT_SOURCES,
                           FIGURE_SOURCES)

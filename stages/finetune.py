@@ -28,6 +28,7 @@ from bert_pipeline.io import atomic_dir, write_json
 from bert_pipeline.mlops import tracking
 from bert_pipeline.model import card
 from bert_pipeline.train.finetune import FinetuneError, MemberSpec, finetune_task
+from stages import require_inputs
 from stages.headline import write_headline
 from stages.params import FinetuneModel, FinetuneParams, load_params
 
@@ -167,6 +168,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--model", required=True, help="a key of finetune.models, a folder or a hub name")
     parser.add_argument("--task", required=True, help="a task folder under data/tasks/")
     args = parser.parse_args(argv)
+    require_inputs(f"finetune@{args.model}-{args.task}")
     params = load_params()
     p = params.finetune
     if p.num_threads:

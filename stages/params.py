@@ -1,8 +1,12 @@
 """One typed schema for the whole ``params.yaml``, one section per stage.
 
 Every stage loads its params through :func:`load_params`. Any problem (unknown key, missing key, wrong type,
-value out of range) raises :class:`ParamsError` whose message is one line naming the dotted key and what was
-expected, e.g. ``params.yaml: prepare_corpus.min_words: expected int >= 0, got "ten"``.
+value out of range) raises :class:`ParamsError` whose message is one line naming the file and the dotted key and
+what was expected, e.g. ``params.yaml: prepare_corpus.min_words: expected int >= 0, got "ten"``. A misspelt key or
+section is reported before the key it leaves missing, with the close match (``params.yaml: unknown section
+'pretrian' (did you mean 'pretrain'?)``); a number given as text says how to write it; a value set by an override
+names the override's origin (a profile file, ``--set-param``) instead of the file. YAML is read with YAML 1.2's
+floats (:class:`ParamsLoader`: ``2e-3`` is a number, as DVC reads it).
 
 The schema is the only config, by one rule: every key of a stage's section is required (``params.yaml`` states
 the whole configuration; no default here can disagree with it), while the entries a user adds to a list or mapping
@@ -15,7 +19,10 @@ config system. Sections come in pipeline order, ``orchestration`` last.
 from __future__ import annotations
 
 import copy
+import difflib
 import json
+import os
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
@@ -480,6 +487,7 @@ class Params(Section):
 
 
 # ------------------------------------------------------------------------------------------ error format
+MAX_LISTED_KEYS = 6  # keys a message lists before it counts the rest
 _TYPE_NAMES = {int: "int", float: "float", str: "str", bool: "bool", type(None): "null", list: "list", dict: "mapping"}
 
 
@@ -496,7 +504,7 @@ def _describe(annotation: Any, metadata: list[Any]) -> str:
     elif origin in (list, dict):
         text = f"list of {_describe(args[0], [])}" if origin is list and args else _TYPE_NAMES[origin]
     elif isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        text = "mapping with keys " + ", ".join(annotation.model_fields)
+        text = "mapping with keys " + _key_list(list(annotation.model_fields))
     else:
         text = _TYPE_NAMES.get(annotation, getattr(annotation, "__name__", str(annotation)))
     bounds = []
@@ -509,62 +517,182 @@ def _describe(annotation: Any, metadata: list[Any]) -> str:
     return " ".join([text, " and ".join(bounds)]) if bounds else text
 
 
+def _key_list(names: list[str], limit: int = MAX_LISTED_KEYS) -> str:
+    """``a, b, c``; past ``limit`` names, the first ``limit`` and the count (``a, b, ..., (22 keys)``)."""
+    if len(names) <= limit:
+        return ", ".join(names)
+    return ", ".join(names[:limit]) + f", ... ({len(names)} keys)"
+
+
+def _options(annotation: Any) -> list[Any]:
+    """The alternatives of an annotation: each member of a union (``X | None``), else the annotation itself;
+    ``Annotated[...]`` unwrapped."""
+    if hasattr(annotation, "__metadata__"):
+        annotation = annotation.__origin__
+    if getattr(annotation, "__origin__", None) is Union or type(annotation).__name__ == "UnionType":
+        return [option for arg in annotation.__args__ for option in _options(arg)]
+    return [annotation]
+
+
 def _field_at(model: type[BaseModel], loc: tuple[Any, ...]):
-    """Walk ``loc`` through nested models and lists; return (annotation, metadata) at its end, or None."""
+    """Walk ``loc`` through nested models, lists and mappings' values (``finetune.models.NAME``); return
+    (annotation, metadata) at its end, or None."""
     ann: Any = model
     meta: list[Any] = []
     for part in loc:
-        if hasattr(ann, "__metadata__"):  # Annotated[X, ...]
-            ann = ann.__origin__
+        options = _options(ann)
         if isinstance(part, int):
-            if getattr(ann, "__origin__", None) is not list:
+            lists = [o for o in options if getattr(o, "__origin__", None) is list]
+            if not lists:
                 return None
-            ann, meta = ann.__args__[0], []
+            ann, meta = lists[0].__args__[0], []
             continue
-        candidates = [ann, *getattr(ann, "__args__", ())]
-        models = [c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel) and part in c.model_fields]
-        if not models:
+        models = [o for o in options if isinstance(o, type) and issubclass(o, BaseModel) and part in o.model_fields]
+        if models:
+            info = models[0].model_fields[part]
+            ann, meta = info.annotation, list(info.metadata)
+            continue
+        mappings = [o for o in options if getattr(o, "__origin__", None) is dict and len(o.__args__) == 2]
+        if not mappings:
             return None
-        info = models[0].model_fields[part]
-        ann, meta = info.annotation, list(info.metadata)
+        ann, meta = mappings[0].__args__[1], []
     return ann, meta
 
 
-def _one_line(err: dict[str, Any], source: str) -> str:
-    loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and ("[" in p or p in _UNION_TAGS)))
+def _plain(loc: tuple[Any, ...]) -> tuple[Any, ...]:
+    """``loc`` without pydantic's union-member and validator tags: the keys as the YAML file has them."""
+    return tuple(p for p in loc if not (isinstance(p, str) and ("[" in p or p in _UNION_TAGS)))
+
+
+def _allowed_keys(loc: tuple[Any, ...]) -> list[str]:
+    """The keys the mapping at ``loc`` (pydantic's, tags included) accepts; for a union, the tagged member's."""
+    tags = [p for p in loc if isinstance(p, str) and p in _UNION_MEMBERS]
+    plain = _plain(loc)
+    field = _field_at(Params, plain) if plain else (Params, [])
+    if field is None:
+        return []
+    models = [o for o in _options(field[0]) if isinstance(o, type) and issubclass(o, BaseModel)]
+    models = [m for m in models if m.__name__ in tags] or models
+    return list(dict.fromkeys(k for m in models for k in m.model_fields))
+
+
+_NUMBER_TEXT = re.compile(r"([-+]?)(\d*)(?:\.(\d*))?(?:[eE]([-+]?)(\d+))?")
+
+
+def _number_fix(text: str, integer: bool) -> str | None:
+    """How to write the number ``text`` so that it reaches the schema as one, or None when ``text`` is no number.
+    It arrived as text because it was quoted (``"2e-3"``), or read by a YAML 1.1 parser, for which ``2e-3`` is text
+    (its floats need a dot and a signed exponent); ``2.0e-3`` unquoted is a float for every YAML reader."""
+    m = _NUMBER_TEXT.fullmatch(text.strip())
+    if not m or not (m.group(2) or m.group(3)):
+        return None
+    value = float(text)
+    if integer:
+        if not value.is_integer():
+            return None
+        return f"write {int(value)}, without quotes"
+    sign, whole, frac, exp_sign, exp = m.groups()
+    written = text.strip() if exp is None else f"{sign}{whole or '0'}.{frac or '0'}e{exp_sign or '+'}{exp}"
+    if not isinstance(yaml.safe_load(written), float):  # the YAML 1.1 form, which YAML 1.2 reads too
+        written = repr(value)
+    return f"write {written}, without quotes"
+
+
+def _source_of(loc: tuple[Any, ...], source: str, origins: dict[str, str] | None) -> str:
+    """Where the value at ``loc`` came from: the override that set it (or the list or mapping around it, e.g. a
+    profile's ``pretrain.phases``); ``source`` with the overrides' origins for an error about a mapping they
+    changed part of (``pretrain.warmup_steps: expected <= max_steps``); else ``source``."""
+    if not origins:
+        return source
+    dotted = ".".join(str(p) for p in loc)
+    setting = [k for k in origins if k == dotted or dotted.startswith(k + ".")]
+    if setting:
+        return origins[max(setting, key=len)]
+    inside = [origins[k] for k in origins if not dotted or k.startswith(dotted + ".")]
+    return f"{source} with {' and '.join(dict.fromkeys(inside))}" if inside else source
+
+
+def _one_line(err: dict[str, Any], source: str, origins: dict[str, str] | None = None) -> str:
+    """One pydantic error as the user's line: ``SOURCE: dotted.key: what was expected, got what`` (``source``
+    the file, or the override's origin per :func:`_source_of`)."""
+    loc = _plain(tuple(err["loc"]))
     dotted = ".".join(str(p) for p in loc) or "(top level)"
+    source = _source_of(loc, source, origins)
     kind = err["type"]
     if kind == "extra_forbidden":
-        return f"{source}: {dotted}: unknown key"
+        key = str(loc[-1])
+        allowed = _allowed_keys(tuple(err["loc"])[:-1])
+        match = difflib.get_close_matches(key, allowed, n=1)
+        if len(loc) == 1:
+            hint = f"did you mean {match[0]!r}?" if match else f"expected one of {_key_list(allowed, len(allowed))}"
+            return f"{source}: unknown section {key!r} ({hint})"
+        hint = f" (did you mean {match[0]!r}?)" if match else (f" (expected one of {_key_list(allowed)})" if allowed else "")
+        return f"{source}: {dotted}: unknown key{hint}"
     if kind == "missing":
         field = _field_at(Params, loc)
         what = f" ({_describe(*field)})" if field else ""
-        return f"{source}: {dotted}: missing key{what}"
+        return f"{source}: {dotted}: missing {'section' if len(loc) == 1 else 'key'}{what}"
     if kind == "value_error":
         return f"{source}: {str(err['msg']).removeprefix('Value error, ')}"
     field = _field_at(Params, loc)
     expected = _describe(*field) if field else err["msg"]
-    return f"{source}: {dotted}: expected {expected}, got {json.dumps(err.get('input'), default=str)}"
+    given = err.get("input")
+    if kind in ("float_type", "int_type") and isinstance(given, str):
+        fix = _number_fix(given, integer=kind == "int_type")
+        if fix:
+            noun = "an integer" if kind == "int_type" else "a number"
+            return f"{source}: {dotted}: expected {noun} ({expected}), got the text {given!r} ({fix})"
+    if kind == "int_type" and isinstance(given, float) and given.is_integer():  # max_steps: 1e5
+        return f"{source}: {dotted}: expected an integer ({expected}), got the float {given!r} (write {int(given)})"
+    return f"{source}: {dotted}: expected {expected}, got {json.dumps(given, default=str)}"
 
 
-_UNION_TAGS = {"FileSource", "HubSource", "str", "function-after[_cross_checks(), Params]"}
+_UNION_MEMBERS = {"FileSource", "HubSource", "str"}  # pydantic's tags for the members of CorpusSource
+_UNION_TAGS = _UNION_MEMBERS | {"function-after[_cross_checks(), Params]"}
 
 
-def validate_params(raw: Any, source: str = "params.yaml") -> Params:
+def _first_error(errors: list[dict[str, Any]]) -> dict[str, Any]:
+    """The error to report first among pydantic's list for one params mapping.
+
+    A union (a corpus source: a packaged name, a :class:`FileSource` or a :class:`HubSource`) reports every
+    member's errors; only the member the value was meant as counts (the fewest errors; a value of the wrong kind
+    altogether last). Then an unknown key before anything else: a misspelt key also leaves its right spelling
+    missing, and the typo is the error to fix; then the deepest key.
+    """
+    def member_at(err: dict[str, Any]) -> int | None:
+        return next((i for i, p in enumerate(err["loc"]) if isinstance(p, str) and p in _UNION_MEMBERS), None)
+
+    members: dict[tuple, dict[str, list[dict[str, Any]]]] = {}
+    for err in errors:
+        i = member_at(err)
+        if i is not None:
+            members.setdefault(tuple(err["loc"][:i]), {}).setdefault(err["loc"][i], []).append(err)
+    meant = {prefix: min(by_member, key=lambda m: (any(len(e["loc"]) == len(prefix) + 1 for e in by_member[m]),
+                                                     len(by_member[m])))
+             for prefix, by_member in members.items()}
+    kept = [e for e in errors if (i := member_at(e)) is None or meant[tuple(e["loc"][:i])] == e["loc"][i]]
+    return min(kept, key=lambda e: (e["type"] != "extra_forbidden", e["type"] == "string_type", -len(e["loc"])))
+
+
+def validate_params(raw: Any, source: str = "params.yaml", origins: dict[str, str] | None = None) -> Params:
     """Validate a parsed params mapping.
 
+    Args:
+        source: the file ``raw`` was read from, named in the error.
+        origins: where each overridden dotted key came from (a profile file, ``--set-param``): an error in a value
+            an override set names that origin instead of ``source``.
+
     Raises:
-        ParamsError: one line naming the dotted key and what was expected.
+        ParamsError: one line naming the file (or override) and the dotted key, what was expected and, for a
+            misspelt key or section, the close match ("did you mean"); for a number YAML read as text, how to
+            write it.
     """
     if not isinstance(raw, dict):
         raise ParamsError(f"{source}: expected a mapping of stage sections, got {type(raw).__name__}")
     try:
         return Params.model_validate(raw)
     except ValidationError as exc:
-        errors = exc.errors()
-        # A union field reports one error per alternative; report the most specific one.
-        errors.sort(key=lambda e: (e["type"] == "string_type", -len(e["loc"])))
-        raise ParamsError(_one_line(errors[0], source)) from None
+        raise ParamsError(_one_line(_first_error(exc.errors()), source, origins)) from None
 
 
 def apply_overrides(raw: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
@@ -584,27 +712,67 @@ def apply_overrides(raw: dict[str, Any], overrides: dict[str, Any]) -> dict[str,
     return out
 
 
+class ParamsLoader(yaml.SafeLoader):
+    """PyYAML's safe loader with YAML 1.2's floats: ``2e-3`` and ``5e-05`` are numbers, as DVC (ruamel.yaml, YAML
+    1.2) reads them in ``dvc params diff`` and writes them into an experiment's ``params.yaml`` on ``--set-param``.
+    PyYAML's YAML 1.1 rule (a dot and a signed exponent: ``2.0e-3``) would read them as text, so the stage and DVC
+    would disagree on a value and a float DVC wrote would fail the schema."""
+
+
+ParamsLoader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:float"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+ParamsLoader.add_implicit_resolver(  # YAML 1.2 core schema floats (after int, which wins for 10 or 1_000)
+    "tag:yaml.org,2002:float",
+    re.compile(r"^(?:[-+]?(?:\.[0-9]+|[0-9][0-9_]*(?:\.[0-9_]*)?)(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)"
+               r"|\.(?:nan|NaN|NAN))$"),
+    list("-+0123456789."))
+
+
+def parse_yaml(text: str) -> Any:
+    """Parse YAML text with :class:`ParamsLoader` (raises ``yaml.YAMLError``)."""
+    return yaml.load(text, Loader=ParamsLoader)  # a SafeLoader subclass: no arbitrary objects
+
+
 def read_yaml(path: Path) -> Any:
-    """Parse a YAML file. Raises ParamsError (one line) when missing or malformed."""
+    """Parse a YAML file (floats as YAML 1.2 and DVC read them: :class:`ParamsLoader`). Raises ParamsError (one
+    line) when missing or malformed."""
     try:
         text = Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ParamsError(f"{path}: file not found") from None
     try:
-        return yaml.safe_load(text)
+        return parse_yaml(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""
         raise ParamsError(f"{path}:{where} invalid YAML ({getattr(exc, 'problem', exc)})") from None
 
 
-def load_params(path: str | Path = DEFAULT_PARAMS, overrides: dict[str, Any] | None = None) -> Params:
+def load_params(path: str | Path = DEFAULT_PARAMS, overrides: dict[str, Any] | None = None,
+                origins: dict[str, str] | None = None) -> Params:
     """Load and validate ``params.yaml`` (plus optional dotted overrides).
 
+    Args:
+        overrides: dotted keys and values applied over the file (:func:`apply_overrides`).
+        origins: where each override came from (``{"pretrain.max_steps": "profiles/smoke.yaml"}``), named in the
+            error about its value; an override without one is named ``override``.
+
+    Under ``dvc exp run`` (DVC sets ``DVC_EXP_NAME``) the default file is the experiment's copy, which DVC wrote
+    with the run's ``--set-param`` values; the error says so.
+
     Raises:
-        ParamsError: one line naming the file and dotted key.
+        ParamsError: one line naming the file (or the override) and the dotted key.
     """
     raw = read_yaml(Path(path))
     if overrides:
         raw = apply_overrides(raw or {}, overrides)
-    return validate_params(raw, source=str(path))
+        given = origins or {}
+        origins = {}
+        for key in flatten(overrides):  # a mapping override ({"pretrain": {...}}) gives each of its keys its origin
+            named = [k for k in given if key == k or key.startswith(k + ".")]
+            origins[key] = given[max(named, key=len)] if named else "override"
+    source = str(path)
+    if os.environ.get("DVC_EXP_NAME") and Path(path) == DEFAULT_PARAMS:
+        source += f" of experiment {os.environ['DVC_EXP_NAME']} (with its dvc exp run --set-param values)"
+    return validate_params(raw, source=source, origins=origins)

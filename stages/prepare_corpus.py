@@ -22,6 +22,7 @@ from bert_pipeline.data import corpus
 from bert_pipeline.data.sources import SPACY_MODEL
 from bert_pipeline.errors import PipelineError
 from bert_pipeline.io import atomic_dir, write_json
+from stages import require_inputs
 from stages.headline import write_headline
 from stages.params import FileSource, PrepareCorpusParams, load_params
 
@@ -58,6 +59,7 @@ def source_readers(params: PrepareCorpusParams, raw_dir: Path, root: Path) -> li
 
 
 def main() -> None:
+    require_inputs("prepare_corpus")
     params = load_params().prepare_corpus
     readers = source_readers(params, RAW_DIR, Path("."))
     with atomic_dir(CORPUS_DIR) as tmp:

@@ -29,6 +29,7 @@ from pathlib import Path
 from bert_pipeline.console import run_main
 from bert_pipeline.errors import PipelineError
 from bert_pipeline.io import atomic_dir, atomic_write_text, write_json
+from stages import require_inputs
 from stages.headline import write_headline
 from stages.params import load_params
 
@@ -58,6 +59,7 @@ def _relaunch_distributed(num_processes: int, config_file: str | None) -> None:
 
 
 def main() -> None:
+    require_inputs("pretrain")
     p = load_params().pretrain
     if p.compute.num_processes > 1 and "LOCAL_RANK" not in os.environ:
         _relaunch_distributed(p.compute.num_processes, p.compute.accelerate_config)

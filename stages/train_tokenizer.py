@@ -28,6 +28,7 @@ from bert_pipeline.data.wordpiece import (
 from bert_pipeline.errors import PipelineError
 from bert_pipeline.io import atomic_write_text, write_json
 from bert_pipeline.mlops import tracking
+from stages import require_inputs
 from stages.headline import write_headline
 from stages.params import load_params
 
@@ -41,6 +42,7 @@ PLOT = Path("plots/tokenizer_fertility.csv")
 
 
 def main() -> None:
+    require_inputs("train_tokenizer")
     params = load_params().train_tokenizer
     corpus = open_corpus(CORPUS_DIR, columns=["text"])
     with tracking.stage_run("train_tokenizer", params.model_dump()) as mlflow_run:

@@ -105,7 +105,7 @@ def test_qa_answer_only_in_second_window_found_and_mapped_to_characters(tokenize
     ends[w][e] += 5.0
     starts[0][0] += 50.0  # a huge [CLS] score must not win: SQuAD v1.1 always has an answer
     ends[0][0] += 50.0
-    (text, a, b, _), = heads.decode_qa([context], feats["example_index"], feats["offset_mapping"], starts, ends, 20, 30)
+    (text, a, b, *_), = heads.decode_qa([context], feats["example_index"], feats["offset_mapping"], starts, ends, 20, 30)
     assert (text, a, b) == ("paris", answer["answer_start"][0], answer["answer_start"][0] + 5)
 
 
@@ -118,9 +118,9 @@ def test_qa_decoding_respects_max_answer_length_and_order(tokenizer):
     s_log[ctx[1]], e_log[ctx[-1]] = 10.0, 10.0  # "cat" .. "river": 9 tokens
     e_log[ctx[0]] = 9.0  # end before start: invalid
     e_log[ctx[3]] = 5.0  # "cat sat on": 3 tokens
-    (text, _, _, _), = heads.decode_qa([context], [0], feats["offset_mapping"], [s_log], [e_log], 20, 30)
+    (text, *_), = heads.decode_qa([context], [0], feats["offset_mapping"], [s_log], [e_log], 20, 30)
     assert text == "cat sat on the mat near the rhine river"
-    (text, _, _, _), = heads.decode_qa([context], [0], feats["offset_mapping"], [s_log], [e_log], 20, 3)
+    (text, *_), = heads.decode_qa([context], [0], feats["offset_mapping"], [s_log], [e_log], 20, 3)
     assert text == "cat sat on"
 
 

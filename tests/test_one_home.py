@@ -48,9 +48,10 @@ def test_served_answers_are_the_scored_answers(tmp_path, seed):
     assert sum(bool(a["answer"]) for a in served) >= 2  # not a comparison of empty answers
     for span, served_answer in zip(scored, served, strict=True):
         if span.score is None:
-            assert served_answer["score"] is None
+            assert served_answer["score"] is None and served_answer["logit_sum"] is None
         else:
-            assert served_answer["score"] == pytest.approx(span.score, abs=1e-3)
+            assert served_answer["logit_sum"] == pytest.approx(span.score, abs=1e-3)
+            assert served_answer["score"] == pytest.approx(span.probability, abs=1e-3)
 
 
 def test_decoder_prefers_the_best_valid_span_across_windows():
@@ -65,6 +66,11 @@ def test_decoder_prefers_the_best_valid_span_across_windows():
     assert span.score == pytest.approx(4.5)
     (short,) = heads.decode_qa([context], [0, 0], offsets, start, end, n_best=4, max_answer_length=1)
     assert (short.text, short.score) == ("ddd", pytest.approx(2.5))
+    # the winner's probability in its window (context tokens and [CLS], position 0): softmax(start) * softmax(end)
+    allowed = [0, 1, 2]  # [CLS] and the two context tokens of window 1
+    p_start = np.exp(2.0) / np.exp(start[1][allowed]).sum()
+    p_end = np.exp(2.5) / np.exp(end[1][allowed]).sum()
+    assert span.probability == pytest.approx(p_start * p_end)
     (none,) = heads.decode_qa([context], [0], [[None, None]], [np.zeros(2)], [np.zeros(2)], 4, 2)
     assert none == heads.QaSpan("", 0, 0, None)
 

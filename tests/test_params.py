@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 from pathlib import Path
 
 import pytest
@@ -55,19 +56,114 @@ def test_out_of_range(raw):
 def test_unknown_key(raw):
     bad = copy.deepcopy(raw)
     bad["prepare_corpus"]["min_wrods"] = 3
-    assert params_error(bad) == "params.yaml: prepare_corpus.min_wrods: unknown key"
+    assert params_error(bad) == "params.yaml: prepare_corpus.min_wrods: unknown key (did you mean 'min_words'?)"
+    del bad["prepare_corpus"]["min_wrods"]
+    bad["prepare_corpus"]["xyzzy"] = 3  # nothing close: the keys it takes
+    assert params_error(bad) == ("params.yaml: prepare_corpus.xyzzy: unknown key (expected one of sources, "
+                                 "min_words, max_documents_per_source, validation_fraction, split_seed, "
+                                 "sentence_splitter, ... (9 keys))")
+
+
+def _rename(mapping: dict, old: str, new: str) -> None:
+    mapping[new] = mapping.pop(old)
+
+
+@pytest.mark.parametrize(("where", "typo", "message"), [
+    (lambda r: r["pretrain"], ("learning_rate", "learning_rat"),
+     "params.yaml: pretrain.learning_rat: unknown key (did you mean 'learning_rate'?)"),
+    (lambda r: r["pretrain"]["compute"], ("num_workers", "num_worker"),
+     "params.yaml: pretrain.compute.num_worker: unknown key (did you mean 'num_workers'?)"),
+    (lambda r: r["finetune"]["models"]["pretrained"], ("learning_rate", "learnig_rate"),  # a mapping's entry
+     "params.yaml: finetune.models.pretrained.learnig_rate: unknown key (did you mean 'learning_rate'?)"),
+    (lambda r: r["finetune"]["tasks"]["qa"], ("doc_stride", "doc_strid"),
+     "params.yaml: finetune.tasks.qa.doc_strid: unknown key (did you mean 'doc_stride'?)"),
+    (lambda r: r["prepare_tasks"]["ner"]["sentences"], ("validation", "valdation"),
+     "params.yaml: prepare_tasks.ner.sentences.valdation: unknown key (did you mean 'validation'?)"),
+])
+def test_a_misspelt_key_at_any_depth_is_reported_first_with_the_close_match(raw, where, typo, message):
+    """The typo also leaves its right spelling missing; the typo is what the user must fix, so it comes first."""
+    _rename(where(raw), *typo)
+    assert params_error(raw) == message
+
+
+def test_a_misspelt_key_of_a_list_entry_or_a_union_member(raw):
+    raw["pretrain"]["phases"] = [{"max_seq_length": 128, "fracton": 1.0}]
+    assert params_error(raw) == "params.yaml: pretrain.phases.0.fracton: unknown key (did you mean 'fraction'?)"
+    # a corpus source is a name, a file source or a hub source: the member the entry was meant as is the one reported
+    raw["pretrain"]["phases"] = []
+    raw["prepare_corpus"]["sources"] = ["news_articles", {"name": "mine", "path": "a/*.txt", "format": "txt",
+                                                          "unti": "block"}]
+    assert params_error(raw) == "params.yaml: prepare_corpus.sources.1.unti: unknown key (did you mean 'unit'?)"
+    raw["prepare_corpus"]["sources"] = [{"name": "wiki", "hf_dataset": "wikitext", "splt": "train"}]
+    assert params_error(raw) == "params.yaml: prepare_corpus.sources.0.splt: unknown key (did you mean 'split'?)"
+    raw["prepare_corpus"]["sources"] = [{"name": "mine", "path": "a/*.txt", "format": "xml"}]
+    assert params_error(raw) == ('params.yaml: prepare_corpus.sources.0.format: expected one of "txt", "jsonl", '
+                                 '"parquet", got "xml"')
 
 
 def test_missing_key(raw):
     bad = copy.deepcopy(raw)
     del bad["prepare_corpus"]["min_words"]
-    assert params_error(bad).startswith("params.yaml: prepare_corpus.min_words: missing key")
-
-
-def test_unknown_section(raw):
+    assert params_error(bad) == "params.yaml: prepare_corpus.min_words: missing key (int >= 0)"
     bad = copy.deepcopy(raw)
-    bad["pretrian"] = {}
-    assert params_error(bad) == "params.yaml: pretrian: unknown key"
+    del bad["pretrain"]  # a section: named as one, its keys cut to a few
+    assert params_error(bad) == ("params.yaml: pretrain: missing section (mapping with keys init, model, optimizer, "
+                                 "learning_rate, weight_decay, adam_epsilon, ... (22 keys))")
+
+
+def test_misspelt_section_is_named_first_with_the_close_match(raw):
+    """The issue's case: `pretrian:` for `pretrain:` was a 342-character "pretrain: missing key" line."""
+    _rename(raw, "pretrain", "pretrian")
+    assert params_error(raw) == "params.yaml: unknown section 'pretrian' (did you mean 'pretrain'?)"
+    raw["pretrain"] = raw["pretrian"]  # beside the right one, still unknown
+    assert params_error(raw) == "params.yaml: unknown section 'pretrian' (did you mean 'pretrain'?)"
+    del raw["pretrian"]
+    raw["extras"] = {}  # nothing close: every section it takes
+    assert params_error(raw) == ("params.yaml: unknown section 'extras' (expected one of fetch_data, prepare_corpus, "
+                                 "train_tokenizer, create_pretraining_data, pretrain, distill, prepare_tasks, "
+                                 "finetune, evaluate, orchestration)")
+
+
+def test_floats_are_read_as_yaml_1_2_and_dvc_read_them(tmp_path):
+    """`learning_rate: 2e-3` is a number (PyYAML's YAML 1.1 made it the text "2e-3"); DVC reads it so, and writes
+    floats such as 5e-05 into an experiment's params.yaml on --set-param."""
+    from stages.params import parse_yaml
+
+    text = (REPO / "params.yaml").read_text(encoding="utf-8")
+    path = tmp_path / "params.yaml"
+    path.write_text(text.replace("learning_rate: 2.0e-3", "learning_rate: 2e-3", 1)
+                    .replace("learning_rate: 5.0e-4", "learning_rate: 5e-05", 1), encoding="utf-8")
+    params = load_params(path)
+    assert (params.pretrain.learning_rate, params.distill.learning_rate) == (0.002, 5e-05)
+    assert parse_yaml("[2e-3, 1E+5, .5, -1.5e3, 10, 1_000, 0x10, .inf, 2e, e5, 1.2.3]") == [
+        0.002, 100000.0, 0.5, -1500.0, 10, 1000, 16, float("inf"), "2e", "e5", "1.2.3"]
+    assert isinstance(parse_yaml("10"), int)
+
+
+@pytest.mark.parametrize(("key", "value", "message"), [
+    ("learning_rate", "2e-3", "pretrain.learning_rate: expected a number (float > 0), got the text '2e-3' "
+                              "(write 2.0e-3, without quotes)"),
+    ("max_steps", "1600", "pretrain.max_steps: expected an integer (int >= 1), got the text '1600' (write 1600, "
+                          "without quotes)"),
+    ("max_steps", 1e5, "pretrain.max_steps: expected an integer (int >= 1), got the float 100000.0 (write 100000)"),
+    ("max_steps", "abc", 'pretrain.max_steps: expected int >= 1, got "abc"'),  # no number: no hint
+])
+def test_a_number_given_as_text_says_how_to_write_it(tmp_path, key, value, message):
+    text = (REPO / "params.yaml").read_text(encoding="utf-8")
+    path = tmp_path / "params.yaml"
+    stated = {"learning_rate": "learning_rate: 2.0e-3", "max_steps": "max_steps: 1600"}[key]
+    path.write_text(text.replace(stated, f"{key}: {json.dumps(value)}", 1), encoding="utf-8")
+    with pytest.raises(ParamsError) as info:
+        load_params(path)
+    assert str(info.value) == f"{path}: {message}"
+
+
+def test_a_number_yaml_1_1_read_as_text_gets_a_form_every_reader_takes(raw):
+    """A mapping parsed elsewhere with PyYAML's YAML 1.1 rule (yaml.safe_load: 5e-5 is text)."""
+    raw["finetune"]["user_model"]["learning_rate"] = "5e-5"
+    assert params_error(raw) == ("params.yaml: finetune.user_model.learning_rate: expected a number (float > 0.0 and "
+                                 "< 1.0), got the text '5e-5' (write 5.0e-5, without quotes)")
+
 
 
 def test_bad_literal(raw):
@@ -103,3 +199,71 @@ def test_pretrain_init_decides_the_tokenizer(raw):
 def test_a_profile_is_a_name_from_the_profiles_folder():
     with pytest.raises(PipelineError, match=r"^unknown profile '../params': expected one of dapt-minilm, "):
         load_profile("../params", REPO / "profiles")
+
+
+@pytest.fixture
+def profile_repo(in_tmp) -> Path:
+    """params.yaml and a profiles/ folder with the committed smoke profile and two broken ones."""
+    (in_tmp / "params.yaml").write_text((REPO / "params.yaml").read_text(encoding="utf-8"), encoding="utf-8")
+    (in_tmp / "profiles").mkdir()
+    (in_tmp / "profiles" / "smoke.yaml").write_text((REPO / "profiles" / "smoke.yaml").read_text(encoding="utf-8"))
+    (in_tmp / "profiles" / "bad.yaml").write_text("pretrain:\n  max_steps: abc\n")
+    (in_tmp / "profiles" / "typo.yaml").write_text("pretrain:\n  learning_rat: 1.0e-3\n")
+    (in_tmp / "profiles" / "short.yaml").write_text("pretrain:\n  max_steps: 10\n")  # warmup_steps 50 > 10
+    return in_tmp
+
+
+@pytest.mark.parametrize(("name", "extra", "message"), [
+    ("bad", [], 'profiles/bad.yaml: pretrain.max_steps: expected int >= 1, got "abc"'),
+    ("typo", [], "profiles/typo.yaml: pretrain.learning_rat: unknown key (did you mean 'learning_rate'?)"),
+    ("smoke", ["--set-param", "pretrain.max_steps=abc"], '--set-param: pretrain.max_steps: expected int >= 1, got "abc"'),
+    ("smoke", ["-S", "pretrain.learning_rat=2e-3"],
+     "--set-param: pretrain.learning_rat: unknown key (did you mean 'learning_rate'?)"),
+    ("smoke", ["--set-param=pretrain.phases=[{max_seq_length: 128, fraction: x}]"],
+     '--set-param: pretrain.phases.0.fraction: expected float > 0.0 and <= 1.0, got "x"'),
+    ("short", [], "params.yaml with profiles/short.yaml: pretrain.warmup_steps: expected <= max_steps (10), got 50"),
+])
+def test_a_bad_override_is_blamed_on_where_it_came_from(profile_repo, name, extra, message):
+    """The issue's case: a bad profile or --set-param value was reported as params.yaml's."""
+    with pytest.raises(ParamsError) as info:
+        profile_command(name, extra)
+    assert str(info.value) == message
+
+
+def test_set_param_values_are_parsed_as_dvc_parses_them(profile_repo):
+    from stages.cli import set_param_values
+
+    # Hydra's grammar (DVC's): 2e-3 is a float there, so it is not refused as text
+    cmd = profile_command("smoke", ["-S", "pretrain.learning_rate=2e-3", "-n", "lr"])
+    assert cmd[-4:] == ["-S", "pretrain.learning_rate=2e-3", "-n", "lr"]
+    assert set_param_values(["-n", "x", "-S", "a.b=2e-3", "--set-param", "+c=[1, 2]", "-S~d.e", "-Sf={g: null}"]) == {
+        "a.b": 0.002, "c": [1, 2], "f": {"g": None}}
+    with pytest.raises(PipelineError, match=r"^--set-param 'a b': expected key=value as dvc exp run takes it"):
+        set_param_values(["-S", "a b"])
+
+
+def test_a_stage_in_a_dvc_experiment_names_the_experiments_params(in_tmp, monkeypatch):
+    Path("params.yaml").write_text((REPO / "params.yaml").read_text(encoding="utf-8").replace(
+        "max_steps: 1600", "max_steps: abc", 1), encoding="utf-8")
+    monkeypatch.setenv("DVC_EXP_NAME", "tacky-tuns")  # what dvc exp run sets for its stages
+    with pytest.raises(ParamsError) as info:
+        load_params()
+    assert str(info.value) == ("params.yaml of experiment tacky-tuns (with its dvc exp run --set-param values): "
+                               'pretrain.max_steps: expected int >= 1, got "abc"')
+
+
+@pytest.mark.parametrize("name", available_profiles(REPO / "profiles"))
+def test_every_profile_reaches_dvc_as_written(name, tmp_path):
+    """DVC applies a profile's --set-param arguments (Hydra's grammar) to the experiment's params.yaml; the stages
+    then read exactly the profile's values. JSON values failed in Hydra for a list of mappings (gpu-base's
+    pretrain.phases: "Invalid `--set-param` value"), and DVC writes small floats as 5e-05 (dapt-minilm)."""
+    from dvc.utils.hydra import apply_overrides as dvc_apply_overrides
+
+    from stages.cli import set_param_args
+
+    overrides = load_profile(name, REPO / "profiles")
+    target = tmp_path / "params.yaml"
+    target.write_text((REPO / "params.yaml").read_text(encoding="utf-8"), encoding="utf-8")
+    dvc_apply_overrides(target, set_param_args(overrides)[1::2])
+    expected = validate_params(apply_overrides(load_params(REPO / "params.yaml").model_dump(mode="json"), overrides))
+    assert load_params(target) == expected

@@ -32,8 +32,37 @@ def test_sentiment_label_and_probability(tmp_path, capsys):
 
 def test_stdin_one_text_per_line(tmp_path, capsys, monkeypatch):
     pos = save_classifier(tmp_path / "pos", favour=1)
-    out = _run(capsys, [str(pos)], stdin="good\n\nbad film\n", monkeypatch=monkeypatch)
+    out = _run(capsys, [str(pos)], stdin="good\n bad film \r\n", monkeypatch=monkeypatch)
     assert [(r["text"], r["label"]) for r in out] == [("good", "positive"), ("bad film", "positive")]
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize(("argv", "stdin", "message"), [
+    (["good", "  "], None, "predict: text 2 of 2 (arguments) is blank: give words, or leave it out"),
+    (["", "good"], None, "predict: text 1 of 2 (arguments) is empty: give words, or leave it out"),
+    (["--context", "bob met alice", "who?", "\t"], None,
+     "predict: question 2 of 2 (arguments) is blank: give words, or leave it out"),
+    (["--context", " ", "who?"], None, "predict: --context is empty: expected the passage a QA model answers from"),
+    ([], "good\n\nbad\n", "predict: stdin line 2 is empty: expected one text per line; drop blank lines "
+                          "(e.g. grep -v '^[[:space:]]*$')"),
+    ([], "good\n \n", "predict: stdin line 2 is blank: expected one text per line; drop blank lines "
+                      "(e.g. grep -v '^[[:space:]]*$')"),
+    ([], "", "predict: no input: stdin is empty; give texts as arguments or one per line on stdin"),
+    ([], _Terminal(), "predict: no input: give texts as arguments or pipe them on stdin, one per line "
+                      "(stdin is a terminal)"),
+])
+def test_no_or_blank_input_is_refused_before_the_model_loads(tmp_path, monkeypatch, argv, stdin, message):
+    """An empty or blank text was scored ([CLS] [SEP] gets a label); no text on a terminal waited silently. The
+    model folder does not exist: the input is checked first."""
+    if stdin is not None:
+        monkeypatch.setattr("sys.stdin", stdin if isinstance(stdin, io.StringIO) else io.StringIO(stdin))
+    with pytest.raises(PipelineError) as info:
+        main(["predict", str(tmp_path / "not-loaded"), *argv])
+    assert str(info.value) == message
 
 
 def test_ner_entities_with_character_offsets(tmp_path, capsys):
@@ -87,6 +116,8 @@ def test_qa_answer_is_a_context_span(tmp_path, capsys):
                         "who met bob ?", "where ?"])
     for rec in out:
         assert rec["answer"]
+        assert 0.0 < rec["score"] <= 1.0  # a probability, as Hugging Face's QA pipeline reports it
+        assert isinstance(rec["logit_sum"], float)
         assert context[rec["start"]:rec["end"]] == rec["answer"]
         assert rec["answer"] in context
         assert "?" not in rec["answer"]  # never a span of the question
@@ -118,3 +149,29 @@ def test_window_sizes_must_be_positive(tmp_path, capsys):
         main(["predict", str(tmp_path), "--max-seq-length", "-5", "hello"])
     assert exit_info.value.code == 2
     assert "--max-seq-length: expected an int >= 1, got -5" in capsys.readouterr().err
+
+
+def test_qa_score_is_hugging_face_pipelines_probability():
+    """``score`` is what transformers' question-answering pipeline reports for the span (its ``select_starts_ends``,
+    kept in transformers 5 for document QA): softmax of start and of end logits over the window's context tokens and
+    [CLS], multiplied; the decoder still ranks by the logit sum (kept as ``logit_sum``)."""
+    import numpy as np
+    from transformers.pipelines.document_question_answering import select_starts_ends
+
+    from bert_pipeline.model.heads import decode_qa
+
+    rng = np.random.default_rng(0)
+    offsets = [None, None, None, None, (0, 3), (4, 7), (8, 11), (12, 15), (16, 19), None]  # [CLS] q q [SEP] ctx [SEP]
+    context = "aaa bbb ccc ddd eee"
+    for _ in range(5):
+        start, end = rng.normal(0, 3, 10), rng.normal(0, 3, 10)
+        (span,) = decode_qa([context], [0], [offsets], [start], [end], n_best=10, max_answer_length=3)
+        p_mask = np.array([[0 if k == 0 or o is not None else 1 for k, o in enumerate(offsets)]])
+        starts, ends, scores, _ = select_starts_ends(start[None], end[None], p_mask, np.ones((1, 10), dtype=int),
+                                                     top_k=30, max_answer_len=3)
+        hf = {(int(s), int(e)): float(p) for s, e, p in zip(starts, ends, scores, strict=True)}
+        chosen = next((s, e) for s in range(10) for e in range(10) if offsets[s] and offsets[e]
+                      and (offsets[s][0], offsets[e][1]) == (span.start, span.end))
+        assert span.probability == pytest.approx(hf[chosen], rel=1e-6)
+        assert span.score == pytest.approx(start[chosen[0]] + end[chosen[1]])
+        assert max(hf.values()) == pytest.approx(span.probability, rel=1e-6)  # one window: the same best span

@@ -187,15 +187,17 @@ def entities(pred: Predictor, texts: Sequence[str], max_seq_length: int = 384, d
 @torch.no_grad()
 def answer(pred: Predictor, question: str, context: str, max_seq_length: int = 384, doc_stride: int = 128,
            n_best: int = 20, max_answer_length: int = 30) -> dict:
-    """The best answer span in ``context``: ``{"answer", "start", "end", "score", "windows",
+    """The best answer span in ``context``: ``{"answer", "start", "end", "score", "logit_sum", "windows",
     "question_truncated"}`` (character offsets; the number of windows the context took; whether the question
     was cut to ``max_seq_length // 2`` tokens, the one limit left: every context token is in some window).
 
     The windows and the decoding are the ones fine-tuning scores the test split with
     (:func:`bert_pipeline.model.heads.prepare_qa_features`, :func:`bert_pipeline.model.heads.decode_qa`): windows
     of ``max_seq_length`` tokens overlapping by ``doc_stride`` tokens, n-best start/end pairs of at most
-    ``max_answer_length`` tokens. ``score`` is the span's ``start_logit + end_logit`` (a sum of two unnormalised
-    logits: comparable between spans of one model, not a probability).
+    ``max_answer_length`` tokens, ranked by ``logit_sum``, the span's ``start_logit + end_logit`` (unnormalised:
+    comparable between spans of one model only). ``score`` is the span's probability as Hugging Face's
+    question-answering pipeline reports it (:func:`bert_pipeline.model.heads.span_probability`: softmax of the
+    start and of the end logits over its window's context tokens and ``[CLS]``, multiplied), in [0, 1].
 
     Raises:
         PipelineError: the question leaves no room for the context in ``max_seq_length`` tokens.
@@ -214,5 +216,6 @@ def answer(pred: Predictor, question: str, context: str, max_seq_length: int = 3
     (span,) = decode_qa([context], feats["example_index"], feats["offset_mapping"], starts, ends, n_best,
                         max_answer_length)
     return {"answer": span.text, "start": span.start, "end": span.end,
-            "score": None if span.score is None else round(span.score, 4), "windows": len(windows),
+            "score": None if span.probability is None else round(span.probability, 4),
+            "logit_sum": None if span.score is None else round(span.score, 4), "windows": len(windows),
             "question_truncated": feats["question_truncated"][0]}

@@ -10,8 +10,9 @@ nothing imports it.
 Input (a list, or ``{"inputs": [...]}`` when served): sentence classification and NER take texts; QA takes
 ``{"question", "context"}`` rows. The class is chosen by the ``kind`` in the logged ``model_config``. Output per row, as
 :mod:`bert_pipeline.evaluation.predictor`: ``{"label", "probability", "tokens", "truncated"}``; ``{"entities": [...]}``
-with character offsets (a long text tagged whole, in windows); ``{"answer", "start", "end", "score", "windows",
-"question_truncated"}``.
+with character offsets (a long text tagged whole, in windows); ``{"answer", "start", "end", "score", "logit_sum",
+"windows", "question_truncated"}`` (``score``: the answer's probability, as Hugging Face's question-answering
+pipeline reports it; ``logit_sum``: its start + end logit).
 """
 
 from __future__ import annotations

@@ -181,13 +181,40 @@ def prepare_qa_features(
 
 
 class QaSpan(NamedTuple):
-    """A decoded answer: ``text`` = ``context[start:end]`` (character offsets, end exclusive) and its ``score``,
-    ``start_logit + end_logit`` of the span (None when no window had a valid span)."""
+    """A decoded answer: ``text`` = ``context[start:end]`` (character offsets, end exclusive), its ``score``,
+    ``start_logit + end_logit`` of the span (the decoder's ranking), and its ``probability`` as Hugging Face's
+    question-answering pipeline reports it (:func:`span_probability`); both None when no window had a valid span."""
 
     text: str
     start: int
     end: int
     score: float | None
+    probability: float | None = None
+
+
+def _log_softmax_at(logits: np.ndarray, allowed: np.ndarray, index: int) -> float:
+    """``log softmax(logits[allowed])`` at ``index`` (float64, max-shifted: no overflow)."""
+    values = logits[allowed].astype(np.float64)
+    top = values.max()
+    return float(logits[index] - top - np.log(np.exp(values - top).sum()))
+
+
+def span_probability(start_logits: np.ndarray, end_logits: np.ndarray, offsets: Sequence[Any], start: int,
+                     end: int) -> float:
+    """The probability of the span ``start..end`` (token indices) of one window, as Hugging Face's
+    question-answering pipeline scores it (transformers 4.x ``QuestionAnsweringPipeline``, ``select_starts_ends``):
+    a softmax of the start logits and one of the end logits over the window's context tokens and ``[CLS]``
+    (position 0; question and other special tokens, ``offsets`` None, are left out), multiplied:
+    ``p_start(start) * p_end(end)``. In [0, 1]; it does not depend on ``n_best``.
+
+    Args:
+        start_logits, end_logits: the window's logits, float arrays ``(seq_len,)``.
+        offsets: the window's ``offset_mapping`` (None for question and special tokens).
+    """
+    n = min(len(offsets), len(start_logits))
+    allowed = np.array([k for k in range(n) if k == 0 or offsets[k] is not None])
+    s_log, e_log = np.asarray(start_logits), np.asarray(end_logits)
+    return float(np.exp(_log_softmax_at(s_log, allowed, start) + _log_softmax_at(e_log, allowed, end)))
 
 
 def decode_qa(
@@ -201,14 +228,14 @@ def decode_qa(
     For each window, the ``n_best`` highest start and end logits are paired; a pair is valid when both tokens
     lie in the context, ``start <= end`` and it spans at most ``max_answer_length`` tokens. The pair with the
     highest ``start_logit + end_logit`` over all windows wins (SQuAD v1.1: an answer always exists, so the
-    ``[CLS]`` null answer is never returned).
+    ``[CLS]`` null answer is never returned); its :func:`span_probability` in its window comes with it.
 
     Args:
         start_logits, end_logits: per window, float arrays ``(seq_len,)``.
     Returns:
         per example a :class:`QaSpan` into its context; ``QaSpan("", 0, 0, None)`` when no window had a valid span.
     """
-    best: dict[int, tuple[float, int, int]] = {}
+    best: dict[int, tuple[float, int, int, int, int, int]] = {}
     for w, ex in enumerate(example_index):
         offsets = offset_mapping[w]
         s_log, e_log = np.asarray(start_logits[w]), np.asarray(end_logits[w])
@@ -223,12 +250,13 @@ def decode_qa(
                     continue
                 score = float(s_log[s] + e_log[e])
                 if ex not in best or score > best[ex][0]:
-                    best[ex] = (score, offsets[s][0], offsets[e][1])
+                    best[ex] = (score, offsets[s][0], offsets[e][1], w, int(s), int(e))
     out = []
     for ex, ctx in enumerate(contexts):
         if ex in best:
-            score, a, b = best[ex]
-            out.append(QaSpan(ctx[a:b], a, b, score))
+            score, a, b, w, s, e = best[ex]
+            probability = span_probability(start_logits[w], end_logits[w], offset_mapping[w], s, e)
+            out.append(QaSpan(ctx[a:b], a, b, score, probability))
         else:
             out.append(QaSpan("", 0, 0, None))
     return out
