@@ -54,9 +54,46 @@ def smoke_run(tmp_path_factory) -> Path:
     _run(["git", "init", "-q"], repo)
     _run(["git", "add", "-A"], repo)
     _run(["git", "-c", "user.name=e2e", "-c", "user.email=e2e@localhost", "commit", "-qm", "e2e"], repo)
-    _run([sys.executable, "-m", "stages.cli", "profile", "smoke", "-n", "smoke-e2e"], repo, env)
+    proc = _run([sys.executable, "-m", "stages.cli", "profile", "smoke", "-n", "smoke-e2e"], repo, env)
+    PROFILE_OUTPUT.append(proc.stdout + proc.stderr)
     _run(["dvc", "exp", "apply", "smoke-e2e"], repo, env)
     return repo
+
+
+PROFILE_OUTPUT: list[str] = []  # what `bert-pipeline profile smoke` printed (stdout + stderr)
+
+
+def test_profile_output_is_quiet(smoke_run):
+    """No per-tensor load reports, no sub-second library progress bars, no per-output DVC warnings of a first run
+    (summarised in one line), and every stage still says what it did."""
+    (out,) = PROFILE_OUTPUT
+    for noise in ("No file hash info found", "LOAD REPORT", "Saving the dataset", "Loading weights",
+                  "Writing model shards", "Add type hints"):
+        assert noise not in out, noise
+    assert out.count("DVC found no dvc.lock entry for") == 1
+    assert out.count("Running stage 'finetune@") == 12
+    assert "INFO bert_pipeline.model.configs: " in out  # the one-line summary of a task head's new weights
+
+
+def test_headline_metrics_are_few_unique_and_all_load(smoke_run):
+    """`dvc metrics show` (and so `dvc exp show`) lists only metrics/headline/, each key once across files (a column
+    is then named by its key alone), and nothing fails to load after `dvc exp apply`."""
+    proc = _run(["dvc", "metrics", "show", "--json"], smoke_run)
+    assert "failed to load" not in proc.stdout + proc.stderr
+    files = json.loads(proc.stdout)[""]["data"]
+    assert files and all(path.startswith("metrics/headline/") for path in files)
+
+    def keys(obj, prefix=""):
+        for k, v in obj.items():
+            yield from keys(v, f"{prefix}{k}.") if isinstance(v, dict) else [f"{prefix}{k}"]
+
+    names = [k for entry in files.values() for k in keys(entry["data"])]
+    assert len(names) == len(set(names)) <= 40
+    assert {"pretrain.mlm_accuracy", "distill.mlm_accuracy", "pretrained.sentiment", "minilm.qa",
+            "scratch.average"} <= set(names)
+    shown = _run(["dvc", "exp", "show", "--no-pager", "--only-changed", "--hide-workspace"], smoke_run,
+                 {**os.environ, "COLUMNS": "100000"}).stdout
+    assert "smoke-e2e" in shown and "timing" not in shown and "latency" not in shown
 
 
 def test_experiment_listed_and_params_untouched(smoke_run):
