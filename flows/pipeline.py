@@ -466,7 +466,8 @@ def _publish(summary, outcome, workspace: Path, uri, parent, exp_id, logger) -> 
     if table:
         parts += ["## reports/summary.md", "", table, ""]
     if parent:
-        parts += ["## MLflow", "", f"- parent run: {tracking.run_link(uri, exp_id, parent)}"]
+        parts += ["## MLflow", "", f"- the family's runs: {tracking.experiment_link(uri, exp_id)}",
+                  f"- parent run: {tracking.run_link(uri, exp_id, parent)}"]
         try:
             for run in tracking.child_runs(uri, parent):
                 parts.append(f"- {run['stage'] or run['name']}: {tracking.run_link(uri, run['experiment_id'], run['run_id'])}")

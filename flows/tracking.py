@@ -16,13 +16,14 @@ from bert_pipeline.mlops.tracking import (
     FLOW_RUN_ENV,
     PARENT_RUN_ENV,
     experiment_id,
+    experiment_url,
     tracking_uri,
 )
 
 log = logging.getLogger(__name__)
 
 __all__ = ["EXPERIMENT", "EXPERIMENT_ENV", "FLOW_RUN_ENV", "PARENT_RUN_ENV", "child_runs", "close_parent_run",
-           "open_parent_run", "run_link", "tracking_uri"]
+           "experiment_link", "open_parent_run", "run_link", "tracking_uri"]
 
 
 def open_parent_run(uri: str, experiment: str, name: str, tags: dict[str, str]) -> tuple[str, str]:
@@ -57,6 +58,13 @@ def child_runs(uri: str, parent_run_id: str) -> list[dict[str, Any]]:
          "status": r.info.status, "stage": r.data.tags.get("stage", "")}
         for r in runs
     ]
+
+
+def experiment_link(uri: str, experiment_id: str) -> str:
+    """The experiment's training runs in the MLflow UI when the store is a server, else how to open them."""
+    if uri.startswith(("http://", "https://")):
+        return experiment_url(uri, experiment_id)
+    return f"`mlflow ui --backend-store-uri {uri}`, then {experiment_url('http://127.0.0.1:5000', experiment_id)}"
 
 
 def run_link(uri: str, experiment_id: str, run_id: str) -> str:

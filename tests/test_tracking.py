@@ -61,6 +61,27 @@ def test_run_is_ended_failed_after_exception(module_mlflow_uri, monkeypatch):
     assert "mlflow.parentRunId" not in got.data.tags
 
 
+def test_nested_runs_and_an_old_experiment_gets_the_training_kind(module_mlflow_uri, monkeypatch):
+    monkeypatch.delenv(tracking.PARENT_RUN_ENV, raising=False)
+    client = MlflowClient(module_mlflow_uri)
+    old = client.create_experiment("made-before-the-tag")  # as an older version of the pipeline left it
+    assert "mlflow.experimentKind" not in client.get_experiment(old).tags
+    assert tracking.experiment_id(client, module_mlflow_uri, "made-before-the-tag") == old
+    assert client.get_experiment(old).tags["mlflow.experimentKind"] == "custom_model_development"
+    with tracking.stage_run("finetune@a-b", {"x": 1}, uri=module_mlflow_uri, experiment="made-before-the-tag",
+                            tags={"task": "b"}) as run:
+        with pytest.raises(KeyError), run.nested("seed 2", {"seed": 2}) as failed:
+            raise KeyError("x")
+        with run.nested("seed 1", {"seed": 1}) as child:
+            child.log_metrics({"test_f1": 0.5})
+    got = client.get_run(child.run_id)
+    assert (got.data.tags["mlflow.parentRunId"], got.data.tags["seed"], got.data.tags["task"]) == (run.run_id, "1", "b")
+    assert got.data.metrics == {"test_f1": 0.5} and got.info.run_name == "seed 1" and got.info.status == "FINISHED"
+    assert client.get_run(failed.run_id).info.status == "FAILED"
+    assert tracking.experiment_url("http://mlflow:5000/", old) == (
+        f"http://mlflow:5000/#/experiments/{old}/runs?workflowType=machine_learning")
+
+
 def test_default_uri_is_absolute_repo_root_also_in_dvc_temp_copies(tmp_path, monkeypatch):
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     repo = tmp_path / "repo"

@@ -11,8 +11,10 @@
 - Params flattened to dotted keys; a value longer than the backend's limit (``MAX_PARAM_VAL_LENGTH`` of the installed
   MLflow: 6,000 characters in 3.x) is shortened, and the run then keeps every full value in artifact ``params.json``
   and names the shortened keys in tag ``params_shortened``.
-- The experiment is tagged ``mlflow.experimentKind=custom_model_development``, so MLflow's UI opens it on its
-  training runs, not on the GenAI overview.
+- The experiment is tagged ``mlflow.experimentKind=custom_model_development`` (MLflow's own kind for model
+  training). MLflow 3.17's UI still opens every experiment on its GenAI overview until the browser has chosen
+  "Model training" once (a remembered switch) or the link says ``?workflowType=machine_learning``:
+  :func:`experiment_url` gives that link (checked in headless Chromium, ``bench/mlflow_ui.py``).
 - The experiment is created with its artifact location beside the store (:func:`artifact_location`): for the local
   SQLite store ``<repo>/mlruns/<experiment>``, never under the working directory, which inside
   ``dvc exp run --temp`` is a copy DVC deletes after the run. An existing experiment whose artifacts point into
@@ -51,8 +53,7 @@ PARENT_RUN_ENV = "BERT_PIPELINE_PARENT_RUN_ID"
 FLOW_RUN_ENV = "BERT_PIPELINE_FLOW_RUN_ID"
 FLOW_RUN_ENVS = (FLOW_RUN_ENV, "PREFECT__FLOW_RUN_ID")
 EXPERIMENT_ENV = "MLFLOW_EXPERIMENT_NAME"
-# MLflow 3's UI opens an experiment by this tag: without it, on the GenAI overview (traces) instead of the
-# training runs. The UI's own values: genai_development, custom_model_development, finetuning, ...
+# MLflow 3's kind of experiment (the UI's own values: genai_development, custom_model_development, finetuning, ...).
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
 EXPERIMENT_KIND = "custom_model_development"
 DVC_TEMP_PARTS = (".dvc", "tmp")
@@ -129,6 +130,12 @@ def artifact_location(uri: str, experiment: str) -> str | None:
     root = repo_root(database.parent) if _in_dvc_temp_copy(database) is not None else database.parent
     folder = re.sub(r"[^A-Za-z0-9._-]+", "_", experiment).strip("._") or "experiment"
     return (root / "mlruns" / folder).as_uri()
+
+
+def experiment_url(server: str, experiment: str) -> str:
+    """The MLflow UI's page of ``experiment`` (an id) on its training runs: ``SERVER/#/experiments/ID/runs?...``.
+    Without ``workflowType=machine_learning`` the UI opens the GenAI overview (traces) of a browser's first visit."""
+    return f"{server.rstrip('/')}/#/experiments/{experiment}/runs?workflowType=machine_learning"
 
 
 def experiment_id(client: Any, uri: str, name: str | None = None) -> str:
