@@ -3,6 +3,7 @@
     bert-pipeline profile smoke [--print] [-n NAME]    # run the graph under profiles/smoke.yaml as a DVC experiment
     bert-pipeline promote [--tasks sentiment] [--force]  # register fine-tuned models, move candidate/champion
     bert-pipeline predict models/finetuned/minilm-sentiment "A gripping, funny film."   # one JSON line per input
+    bert-pipeline export models/finetuned/minilm-qa [-o OUT_DIR] [--check-texts FILE]  # ONNX + parity, one JSON line
 
 (``python -m stages.cli ...`` is the same command.) ``profile`` validates the profile's overrides against the schema
 first (a bad key fails before DVC starts), then runs ``dvc exp run --temp --set-param ...``: the run happens in a
@@ -17,6 +18,16 @@ folder: sentiment ``{"text", "label", "probability", "tokens", "truncated"}`` (`
 pipeline reports it (a softmax of the start and of the end logits over the answer's window, multiplied), and
 ``logit_sum`` the start + end logit the decoder ranks spans by (unnormalised). Texts come from the arguments, else
 one per line on stdin; an empty or blank text is refused by position, and so is a terminal on stdin (nothing piped).
+
+``export`` writes the folder as ONNX (:func:`bert_pipeline.mlops.onnx_export.export_folder`; default
+``onnx/{folder name}/``: ``model.onnx``, config, tokenizer, ``onnx_export.json``), checks it against PyTorch on the
+inputs of ``--check-texts`` (one per line: a text for sentiment, a sentence of space-separated words for NER, a JSON
+object ``{"question", "context"}`` for QA; any line may be a JSON object with the task data's columns) or, without
+it, on built-in inputs of several lengths, and prints ``{"model_dir", "out_dir", "kind", "opset", "inputs",
+"outputs", "examples", "windows", "compared", "agreement", "max_abs_diff": {OUTPUT: float}, "latency_ms_b1":
+{"pytorch", "onnxruntime"}, "speedup", "threads"}`` (``agreement``: the share of equal predictions, i.e. labels,
+per-token tags or decoded answers; ``speedup``: PyTorch ms / ONNX Runtime ms at batch 1). A logit difference above
+``--tolerance`` is an error and writes nothing.
 """
 
 from __future__ import annotations
@@ -262,6 +273,90 @@ def run_predict(args: argparse.Namespace) -> None:
         sys.stdout.write(json.dumps(record, ensure_ascii=False) + "\n")
 
 
+# ------------------------------------------------------------------------------------------------- export
+ONNX_DIR = Path("onnx")
+# Built-in check inputs: short, medium and longer than one window at the defaults (--max-seq-length 384), so the
+# check covers padding, several lengths and (NER, QA) several windows of one input.
+_LONG = " ".join(["The committee met in London on Monday and Alice Smith of the Acme Corporation spoke first."] * 40)
+SAMPLE_INPUTS: dict[str, list[dict[str, Any]]] = {
+    "sequence-classification": [{"text": t} for t in (
+        "A gripping, funny film.", "Dull.",
+        "The plot wanders, the actors look bored and the ending arrives long after anyone still cares.", _LONG)],
+    "token-classification": [{"tokens": t.split()} for t in (
+        "Alice Smith flew to Paris on Monday .", "Bob",
+        "The Acme Corporation opened an office in Berlin , said its chief executive , John Doe .", _LONG)],
+    "question-answering": [
+        {"question": "Who spoke first?", "context": "Alice Smith of the Acme Corporation spoke first."},
+        {"question": "Where did the committee meet?", "context": _LONG},
+        {"question": "When?", "context": "The committee met in London on Monday."}],
+}
+
+
+def read_check_inputs(path: Path, kind: str) -> list[dict[str, Any]]:
+    """The check inputs of ``path`` for a ``kind`` model (see the module docstring); blank lines skipped.
+
+    Raises:
+        PipelineError: unreadable file, a line that is not the JSON object it must be, or no inputs.
+    """
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PipelineError(f"--check-texts {path}: cannot read ({exc.strerror or exc})") from None
+    out: list[dict[str, Any]] = []
+    for number, line in enumerate(lines, start=1):
+        text = line.strip()
+        if not text:
+            continue
+        if text.startswith("{") or kind == "question-answering":
+            try:
+                record = json.loads(text)
+            except json.JSONDecodeError:
+                record = None
+            if not isinstance(record, dict):
+                raise PipelineError(f"{path}:{number}: expected a JSON object (a {kind} model's check input, e.g. "
+                                    '{"question": "...", "context": "..."} for QA)')
+            out.append(record)
+        else:
+            out.append({"text": text} if kind == "sequence-classification" else {"tokens": text.split()})
+    if not out:
+        raise PipelineError(f"--check-texts {path}: no inputs (one per line)")
+    return out
+
+
+def run_export(args: argparse.Namespace) -> None:
+    from bert_pipeline.evaluation.predictor import model_kind
+    from bert_pipeline.mlops.onnx_export import export_folder
+
+    kind = model_kind(args.model_dir)
+    examples = read_check_inputs(args.check_texts, kind) if args.check_texts else SAMPLE_INPUTS[kind]
+    out_dir = args.out_dir or ONNX_DIR / Path(args.model_dir).resolve().name
+    report = export_folder(args.model_dir, out_dir, examples, max_seq_length=args.max_seq_length,
+                           doc_stride=args.doc_stride, n_best=args.n_best, max_answer_length=args.max_answer_length,
+                           opset=args.opset, exporter=args.exporter, batch_size=args.batch_size,
+                           threads=args.num_threads, latency_examples=args.latency_examples,
+                           warmup=args.warmup_runs, runs=args.timed_runs, tolerance=args.tolerance,
+                           tolerance_name="--tolerance")
+    parity, latency = report.parity, report.latency
+    record = {"model_dir": str(args.model_dir), "out_dir": str(out_dir), "kind": report.kind, "opset": report.opset,
+              "inputs": report.inputs, "outputs": report.outputs, "examples": parity.examples,
+              "windows": parity.windows, "compared": parity.compared, "agreement": parity.agreement,
+              "max_abs_diff": parity.max_abs_diff,
+              "latency_ms_b1": {"pytorch": round(latency.pytorch_ms, 3), "onnxruntime": round(latency.onnxruntime_ms, 3)},
+              "speedup": round(latency.speedup, 3), "threads": latency.threads}
+    sys.stdout.write(json.dumps(record) + "\n")
+
+
+def _positive_float(text: str) -> float:
+    """An argparse type: a float > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {value:g}")
+    return value
+
+
 # ---------------------------------------------------------------------------------------------------- main
 def _positive(text: str) -> int:
     """An argparse type: an int >= 1."""
@@ -274,11 +369,22 @@ def _positive(text: str) -> int:
     return value
 
 
+def _non_negative(text: str) -> int:
+    """An argparse type: an int >= 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an int >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an int >= 0, got {value}")
+    return value
+
+
 def parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     """The ``bert-pipeline`` argument parser (one sub-command per tool) and its ``predict`` sub-parser."""
     top = argparse.ArgumentParser(prog="bert-pipeline", description="The BERT pipeline's tools that are not DVC "
                                   "stages (python -m stages.NAME runs those).")
-    sub = top.add_subparsers(dest="command", required=True, metavar="{profile,promote,predict}")
+    sub = top.add_subparsers(dest="command", required=True, metavar="{profile,promote,predict,export}")
     prof = sub.add_parser("profile", help="run the pipeline under profiles/NAME.yaml as a DVC experiment",
                           description="Other options (e.g. -n NAME) go to dvc exp run.")
     prof.add_argument("name", help=f"profile name (a file in {PROFILES_DIR}/)")
@@ -303,6 +409,27 @@ def parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
                       help="overlap in tokens of the windows a long QA context or NER text is cut into (default 128)")
     pred.add_argument("--n-best", type=_positive, default=20, help="QA start/end candidates per window (default 20)")
     pred.add_argument("--max-answer-length", type=_positive, default=30, help="QA answer tokens at most (default 30)")
+    exp = sub.add_parser("export", help="a fine-tuned folder as ONNX, checked against PyTorch; one JSON line",
+                         description="Export a fine-tuned folder to ONNX (dynamic batch and sequence axes), check "
+                         "ONNX Runtime against PyTorch and time both at batch 1.")
+    exp.add_argument("model_dir", type=Path, help="a fine-tuned model folder (models/finetuned/{model}-{task})")
+    exp.add_argument("-o", "--out-dir", type=Path, help=f"output folder (default {ONNX_DIR}/NAME of MODEL_DIR)")
+    exp.add_argument("--check-texts", type=Path, metavar="FILE",
+                     help="check inputs, one per line (QA: JSON {\"question\", \"context\"}); default: built-in ones")
+    exp.add_argument("--max-seq-length", type=_positive, default=384, help="tokens per window (default 384)")
+    exp.add_argument("--doc-stride", type=_positive, default=128, help="overlap of a long input's windows (default 128)")
+    exp.add_argument("--n-best", type=_positive, default=20, help="QA start/end candidates per window (default 20)")
+    exp.add_argument("--max-answer-length", type=_positive, default=30, help="QA answer tokens at most (default 30)")
+    exp.add_argument("--opset", type=_positive, default=18, help="ONNX opset (default 18)")
+    exp.add_argument("--exporter", choices=("torchscript", "dynamo"), default="torchscript",
+                     help="torch.onnx.export path (default torchscript: fast; dynamo: torch.export, opset >= 18)")
+    exp.add_argument("--tolerance", type=_positive_float, default=1e-4,
+                     help="largest absolute logit difference accepted (default 1e-4)")
+    exp.add_argument("--batch-size", type=_positive, default=8, help="windows per parity batch (default 8)")
+    exp.add_argument("--latency-examples", type=_positive, default=8, help="windows timed at batch 1 (default 8)")
+    exp.add_argument("--warmup-runs", type=_non_negative, default=2, help="untimed rounds first (default 2)")
+    exp.add_argument("--timed-runs", type=_positive, default=10, help="timed rounds, the median is reported (default 10)")
+    exp.add_argument("--num-threads", type=_positive, default=1, help="intra-op threads of both runtimes (default 1)")
     return top, pred
 
 
@@ -317,6 +444,8 @@ def main(argv: list[str] | None = None) -> None:
         run_profile(args, extra)
     elif extra:
         top.error(f"unrecognized arguments: {' '.join(extra)}")
+    elif args.command == "export":
+        run_export(args)
     else:
         run_promote(args)
 

@@ -18,6 +18,9 @@ measures each member's CPU inference cost (:func:`bert_pipeline.evaluation.famil
 The page, ``score_vs_speed.csv`` and ``reports/figures/score_vs_speed.png`` hold wall-clock speed, so their bytes
 change from run to run; they are cached all the same (the run's own record, restored by ``dvc exp apply``).
 
+The report also shows the export stage's ONNX table (``metrics/export.json``, ``metrics/export-timing.json``:
+parity and ONNX Runtime vs PyTorch latency per exported model-task) when those files exist.
+
 Registering and promoting models is not done here (``bert-pipeline promote``).
 """
 
@@ -55,7 +58,8 @@ REPORT_SOURCES = ReportSources(
     finetune_metrics=FINETUNE_METRICS.as_posix(), finetuned_models=FINETUNED.as_posix(), metrics_dir=METRICS.as_posix(),
     pretrain="metrics/pretrain.json", distill="metrics/distill.json", corpus="metrics/corpus.json",
     tokenizer="metrics/tokenizer.json", evaluate=OUT_METRICS.as_posix(), evaluate_timing=OUT_TIMING.as_posix(),
-    sources_json=SOURCES.as_posix(), figures=FIGURES.relative_to(REPORT.parent).as_posix())
+    sources_json=SOURCES.as_posix(), figures=FIGURES.relative_to(REPORT.parent).as_posix(),
+    export="metrics/export.json", export_timing="metrics/export-timing.json")
 FIGURE_SOURCES = FigureSources(
     pretrain_history=PRETRAIN_HISTORY, distill_history=DISTILL_HISTORY, fertility=FERTILITY,
     cite_pretrain_history=PRETRAIN_HISTORY.as_posix(), cite_distill_history=DISTILL_HISTORY.as_posix(),

@@ -30,6 +30,7 @@ from bert_pipeline.evaluation.report import (
     family_order,
     findings,
     load_finetune_results,
+    onnx_section,
     relative_speed,
     render_summary,
     table,
@@ -243,8 +244,11 @@ def evaluate_family(inputs: FamilyInputs, *, teacher: str, student: str, scratch
     per_type = ner_per_type(index, models)
     figures = family_figures(inputs.figures, score_vs_speed=score_vs_speed, confusion=confusion,
                              ner_per_type=per_type, reference=reference)
+    onnx = onnx_section(read_json(inputs.metrics_dir / "export.json"),
+                        read_json(inputs.metrics_dir / "export-timing.json"), inputs.sources)
     summary = render_summary(header, rows, lines, read_json(inputs.metrics_dir / "corpus.json"),
-                             read_json(inputs.metrics_dir / "tokenizer.json"), card, inputs.sources, note, figures)
+                             read_json(inputs.metrics_dir / "tokenizer.json"), card, inputs.sources, note, figures,
+                             sections=[onnx])
 
     flat = flat_metrics(index, facts, models, tasks, teacher, student, scratch)
     for m, pairs in confusion.items():  # the saved (first-seed) model on the confusion matrix's examples

@@ -54,6 +54,8 @@ class ReportSources:
     sources_json: str
     figures: str = "figures"
     """The figures folder relative to the page's own folder (the links' prefix: ``figures/x.png``)."""
+    export: str = ""
+    export_timing: str = ""
 
 
 @dataclass(frozen=True)
@@ -420,6 +422,43 @@ def figures_section(figures: Sequence[ReportFigure], link_dir: str) -> list[str]
     return out
 
 
+UNITS = {"sequence-classification": "sentences", "token-classification": "tokens", "question-answering": "answers"}
+
+
+def onnx_section(parity: Mapping[str, Any] | None, timing: Mapping[str, Any] | None, sources: ReportSources) -> str:
+    """The ONNX export table (Markdown), ``""`` when nothing was exported.
+
+    ``parity``: the export stage's quality file, per ``{model}-{task}`` ``{"kind", "max_abs_diff": {OUTPUT: float},
+    "agreement", "compared", ...}``; ``timing``: its timing file, per ``{model}-{task}`` ``{"pytorch_ms",
+    "onnxruntime_ms", "speedup", "threads"}`` (absent: latency columns show ``–``). One row per export: the largest
+    absolute logit difference over its outputs, the share of equal predictions (labels, per-token tags, decoded
+    answers), PyTorch and ONNX Runtime ms per window at batch 1 and their ratio.
+    """
+    if not parity:
+        return ""
+    header = ["export", "max abs logit diff", "equal predictions", "PyTorch ms (b=1)", "ONNX Runtime ms (b=1)",
+              "ONNX Runtime speed-up"]
+    rows = []
+    threads = set()
+    for name, rec in parity.items():
+        t = (timing or {}).get(name) or {}
+        diffs = list((rec.get("max_abs_diff") or {}).values())
+        threads.add(t.get("threads"))
+        rows.append([name, f"{max(diffs):.1e}" if diffs else "–",
+                     f"{100 * rec['agreement']:.1f}% of {rec.get('compared', '?')} {UNITS.get(rec.get('kind'), '')}"
+                     .rstrip(),
+                     "–" if t.get("pytorch_ms") is None else f"{t['pytorch_ms']:.2f}",
+                     "–" if t.get("onnxruntime_ms") is None else f"{t['onnxruntime_ms']:.2f}",
+                     "–" if not t.get("speedup") else f"{t['speedup']:.1f}x"])
+    n_threads = "/".join(str(x) for x in sorted(x for x in threads if x is not None)) or "?"
+    return "\n".join([
+        "## ONNX export", "",
+        "Each exported head checked against PyTorch on its task's test inputs (dynamic batch and sequence axes); "
+        f"latency: CPU, {n_threads} thread(s), ms per window at batch 1, ONNX Runtime speed-up = PyTorch ms / "
+        f"ONNX Runtime ms (`{sources.export}`, `{sources.export_timing}`).", "",
+        markdown_table(header, rows)])
+
+
 def render_summary(
     header: Sequence[str],
     rows: Sequence[Sequence[str]],
@@ -430,9 +469,10 @@ def render_summary(
     sources: ReportSources,
     speed_note: str = "",
     figures: Sequence[ReportFigure] = (),
+    sections: Sequence[str] = (),
 ) -> str:
-    """The whole summary page: table, findings, figures (:func:`figures_section`), corpus and tokenizer facts,
-    sources, report card."""
+    """The whole summary page: table, findings, figures (:func:`figures_section`), ``sections`` (Markdown blocks,
+    e.g. :func:`onnx_section`), corpus and tokenizer facts, sources, report card."""
     out = ["# The model family", "",
            "Test-split scores in points (mean over fine-tuning seeds) of each task's main metric; NER is scored",
            "against spaCy's **silver** labels (agreement with spaCy, not accuracy). " + speed_note, "",
@@ -440,6 +480,7 @@ def render_summary(
     if lines:
         out += [f"- {line}" for line in lines] + [""]
     out += figures_section(figures, sources.figures)
+    out += [block for block in sections if block]
     if corpus:
         out += [f"Corpus ({sources.corpus}): " + ", ".join(scalar_facts(corpus)) + ".", ""]
     if tokenizer:

@@ -84,7 +84,8 @@ def input_names(pred: Predictor) -> list[str]:
 def _known_export_noise():
     """Silence the exporters' known, explained messages and nothing else.
 
-    The TorchScript exporter is used on purpose (:func:`export_onnx`), hence its deprecation notice. Its tracer
+    The TorchScript exporter is used on purpose (:func:`export_onnx`), hence its deprecation notices (its own and
+    one its internals raise about their logging setup). Its tracer
     warns where transformers' mask code turns shape comparisons into Python booleans (``padding_length > 0``,
     ``is_causal``): for an encoder's padding mask those are the same for every input shape, and
     :func:`check_parity` on padded batches of other lengths is what shows the graph is right. ``aten::index``
@@ -93,6 +94,8 @@ def _known_export_noise():
     """
     with warnings.catch_warnings(), contextlib.redirect_stdout(sys.stderr):
         warnings.filterwarnings("ignore", message=r"You are using the legacy TorchScript-based ONNX export")
+        warnings.filterwarnings("ignore", message=r"The feature will be removed. Please remove usage of this function",
+                                category=DeprecationWarning)
         warnings.filterwarnings("ignore", message=r"Converting a tensor to a Python boolean might cause the trace")
         warnings.filterwarnings("ignore", message=r"Exporting aten::index operator of advanced indexing")
         yield
