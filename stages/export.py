@@ -30,6 +30,7 @@ from bert_pipeline.evaluation.family import load_test_split
 from bert_pipeline.io import atomic_dir, flatten, write_json
 from bert_pipeline.mlops import tracking
 from bert_pipeline.mlops.onnx_export import export_folder
+from stages import require_inputs
 from stages.params import ExportParams, FinetuneTask, load_params
 
 log = logging.getLogger(__name__)
@@ -91,6 +92,7 @@ def export_one(model: str, task: str, folder: Path, out: Path, p: ExportParams,
 
 
 def main() -> None:
+    require_inputs("export")
     params = load_params()
     p = params.export
     start = time.perf_counter()

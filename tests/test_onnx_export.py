@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 
 import numpy as np
 import onnx
@@ -24,7 +25,7 @@ from bert_pipeline.evaluation.predictor import answer, load_predictor
 from bert_pipeline.evaluation.report import ReportSources, onnx_section
 from bert_pipeline.mlops import onnx_export as ox
 from bert_pipeline.model.heads import MeanPoolingBertForSequenceClassification
-from tests.conftest import run_stage, write_params
+from tests.conftest import REPO, run_stage, write_params
 from tests.tiny_models import (
     WORDS,
     _config,
@@ -282,6 +283,7 @@ def test_export_stage_outputs_and_rerun(in_tmp, mlflow_shared, capsys):
     save_reader(in_tmp / "models/finetuned/scratch-qa", seed=1)  # not in export.models
     write_params(in_tmp, export={"models": ["pretrained"], "max_test_examples": 3, "latency_examples": 2,
                                  "warmup_runs": 0, "timed_runs": 1})
+    shutil.copy(REPO / "dvc.yaml", in_tmp / "dvc.yaml")  # the stage's declared inputs are there: it starts
     code, _ = run_stage(main, capsys)
     assert code == 0
     parity = json.loads((in_tmp / "metrics/export.json").read_text())
