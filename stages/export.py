@@ -31,6 +31,7 @@ from bert_pipeline.io import atomic_dir, flatten, write_json
 from bert_pipeline.mlops import tracking
 from bert_pipeline.mlops.onnx_export import export_folder
 from stages import require_inputs
+from stages.headline import write_headline
 from stages.params import ExportParams, FinetuneTask, load_params
 
 log = logging.getLogger(__name__)
@@ -107,6 +108,11 @@ def main() -> None:
                                                         params.finetune.tasks[task])
         timing["wall_seconds"] = round(time.perf_counter() - start, 2)
         write_json(OUT_METRICS, parity)
+        # the worst pair: the numbers that say whether every export can be trusted
+        write_headline("export", {"onnx": {"max_abs_diff": max(max(r["max_abs_diff"].values())
+                                                               for r in parity.values()),
+                                           "agreement": min(r["agreement"] for r in parity.values())}
+                                  if parity else {}})
         write_json(OUT_TIMING, timing)
         log.info("wrote %d ONNX folders under %s/, %s, %s", len(chosen), OUT, OUT_METRICS, OUT_TIMING)
         run.log_metrics(flatten(parity))

@@ -292,6 +292,9 @@ def test_export_stage_outputs_and_rerun(in_tmp, mlflow_shared, capsys):
     assert parity["pretrained-qa"]["examples"] == 3 and parity["pretrained-qa"]["windows"] > 3  # 128/32 windows
     assert parity["pretrained-sentiment"]["compared"] == 3  # max_test_examples
     assert all(max(r["max_abs_diff"].values()) < 1e-4 for r in parity.values())
+    headline = json.loads((in_tmp / "metrics/headline/export.json").read_text())["onnx"]
+    assert headline == {"max_abs_diff": max(max(r["max_abs_diff"].values()) for r in parity.values()),
+                        "agreement": 1.0}
     timing = json.loads((in_tmp / "metrics/export-timing.json").read_text())
     assert timing["pretrained-qa"]["pytorch_ms"] > 0 and timing["pretrained-qa"]["examples"] == 2
     assert sorted(p.name for p in (in_tmp / "models/onnx").iterdir()) == ["pretrained-ner", "pretrained-qa",
