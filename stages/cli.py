@@ -358,26 +358,21 @@ def _positive_float(text: str) -> float:
 
 
 # ---------------------------------------------------------------------------------------------------- main
-def _positive(text: str) -> int:
-    """An argparse type: an int >= 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an int >= 1, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected an int >= 1, got {value}")
-    return value
+def _int_at_least(minimum: int):
+    """An argparse type: an int >= ``minimum``."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an int >= {minimum}, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"expected an int >= {minimum}, got {value}")
+        return value
+    return parse
 
 
-def _non_negative(text: str) -> int:
-    """An argparse type: an int >= 0."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an int >= 0, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected an int >= 0, got {value}")
-    return value
+_positive = _int_at_least(1)
+_non_negative = _int_at_least(0)
 
 
 def parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
