@@ -86,7 +86,7 @@ def test_champion_moves_only_on_a_better_score(store, tmp_path):
     assert len(client.search_model_versions("name='sentiment'")) == 6
 
 
-def test_qa_version_serves_through_pyfunc(store, tmp_path):
+def test_qa_version_serves_through_pyfunc(store, tmp_path, recwarn):
     import mlflow.pyfunc
 
     client, uri = store
@@ -94,6 +94,10 @@ def test_qa_version_serves_through_pyfunc(store, tmp_path):
     decision = promote_task(client, [Entry("minilm", "qa", folder, 0, "f1", 0.3, SPLIT)], uri)
     assert decision.promoted
     model = mlflow.pyfunc.load_model("models:/qa@champion")
+    # predict's type hint is MLflow's input schema: no "Add type hints" / "Any type hint" warning on logging
+    assert not [str(w.message) for w in recwarn if "type hint" in str(w.message).lower()]
+    (column,) = model.metadata.get_input_schema().inputs
+    assert column.type.to_dict() == {"type": "map", "values": {"type": "string"}}  # rows of question/context text
     context = "alice met bob in paris"
     (out,) = model.predict([{"question": "who met bob ?", "context": context}])
     assert out["answer"]
