@@ -125,8 +125,11 @@ def test_load_weights_says_in_one_line_what_is_new_and_unused(tmp_path, capfd, c
     assert lines == [f"BertForSequenceClassification from {tmp_path / 'pt'}: new weights classifier (2 tensors); "
                      "checkpoint weights not used: cls.predictions (5 tensors), cls.seq_relationship (2 tensors)"]
     # transformers' own per-tensor table (written by its handler to stderr) is gone; other levels are restored
-    assert "LOAD REPORT" not in capfd.readouterr().err and "LOAD REPORT" not in caplog.text
+    err = capfd.readouterr().err
+    assert "LOAD REPORT" not in err and "LOAD REPORT" not in caplog.text
+    assert "were not sharded" not in err + caplog.text  # transformers' check when that logger's level >= WARNING
     assert logging.getLogger("transformers.modeling_utils").level == logging.NOTSET
+    assert not logging.getLogger("transformers.modeling_utils").filters
 
 
 def test_flops_masked_head_smaller_than_full():

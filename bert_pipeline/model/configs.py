@@ -14,7 +14,6 @@ Reused by pre-training, distillation and fine-tuning. Everything here takes plai
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from pathlib import Path
 from typing import Any
@@ -159,8 +158,11 @@ def load_weights(cls: Any, path: str | Path, **kwargs: Any) -> tuple[PreTrainedM
         the model and its loading info (``missing_keys``, ``unexpected_keys``, ``mismatched_keys``, ``error_msgs``).
     """
     hf_logger = logging.getLogger("transformers.modeling_utils")
-    with _level(hf_logger, logging.ERROR):
+    hf_logger.addFilter(_drop_load_report)
+    try:
         model, info = cls.from_pretrained(str(path), output_loading_info=True, **kwargs)
+    finally:
+        hf_logger.removeFilter(_drop_load_report)
     new, unused = info.get("missing_keys", ()), info.get("unexpected_keys", ())
     if new or unused:
         log.info("%s from %s: new weights %s; checkpoint weights not used: %s", type(model).__name__, path,
@@ -168,14 +170,11 @@ def load_weights(cls: Any, path: str | Path, **kwargs: Any) -> tuple[PreTrainedM
     return model, info
 
 
-@contextlib.contextmanager
-def _level(logger: logging.Logger, level: int):
-    old = logger.level
-    logger.setLevel(level)
-    try:
-        yield
-    finally:
-        logger.setLevel(old)
+def _drop_load_report(record: logging.LogRecord) -> bool:
+    """A logging filter: False for transformers' load report (its message names ``LOAD REPORT``). A filter, not a
+    higher level on the logger: transformers runs an extra tensor-parallel check, which warns about every tensor of
+    an unsharded model, whenever that logger's own level is WARNING or above."""
+    return "LOAD REPORT" not in str(record.msg)
 
 
 def save_model(model: PreTrainedModel, folder: str | Path, tokenizer=None) -> None:
