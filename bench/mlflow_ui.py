@@ -80,8 +80,8 @@ def main() -> int:
         common = [chromium, *CHROMIUM_FLAGS, f"--user-data-dir={tempfile.mkdtemp()}", "--window-size=1600,1000",
                   "--virtual-time-budget=20000"]
         shot = args.out / "experiment.png"
-        subprocess.run([*common, f"--screenshot={shot}", page], capture_output=True, timeout=180)
-        dom = subprocess.run([*common, "--dump-dom", page], capture_output=True, text=True, timeout=180).stdout
+        subprocess.run([*common, f"--screenshot={shot}", page], capture_output=True, timeout=600)
+        dom = subprocess.run([*common, "--dump-dom", page], capture_output=True, text=True, timeout=600).stdout
     finally:
         server.terminate()
         server.wait(timeout=30)
