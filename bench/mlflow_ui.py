@@ -52,7 +52,7 @@ def main() -> int:
     ap.add_argument("--store", type=Path, required=True, help="the SQLite file (mlflow.db) of a pipeline run")
     ap.add_argument("--out", type=Path, default=Path(tempfile.mkdtemp(prefix="mlflow-ui-")))
     ap.add_argument("--experiment", default="bert-pipeline")
-    ap.add_argument("--path", default="", help="after #/experiments/ID, e.g. '/runs?workflowType=machine_learning'")
+    ap.add_argument("--path", default="", help="after #/experiments/ID, e.g. '?workflowType=machine_learning'")
     args = ap.parse_args()
     chromium = shutil.which("chromium")
     if chromium is None:

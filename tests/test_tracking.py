@@ -79,7 +79,7 @@ def test_nested_runs_and_an_old_experiment_gets_the_training_kind(module_mlflow_
     assert got.data.metrics == {"test_f1": 0.5} and got.info.run_name == "seed 1" and got.info.status == "FINISHED"
     assert client.get_run(failed.run_id).info.status == "FAILED"
     assert tracking.experiment_url("http://mlflow:5000/", old) == (
-        f"http://mlflow:5000/#/experiments/{old}/runs?workflowType=machine_learning")
+        f"http://mlflow:5000/#/experiments/{old}?workflowType=machine_learning")
 
 
 def test_default_uri_is_absolute_repo_root_also_in_dvc_temp_copies(tmp_path, monkeypatch):

@@ -133,9 +133,10 @@ def artifact_location(uri: str, experiment: str) -> str | None:
 
 
 def experiment_url(server: str, experiment: str) -> str:
-    """The MLflow UI's page of ``experiment`` (an id) on its training runs: ``SERVER/#/experiments/ID/runs?...``.
-    Without ``workflowType=machine_learning`` the UI opens the GenAI overview (traces) of a browser's first visit."""
-    return f"{server.rstrip('/')}/#/experiments/{experiment}/runs?workflowType=machine_learning"
+    """The MLflow UI's page of ``experiment`` (an id) on its training runs,
+    ``SERVER/#/experiments/ID?workflowType=machine_learning``; without that query a browser's first visit opens the
+    GenAI overview (traces)."""
+    return f"{server.rstrip('/')}/#/experiments/{experiment}?workflowType=machine_learning"
 
 
 def experiment_id(client: Any, uri: str, name: str | None = None) -> str:
