@@ -9,6 +9,8 @@ for tasks in ``finetune.low_resource_tasks``, again on ``low_resource_train_exam
 - ``metrics/finetune/{M}-{T}.json``: ``{"model", "task", "main_metric", "test": {METRIC: {"mean", "seeds"}},
   "validation": {...}, "low_resource": {"train_examples", "test": {...}}, ...}`` (quality only, byte-identical
   on CPU);
+- ``metrics/headline/finetune/{M}-{T}.json``: ``{M: {T: test mean of the main metric}}``, the DVC metric
+  (:mod:`stages.headline`);
 - ``metrics/finetune-timing/{M}-{T}.json``: wall-clock and CPU seconds (``cache: false``).
 """
 
