@@ -13,6 +13,13 @@ from pathlib import Path
 from typing import Any
 
 
+def _umask() -> int:
+    """The process's umask (read by setting it and putting it back)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 @contextlib.contextmanager
 def atomic_dir(final: str | Path) -> Iterator[Path]:
     """Yield an empty temporary directory next to ``final``; on success replace ``final`` with it.
@@ -23,6 +30,7 @@ def atomic_dir(final: str | Path) -> Iterator[Path]:
     final = Path(final)
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
+    tmp.chmod(0o777 & ~_umask())  # mkdtemp's 0700 would make every output folder private
     try:
         yield tmp
     except BaseException:
@@ -43,6 +51,7 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-", dir=path.parent)
     try:
+        os.chmod(fd, 0o666 & ~_umask())  # mkstemp's 0600 would make every metrics file private
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
         os.replace(tmp, path)

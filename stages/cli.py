@@ -215,11 +215,15 @@ def predict_lines(args: argparse.Namespace, texts: list[str]) -> list[dict]:
     """The output records for ``texts`` (see the module docstring).
 
     Raises:
-        PipelineError: a QA model without ``--context``, or a folder that is not a fine-tuned model.
+        PipelineError: a QA model without ``--context``, ``--context`` for another model, or a folder that is not a
+            fine-tuned model.
     """
     from bert_pipeline.evaluation.predictor import answer, classify, entities, load_predictor
 
     pred = load_predictor(args.model_dir)
+    if args.context is not None and pred.kind != "question-answering":
+        raise PipelineError(f"--context: {args.model_dir} is a {pred.kind} model, which reads texts only; "
+                            "--context is for a question-answering model (leave it out)")
     if pred.kind == "sequence-classification":
         return [{"text": t, **r} for t, r in zip(texts, classify(pred, texts, max_seq_length=args.max_seq_length),
                                                   strict=True)]
@@ -325,11 +329,16 @@ def read_check_inputs(path: Path, kind: str) -> list[dict[str, Any]]:
 
 def run_export(args: argparse.Namespace) -> None:
     from bert_pipeline.evaluation.predictor import model_kind
-    from bert_pipeline.mlops.onnx_export import export_folder
+    from bert_pipeline.mlops.onnx_export import FACTS_FILE, export_folder
 
     kind = model_kind(args.model_dir)
     examples = read_check_inputs(args.check_texts, kind) if args.check_texts else SAMPLE_INPUTS[kind]
     out_dir = args.out_dir or ONNX_DIR / Path(args.model_dir).resolve().name
+    if out_dir.is_dir() and any(out_dir.iterdir()) and not (out_dir / FACTS_FILE).is_file():
+        raise PipelineError(f"-o {out_dir}: the folder exists and holds files that are not an ONNX export (no "
+                            f"{FACTS_FILE}); the export replaces its folder whole: give a new or empty folder")
+    if out_dir.exists() and not out_dir.is_dir():
+        raise PipelineError(f"-o {out_dir}: exists and is not a folder; give a new or empty folder")
     report = export_folder(args.model_dir, out_dir, examples, max_seq_length=args.max_seq_length,
                            doc_stride=args.doc_stride, n_best=args.n_best, max_answer_length=args.max_answer_length,
                            opset=args.opset, exporter=args.exporter, batch_size=args.batch_size,

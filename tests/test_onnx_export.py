@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 
 import numpy as np
@@ -234,6 +235,29 @@ def test_cli_without_check_texts_uses_its_samples(tmp_path, capsys, monkeypatch)
     rec = json.loads(capsys.readouterr().out)
     assert rec["out_dir"] == "onnx/sent" and (tmp_path / "onnx/sent/model.onnx").is_file()
     assert rec["examples"] == 4 and rec["agreement"] == 1.0
+
+
+def test_cli_never_deletes_a_users_folder_and_writes_readable_files(tmp_path, capsys):
+    """A new-user finding: ``-o`` into a folder of one's own replaced it whole (its files gone); the export's files
+    came out private (mkdtemp's 0700)."""
+    import stat
+
+    src = save_classifier(tmp_path / "sent", favour=None)
+    mine = tmp_path / "occupied"
+    mine.mkdir()
+    (mine / "mine.txt").write_text("keep me")
+    code, err = _cli(capsys, [str(src), "-o", str(mine), "--timed-runs", "1", "--warmup-runs", "0"])
+    (line,) = [x for x in err.splitlines() if x.startswith("error:")]
+    assert code == 1 and "holds files that are not an ONNX export" in line
+    assert (mine / "mine.txt").read_text() == "keep me" and sorted(p.name for p in mine.iterdir()) == ["mine.txt"]
+    out = tmp_path / "out"
+    for _ in range(2):  # a previous export is replaced
+        code, _ = _cli(capsys, [str(src), "-o", str(out), "--timed-runs", "1", "--warmup-runs", "0"])
+        assert code == 0
+    umask = os.umask(0o022)
+    os.umask(umask)
+    assert stat.S_IMODE(out.stat().st_mode) == 0o777 & ~umask
+    assert stat.S_IMODE((out / "onnx_export.json").stat().st_mode) == 0o666 & ~umask
 
 
 @pytest.mark.parametrize("case", ["no-folder", "not-a-model", "bad-line"])
