@@ -384,6 +384,15 @@ _positive = _int_at_least(1)
 _non_negative = _int_at_least(0)
 
 
+def _window_options(sub: argparse.ArgumentParser) -> None:
+    """The windowing and QA-decoding options ``predict`` and ``export`` share (the same defaults as serving)."""
+    sub.add_argument("--max-seq-length", type=_positive, default=384, help="tokens per window (default 384)")
+    sub.add_argument("--doc-stride", type=_positive, default=128,
+                     help="overlap in tokens of the windows a long QA context or NER text is cut into (default 128)")
+    sub.add_argument("--n-best", type=_positive, default=20, help="QA start/end candidates per window (default 20)")
+    sub.add_argument("--max-answer-length", type=_positive, default=30, help="QA answer tokens at most (default 30)")
+
+
 def parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     """The ``bert-pipeline`` argument parser (one sub-command per tool) and its ``predict`` sub-parser."""
     top = argparse.ArgumentParser(prog="bert-pipeline", description="The BERT pipeline's tools that are not DVC "
@@ -408,11 +417,7 @@ def parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     pred.add_argument("texts", nargs="*", help="texts (QA: questions), none blank; read from stdin, one per line, "
                       "when absent (stdin must then be a pipe or a file, not a terminal)")
     pred.add_argument("--context", help="the passage QA answers from (required for a QA model)")
-    pred.add_argument("--max-seq-length", type=_positive, default=384, help="tokens per window (default 384)")
-    pred.add_argument("--doc-stride", type=_positive, default=128,
-                      help="overlap in tokens of the windows a long QA context or NER text is cut into (default 128)")
-    pred.add_argument("--n-best", type=_positive, default=20, help="QA start/end candidates per window (default 20)")
-    pred.add_argument("--max-answer-length", type=_positive, default=30, help="QA answer tokens at most (default 30)")
+    _window_options(pred)
     exp = sub.add_parser("export", help="a fine-tuned folder as ONNX, checked against PyTorch; one JSON line",
                          description="Export a fine-tuned folder to ONNX (dynamic batch and sequence axes), check "
                          "ONNX Runtime against PyTorch and time both at batch 1.")
@@ -420,10 +425,7 @@ def parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     exp.add_argument("-o", "--out-dir", type=Path, help=f"output folder (default {ONNX_DIR}/NAME of MODEL_DIR)")
     exp.add_argument("--check-texts", type=Path, metavar="FILE",
                      help="check inputs, one per line (QA: JSON {\"question\", \"context\"}); default: built-in ones")
-    exp.add_argument("--max-seq-length", type=_positive, default=384, help="tokens per window (default 384)")
-    exp.add_argument("--doc-stride", type=_positive, default=128, help="overlap of a long input's windows (default 128)")
-    exp.add_argument("--n-best", type=_positive, default=20, help="QA start/end candidates per window (default 20)")
-    exp.add_argument("--max-answer-length", type=_positive, default=30, help="QA answer tokens at most (default 30)")
+    _window_options(exp)
     exp.add_argument("--opset", type=_positive, default=18, help="ONNX opset (default 18)")
     exp.add_argument("--exporter", choices=("torchscript", "dynamo"), default="torchscript",
                      help="torch.onnx.export path (default torchscript: fast; dynamo: torch.export, opset >= 18)")
