@@ -83,8 +83,7 @@ def main() -> None:
                 ["model", "average", "relative_speed", "latency_ms", "throughput"], result.score_vs_speed))
         write_figures(result.figures)
         write_json(OUT_METRICS, result.flat)
-        write_headline("evaluate", {key.removesuffix(".average"): {"average": value}
-                                    for key, value in result.flat.items() if key.endswith(".average")})
+        write_headline("evaluate", headline(result.flat))
         atomic_write_text(REPORT, result.summary)
         write_json(OUT_TIMING, result.timing)
         log.info("wrote %s, %s/ (%d figures), %s, %s, %s/", REPORT, FIGURES, len(result.figures), OUT_METRICS,
@@ -94,6 +93,18 @@ def main() -> None:
         for path in (REPORT, OUT_METRICS, OUT_TIMING, PLOTS / "score_vs_speed.csv", PLOTS / "ner_f1_per_type.csv",
                      *(FIGURES / f.name for f in result.figures)):
             run.log_artifact(path)
+
+
+def headline(flat: dict[str, float]) -> dict[str, dict[str, float]]:
+    """The evaluate stage's DVC metrics: each member's average main test metric over the tasks
+    (``{member: {"average"}}``) and each distilled student's share of its teacher's (``"teacher_share"``)."""
+    out: dict[str, dict[str, float]] = {}
+    for key, value in flat.items():
+        if key.endswith(".average") and not key.startswith("distillation."):
+            out.setdefault(key.removesuffix(".average"), {})["average"] = value
+        elif key.startswith("distillation.") and key.endswith(".average_share"):
+            out.setdefault(key.removeprefix("distillation.").removesuffix(".average_share"), {})["teacher_share"] = value
+    return out
 
 
 def write_figures(figures) -> None:

@@ -121,16 +121,26 @@ def run(model_name: str, task_name: str, p: FinetuneParams, tracker: Any = None,
     except FinetuneError as exc:
         raise PipelineError(str(exc)) from None
     metrics = {"model": model_name, "task": task_name, **outcome.metrics}
+    save_member(model_name, task_name, metrics, outcome, model_card(model_name, task_name, spec, p, metrics, outcome),
+                tracker, member_role(spec))
+    return metrics
+
+
+def save_member(model_name: str, task_name: str, metrics: dict[str, Any], outcome: Any, card_text: str,
+                tracker: Any, role: str) -> None:
+    """Write a family member's fine-tuned outputs: ``models/finetuned/{model}-{task}/`` (weights, tokenizer, card,
+    in one atomic step), ``metrics/finetune/{model}-{task}.json``, its headline and timing files; with a
+    ``tracker``, the MLflow tags (``role``), per-seed child runs, metrics and the model pointer
+    (:func:`log_seed_runs`)."""
     name = f"{model_name.replace('/', '--')}-{task_name}"
-    text = model_card(model_name, task_name, spec, p, metrics, outcome)
     with atomic_dir(MODELS_OUT / name) as tmp:
         outcome.model.save_pretrained(tmp)
         outcome.tokenizer.save_pretrained(tmp)
-        card.write_card(tmp, text)
+        card.write_card(tmp, card_text)
     write_json(METRICS / f"{name}.json", metrics)
     write_headline(f"finetune/{name}", {model_name: {task_name: metrics["test"][metrics["main_metric"]]["mean"]}})
     if tracker is not None:
-        log_seed_runs(tracker, model_name, task_name, spec, metrics)
+        log_seed_runs(tracker, model_name, task_name, role, metrics)
         tracker.log_metrics({f"{split}_{k}": v["mean"] for split in ("test", "validation")
                              for k, v in metrics[split].items()})
         if metrics["low_resource"]:
@@ -139,7 +149,6 @@ def run(model_name: str, task_name: str, p: FinetuneParams, tracker: Any = None,
         tracker.log_model_pointer(MODELS_OUT / name)
         tracker.log_artifact(METRICS / f"{name}.json")
     write_json(TIMING / f"{name}.json", {"model": model_name, "task": task_name, **outcome.timing})
-    return metrics
 
 
 def member_role(spec: FinetuneModel) -> str:
@@ -149,13 +158,13 @@ def member_role(spec: FinetuneModel) -> str:
     return ROLE_BY_PATH.get(Path(spec.path).as_posix(), "reference")
 
 
-def log_seed_runs(tracker: Any, model_name: str, task_name: str, spec: FinetuneModel, metrics: dict[str, Any]) -> None:
+def log_seed_runs(tracker: Any, model_name: str, task_name: str, role: str, metrics: dict[str, Any]) -> None:
     """Tag the stage's run for grouping (``model``, ``task``, ``role``, ``main_metric``), log its headline
     ``test_main_metric`` (the mean over seeds of the task's main metric), and open one child run per seed with the
     same tags plus ``seed`` and that seed's test and validation scores, so MLflow's compare view sets the family
     side by side."""
     main = metrics["main_metric"]
-    tags = {"model": model_name, "task": task_name, "role": member_role(spec), "main_metric": main}
+    tags = {"model": model_name, "task": task_name, "role": role, "main_metric": main}
     tracker.set_tags(tags)
     tracker.log_metrics({"test_main_metric": metrics["test"][main]["mean"]})
     for i, seed in enumerate(metrics["seeds"]):

@@ -450,6 +450,37 @@ class ExportParams(Section):
         return self
 
 
+# ------------------------------------------------------------------------------------------- task_distill
+class TaskDistillParams(Section):
+    """``task_distill``: task-specific distillation (Sanh et al. 2019, §4.2; Hinton et al. 2015) of the fine-tuned
+    ``teacher`` member into a student with every other layer, named ``student`` in the family.
+
+    Stage ``teacher_logits@{task}`` caches the teacher's logits on the transfer set: the labelled subset the teacher
+    was fine-tuned on (``finetune.tasks.{task}.max_train_examples``, ``finetune.data_seed``) plus
+    ``teacher_only_examples[task]`` more training-split examples only the teacher labels. Stage
+    ``distill_task@{task}`` trains the student on ``alpha_ce * KL * T^2 + alpha_task * task loss`` in the
+    fine-tuning loop (``finetune``'s warmup, decay, clipping, early stopping and held-out subsets), once per seed.
+    """
+
+    teacher: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.]+$")
+    student: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.]+$")
+    student_layers: Annotated[int, annotated_types.Ge(1)] | None
+    temperature: Annotated[float, annotated_types.Gt(0.0)]
+    alpha_ce: Annotated[float, annotated_types.Ge(0.0)]
+    alpha_task: Annotated[float, annotated_types.Ge(0.0)]
+    learning_rate: Annotated[float, annotated_types.Gt(0.0), annotated_types.Lt(1.0)]
+    epochs: Annotated[int, annotated_types.Ge(1)] | None
+    seeds: list[int] = Field(min_length=1)
+    teacher_only_examples: dict[str, Annotated[int, annotated_types.Ge(0)]]
+    teacher_batch_size: Annotated[int, annotated_types.Ge(1)]
+
+    @model_validator(mode="after")
+    def _weights(self) -> TaskDistillParams:
+        if self.alpha_ce == 0 and self.alpha_task == 0:
+            raise ValueError("task_distill.alpha_ce, task_distill.alpha_task: expected at least one > 0, got both 0")
+        return self
+
+
 # ----------------------------------------------------------------------------------------------- evaluate
 class EvaluateParams(Section):
     """``evaluate``: the family's roles, how CPU inference speed is measured, how many test examples the plots use.
@@ -504,6 +535,7 @@ class Params(Section):
     distill: DistillParams
     prepare_tasks: PrepareTasksParams
     finetune: FinetuneParams
+    task_distill: TaskDistillParams
     export: ExportParams
     evaluate: EvaluateParams
     orchestration: OrchestrationParams
@@ -517,6 +549,12 @@ class Params(Section):
         unknown = [t for t in self.finetune.low_resource_tasks if t not in self.finetune.tasks]
         if unknown:
             raise ValueError(f"finetune.low_resource_tasks: {unknown[0]!r} is not a key of finetune.tasks")
+        if self.task_distill.student in self.finetune.models:
+            raise ValueError(f"task_distill.student: {self.task_distill.student!r} is already a key of "
+                             "finetune.models; give the student a name of its own")
+        unknown = [t for t in self.task_distill.teacher_only_examples if t not in self.finetune.tasks]
+        if unknown:
+            raise ValueError(f"task_distill.teacher_only_examples: {unknown[0]!r} is not a key of finetune.tasks")
         return self
 
 

@@ -257,7 +257,7 @@ def test_finetune_outputs(smoke_run):
 
     files = sorted((smoke_run / "metrics/finetune").glob("*.json"))
     combos = {p.stem for p in files}
-    family = ("pretrained", "distilled", "scratch", "minilm")
+    family = ("pretrained", "distilled", "scratch", "minilm", "minilm_student")
     assert combos == {f"{m}-{t}" for m in family for t in ("sentiment", "ner", "qa")}
     teacher = AutoConfig.from_pretrained(smoke_run / "models/pretrained")
     expected = {"sentiment": {"accuracy", "macro_f1"}, "qa": {"exact_match", "f1"}}
@@ -270,7 +270,7 @@ def test_finetune_outputs(smoke_run):
             for v in block.values():
                 assert len(v["seeds"]) == len(m["seeds"])
                 assert 0.0 <= v["mean"] <= 1.0
-        assert (m["low_resource"] is not None) == (m["task"] == "sentiment")
+        assert (m["low_resource"] is not None) == (m["task"] == "sentiment" and m["model"] != "minilm_student")
         assert "train_seconds" not in m  # wall-clock lives in metrics/finetune-timing/ (cache: false, not applied)
         folder = smoke_run / "models/finetuned" / path.stem
         cfg = AutoConfig.from_pretrained(folder)
@@ -282,13 +282,21 @@ def test_finetune_outputs(smoke_run):
             assert (cfg.num_hidden_layers, cfg.hidden_size) == (teacher.num_hidden_layers, teacher.hidden_size)
         if m["model"] == "distilled":
             assert cfg.num_hidden_layers == max(1, teacher.num_hidden_layers // 2)
+        if m["model"] == "minilm_student":  # task-specific distillation of the fine-tuned MiniLM: 6 -> 3 layers
+            minilm = AutoConfig.from_pretrained(smoke_run / "models/finetuned" / f"minilm-{m['task']}")
+            assert (m["teacher"], cfg.num_hidden_layers, minilm.num_hidden_layers) == ("minilm", 3, 6)
+            assert m["distillation"]["layer_map"] == [0, 2, 4]
+            cached = json.loads((smoke_run / f"data/teacher_logits/{m['task']}/teacher_logits.json").read_text())
+            assert cached["teacher_path"] == f"models/finetuned/minilm-{m['task']}"
+            assert all(doc.startswith("news_articles:") for doc in cached["doc_ids"] or ["news_articles:"])
         # the model card: the Hub's metadata, the test means, the encoder it started from, the silver caveat
         from bert_pipeline.model.card import METRIC_NAME, PIPELINE_TAG
 
         card = card_header(folder)
         assert card["pipeline_tag"] == PIPELINE_TAG[m["kind"]]
         assert card_metrics(card)[METRIC_NAME[m["main_metric"]]] == m["test"][m["main_metric"]]["mean"]
-        base = {"pretrained": "models/pretrained", "distilled": "models/distilled", "minilm": "data/raw/minilm"}
+        base = {"pretrained": "models/pretrained", "distilled": "models/distilled", "minilm": "data/raw/minilm",
+                "minilm_student": f"models/finetuned/minilm-{m['task']}"}
         assert card.get("base_model") == base.get(m["model"])  # scratch: none
         assert ("agreement with spaCy" in (folder / "README.md").read_text()) == (m["task"] == "ner")
 
@@ -345,6 +353,8 @@ def test_evaluate_outputs(smoke_run):
     assert "dvc.lock sha256" in summary
     assert "Pre-training gain of the teacher (pretrained) over the same model from scratch" in summary
     assert "The student (distilled) keeps" in summary
+    assert "### minilm → minilm_student: task-specific distillation" in summary
+    assert 0 < flat["distillation.minilm_student.average_share"]
     assert "(metrics/distill.json)" in summary
     tokens_seen = json.loads((smoke_run / "metrics/pretrain.json").read_text())["tokens_seen"]
     assert 0 < tokens_seen <= 6 * 8 * 128  # smoke: 6 steps x 8 x 128

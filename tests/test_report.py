@@ -12,6 +12,7 @@ from bert_pipeline.errors import PipelineError
 from bert_pipeline.evaluation.figures import ReportFigure
 from bert_pipeline.evaluation.provenance import report_card, stage_wall_times
 from bert_pipeline.evaluation.report import (
+    FinetuneResult,
     ModelFacts,
     figures_section,
     findings,
@@ -196,3 +197,37 @@ def test_upstream_findings_give_pretraining_and_distillation_lines():
     # a zero unigram baseline gives no ratio (and no division by zero); distill.json absent gives no line
     zero_baseline = {**pretrain, "eval": {"mlm_accuracy": 0.1, "unigram_accuracy": 0.0}}
     assert upstream_findings(zero_baseline, None, REPORT_SOURCES) == []
+
+
+def test_distillation_table_pairs_each_student_with_its_teacher():
+    from bert_pipeline.evaluation.report import DistillationPair, distillation_section
+    from stages.evaluate import headline
+
+    def result(model, task, score, teacher=None, seeds=2):
+        return FinetuneResult(model=model, task=task, main_metric="f1", test={"f1": score},
+                              test_seeds={"f1": [score] * seeds}, teacher=teacher)
+
+    index = {("minilm", "ner"): result("minilm", "ner", 0.50, seeds=1), ("minilm", "qa"): result("minilm", "qa", 0.40, seeds=1),
+             ("student", "ner"): result("student", "ner", 0.49, "minilm"),
+             ("student", "qa"): result("student", "qa", 0.38, "minilm")}
+    facts = {"minilm": ModelFacts(20_000_000, 90.0, latency_ms=10.0, throughput=100.0, total_parameters=22_000_000,
+                                  encoder_parameters=10_600_000),
+             "student": ModelFacts(15_000_000, 70.0, latency_ms=5.0, throughput=190.0, total_parameters=17_000_000,
+                                   encoder_parameters=5_300_000)}
+    pair = DistillationPair("minilm", "student", "task-specific distillation", 600.0, "2 tasks")
+    page = distillation_section([pair], index, facts, ["ner", "qa"], 32, REPORT_SOURCES)
+    assert "### minilm → student: task-specific distillation" in page
+    rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]] for line in page.splitlines()
+            if line.startswith("| ") and "---" not in line}
+    assert rows["parameters, encoder layers"] == ["10.6M", "5.3M", "0.50"]
+    assert rows["ner f1 (silver) (test; seeds 1 / 2)"] == ["50.0", "49.0", "98.0%"]
+    assert rows["qa f1 (test; seeds 1 / 2)"] == ["40.0", "38.0", "95.0%"]
+    assert rows["student's share, mean over tasks"][-1] == "96.5%"
+    assert rows["latency ms/example (b=1)"] == ["10.00", "5.00", "2.00x faster"]
+    assert rows["throughput examples/s (b=32)"] == ["100", "190", "1.90x"]
+    assert rows["student's training (wall)"][1:] == ["10.0 min", "2 tasks"]
+    # a pair without results on one side is left out; the headline carries each student's share
+    assert distillation_section([DistillationPair("pretrained", "student", "x")], index, facts, ["ner"], 32,
+                                REPORT_SOURCES) == ""
+    flat = {"student.average": 0.435, "distillation.student.average_share": 0.965, "distillation.student.ner_share": 0.98}
+    assert headline(flat) == {"student": {"average": 0.435, "teacher_share": 0.965}}

@@ -22,11 +22,13 @@ from bert_pipeline.evaluation.figures import FigureSources, ReportFigure, family
 from bert_pipeline.evaluation.predictor import class_probabilities, load_predictor
 from bert_pipeline.evaluation.provenance import report_card
 from bert_pipeline.evaluation.report import (
+    DistillationPair,
     FinetuneResult,
     ModelFacts,
     ReportSources,
     average_score,
     by_model_task,
+    distillation_section,
     family_order,
     findings,
     load_finetune_results,
@@ -155,6 +157,49 @@ def flat_metrics(index: dict[tuple[str, str], FinetuneResult], facts: dict[str, 
     return out
 
 
+def distillation_pairs(results: list[FinetuneResult], teacher: str, student: str,
+                       metrics_dir: Path) -> list[DistillationPair]:
+    """The family's teacher/student pairs: ``teacher`` -> ``student`` (general distillation, the distill stage) and
+    every task-specific student (a metrics file naming its ``teacher``), with the student's training wall seconds
+    from the timing files present in ``metrics_dir`` (``distill-timing.json``; ``finetune-timing/`` and
+    ``teacher_logits-timing/``); None where none is on record."""
+    general = read_json(metrics_dir / "distill-timing.json") or {}
+    pairs = [DistillationPair(teacher, student, "general distillation (Sanh et al. 2019, §3), then fine-tuning",
+                              general.get("train_seconds"), "distill stage (MLM triple loss) only")]
+    students: dict[str, tuple[str, list[str]]] = {}
+    for r in results:
+        if r.teacher:
+            students.setdefault(r.model, (r.teacher, []))[1].append(r.task)
+    for name, (of, tasks) in sorted(students.items()):
+        seconds, parts = 0.0, 0
+        for task in sorted(tasks):
+            run = read_json(metrics_dir / "finetune-timing" / f"{name}-{task}.json") or {}
+            labels = read_json(metrics_dir / "teacher_logits-timing" / f"{task}.json") or {}
+            seconds += sum(run.get("train_seconds", ())) + labels.get("wall_seconds", 0.0)
+            parts += bool(run)
+        pairs.append(DistillationPair(of, name, "task-specific distillation (Sanh et al. 2019, §4.2)",
+                                      seconds if parts else None,
+                                      f"{len(tasks)} tasks, every seed, teacher logits included"))
+    return pairs
+
+
+def pair_shares(pairs: list[DistillationPair], index: dict[tuple[str, str], FinetuneResult],
+                tasks: list[str]) -> dict[str, float]:
+    """``distillation.{student}.{task}_share`` (student's main test metric / its teacher's) and
+    ``distillation.{student}.average_share`` (their mean over the tasks both have)."""
+    out: dict[str, float] = {}
+    for pair in pairs:
+        shares = []
+        for t in tasks:
+            a, b = index.get((pair.teacher, t)), index.get((pair.student, t))
+            if a is not None and b is not None and a.score > 0:
+                shares.append(b.score / a.score)
+                out[f"distillation.{pair.student}.{t}_share"] = round(shares[-1], 6)
+        if shares:
+            out[f"distillation.{pair.student}.average_share"] = round(sum(shares) / len(shares), 6)
+    return out
+
+
 @dataclass(frozen=True)
 class FamilyInputs:
     """Where the family's results are: fine-tuning metrics and models, the task sets, the upstream metrics files
@@ -222,7 +267,8 @@ def evaluate_family(inputs: FamilyInputs, *, teacher: str, student: str, scratch
                               warmup_runs, timed_runs, num_threads)
         speeds[m] = speed
         facts[m] = ModelFacts(count_parameters(pred.model.base_model), size_on_disk_mb(folder), speed.latency_ms,
-                              speed.throughput)
+                              speed.throughput, total_parameters=count_parameters(pred.model),
+                              encoder_parameters=count_parameters(pred.model.base_model, exclude_embeddings=True))
         log.info("%s: %.1f ms/example (b=1), %.0f examples/s (b=%d)", m, speed.latency_ms, speed.throughput,
                  throughput_batch_size)
 
@@ -246,11 +292,14 @@ def evaluate_family(inputs: FamilyInputs, *, teacher: str, student: str, scratch
                              ner_per_type=per_type, reference=reference)
     onnx = onnx_section(read_json(inputs.metrics_dir / "export.json"),
                         read_json(inputs.metrics_dir / "export-timing.json"), inputs.sources)
+    pairs = distillation_pairs(results, teacher, student, inputs.metrics_dir)
+    distilled = distillation_section(pairs, index, facts, tasks, throughput_batch_size, inputs.sources)
     summary = render_summary(header, rows, lines, read_json(inputs.metrics_dir / "corpus.json"),
                              read_json(inputs.metrics_dir / "tokenizer.json"), card, inputs.sources, note, figures,
-                             sections=[onnx])
+                             sections=[distilled, onnx])
 
     flat = flat_metrics(index, facts, models, tasks, teacher, student, scratch)
+    flat.update(pair_shares(pairs, index, tasks))
     for m, pairs in confusion.items():  # the saved (first-seed) model on the confusion matrix's examples
         flat[f"{m}.sentiment.confusion_examples"] = len(pairs)
         flat[f"{m}.sentiment.confusion_accuracy"] = round(sum(a == b for a, b in pairs) / max(len(pairs), 1), 6)

@@ -71,6 +71,8 @@ class FinetuneResult:
         low_resource_examples: training examples of the low-resource run, or None when there was none.
         low_resource_test: metric name -> mean on the test split of the low-resource run ({} when none).
         source: the file it was read from.
+        teacher: the family member a task-specific student learned from (its metrics file's ``teacher``), else
+            None.
     """
 
     model: str
@@ -81,6 +83,7 @@ class FinetuneResult:
     low_resource_examples: int | None = None
     low_resource_test: Mapping[str, float] = field(default_factory=dict)
     source: str = ""
+    teacher: str | None = None
 
     @property
     def score(self) -> float:
@@ -97,12 +100,16 @@ class ModelFacts:
         size_mb: size of the weight files on disk in MB (10**6 bytes).
         latency_ms: median milliseconds per example at batch size 1.
         throughput: median examples per second at the throughput batch size.
+        total_parameters: every parameter, task head included.
+        encoder_parameters: the encoder's layers alone (no embeddings, no head): what distillation halves.
     """
 
     parameters: int
     size_mb: float
     latency_ms: float | None = None
     throughput: float | None = None
+    total_parameters: int | None = None
+    encoder_parameters: int | None = None
 
 
 def _means(block: Any, where: str) -> tuple[dict[str, float], dict[str, list[float]]]:
@@ -144,6 +151,7 @@ def parse_finetune_metrics(raw: Mapping[str, Any], source: str) -> FinetuneResul
         low_resource_examples=int(low["train_examples"]) if low.get("train_examples") is not None else None,
         low_resource_test=low_test,
         source=source,
+        teacher=str(raw["teacher"]) if raw.get("teacher") else None,
     )
 
 
@@ -423,6 +431,72 @@ def figures_section(figures: Sequence[ReportFigure], link_dir: str) -> list[str]
 
 
 UNITS = {"sequence-classification": "sentences", "token-classification": "tokens", "question-answering": "answers"}
+
+
+@dataclass(frozen=True)
+class DistillationPair:
+    """A teacher and the student distilled from it: ``method`` (how, with its source) and the student's training
+    cost (``train_seconds``: wall seconds of every run that made it; ``cost_note``: what they cover)."""
+
+    teacher: str
+    student: str
+    method: str
+    train_seconds: float | None = None
+    cost_note: str = ""
+
+
+def distillation_section(pairs: Sequence[DistillationPair], index: Mapping[tuple[str, str], FinetuneResult],
+                         facts: Mapping[str, ModelFacts], tasks: Sequence[str], throughput_batch_size: int,
+                         sources: ReportSources) -> str:
+    """One table per teacher/student pair (Markdown; ``""`` when no pair has results): parameters (total and
+    encoder), each task's test score (mean over seeds, seed count) and the student's share of the teacher's,
+    latency at batch 1 and throughput at ``throughput_batch_size`` on the same inputs and threads, the speed
+    ratios, and the student's training cost."""
+    blocks = []
+    for pair in pairs:
+        t, s = pair.teacher, pair.student
+        if not any((s, task) in index for task in tasks) or not any((t, task) in index for task in tasks):
+            continue
+        rows: list[list[str]] = []
+        ft, fs = facts.get(t), facts.get(s)
+
+        def ratio(a: float | None, b: float | None) -> str:
+            return f"{a / b:.2f}" if a and b else "–"
+
+        for label, attr in (("parameters, total", "total_parameters"), ("parameters, encoder layers",
+                                                                         "encoder_parameters")):
+            a, b = getattr(ft, attr, None), getattr(fs, attr, None)
+            rows.append([label, fmt_params(a), fmt_params(b), ratio(b, a)])
+        shares = []
+        for task in tasks:
+            rt, rs = index.get((t, task)), index.get((s, task))
+            if rt is None or rs is None:
+                continue
+            seeds_t, seeds_s = len(rt.test_seeds.get(rt.main_metric, ())) or 1, len(rs.test_seeds.get(rs.main_metric, ())) or 1
+            share = rs.score / rt.score if rt.score > 0 else None
+            if share is not None:
+                shares.append(share)
+            rows.append([f"{task_header(task, rt.main_metric)} (test; seeds {seeds_t} / {seeds_s})",
+                         fmt_score(rt.score), fmt_score(rs.score), "–" if share is None else f"{100 * share:.1f}%"])
+        if shares:
+            rows.append(["student's share, mean over tasks", "", "", f"{100 * sum(shares) / len(shares):.1f}%"])
+        lat_t, lat_s = getattr(ft, "latency_ms", None), getattr(fs, "latency_ms", None)
+        thr_t, thr_s = getattr(ft, "throughput", None), getattr(fs, "throughput", None)
+        rows.append(["latency ms/example (b=1)", "–" if lat_t is None else f"{lat_t:.2f}",
+                     "–" if lat_s is None else f"{lat_s:.2f}", f"{ratio(lat_t, lat_s)}x faster"])
+        rows.append([f"throughput examples/s (b={throughput_batch_size})", "–" if thr_t is None else f"{thr_t:.0f}",
+                     "–" if thr_s is None else f"{thr_s:.0f}", f"{ratio(thr_s, thr_t)}x"])
+        cost = "–" if pair.train_seconds is None else f"{pair.train_seconds / 60:.1f} min"
+        rows.append(["student's training (wall)", "", cost, pair.cost_note])
+        blocks += [f"### {t} → {s}: {pair.method}", "",
+                   markdown_table(["", f"teacher `{t}`", f"student `{s}`", "student / teacher"], rows), ""]
+    if not blocks:
+        return ""
+    return "\n".join([
+        "## Distillation", "",
+        "Each student against the teacher it learned from, on the same test sets; speed on the same inputs and CPU "
+        f"threads as the family table (`{sources.evaluate_timing}`); scores from `{sources.finetune_metrics}`.", "",
+        *blocks]).rstrip() + "\n"
 
 
 def onnx_section(parity: Mapping[str, Any] | None, timing: Mapping[str, Any] | None, sources: ReportSources) -> str:

@@ -301,6 +301,19 @@ class StageRun:
         self.client.log_artifact(self.run_id, str(path))
 
 
+def run_of_folder(run: StageRun, folder: str | Path) -> str | None:
+    """The id of the newest finished run in ``run``'s experiment that saved ``folder`` with its current contents
+    (tags ``model_path`` and ``model_dvc_md5``, :meth:`StageRun.log_model_pointer`): e.g. a distilled student's
+    teacher. None when no such run is on record (the folder came from a DVC cache another machine filled)."""
+    pointer = {"path": Path(folder).as_posix(), "md5": dvc_dir_md5(folder)}
+    experiment = run.client.get_run(run.run_id).info.experiment_id
+    found = run.client.search_runs(
+        [experiment], filter_string=f"tags.model_path = '{pointer['path']}' and tags.model_dvc_md5 = "
+                                    f"'{pointer['md5']}' and attributes.status = 'FINISHED'",
+        order_by=["attributes.start_time DESC"], max_results=1)
+    return found[0].info.run_id if found else None
+
+
 @contextlib.contextmanager
 def stage_run(
     stage: str,

@@ -9,9 +9,10 @@ mega-batches sorted by length), which on CPU saves most of the padding. Everythi
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -95,12 +96,19 @@ def load_task(path: str | Path) -> tuple[DatasetDict, dict[str, Any]]:
     return dd, info
 
 
+def subsample_indices(size: int, n: int | None, seed: int) -> list[int]:
+    """The rows :func:`subsample` keeps: at most ``n`` of ``range(size)`` drawn without replacement with ``seed``,
+    sorted."""
+    if n is None or n >= size:
+        return list(range(size))
+    return np.sort(np.random.default_rng(seed).choice(size, size=n, replace=False)).tolist()
+
+
 def subsample(ds: Dataset, n: int | None, seed: int) -> Dataset:
     """At most ``n`` examples drawn without replacement with ``seed``, kept in their original order."""
     if n is None or n >= len(ds):
         return ds
-    idx = np.sort(np.random.default_rng(seed).choice(len(ds), size=n, replace=False))
-    return ds.select(idx.tolist())
+    return ds.select(subsample_indices(len(ds), n, seed))
 
 
 # ------------------------------------------------------------------------------------------------ models
@@ -147,17 +155,30 @@ def build_model(
 # ---------------------------------------------------------------------------------------------- encoding
 def encode_train(kind: str, tokenizer, ds: Dataset, task: dict[str, Any]) -> list[dict[str, list[int]]]:
     """Model-ready training features, one dict per example (NER and QA: per window of a long sentence/context)."""
+    return encode_train_windows(kind, tokenizer, ds, task)[0]
+
+
+def encode_train_windows(kind: str, tokenizer, ds: Dataset, task: dict[str, Any]
+                         ) -> tuple[list[dict[str, list[int]]], list[int]]:
+    """:func:`encode_train`'s features and, per feature, the position in ``ds`` of the example it came from.
+
+    Raises:
+        ValueError: windows that ``task``'s ``max_length`` / ``doc_stride`` cannot build.
+    """
     if kind == "classification":
         enc = tokenizer(list(ds["text"]), truncation=True, max_length=task["max_length"])
         enc["labels"] = list(ds["label"])
+        owners = list(range(len(ds)))
     elif kind == "ner":
-        return heads.tokenize_ner(tokenizer, list(ds["tokens"]), list(ds["ner_tags"]), task["max_length"],
-                                  task["doc_stride"]).features
+        windows = heads.tokenize_ner(tokenizer, list(ds["tokens"]), list(ds["ner_tags"]), task["max_length"],
+                                     task["doc_stride"])
+        return windows.features, windows.example_index
     else:
-        enc = heads.prepare_qa_features(tokenizer, list(ds["question"]), list(ds["context"]), list(ds["answers"]), task["max_length"],
-                                    task["doc_stride"])
+        enc = heads.prepare_qa_features(tokenizer, list(ds["question"]), list(ds["context"]), list(ds["answers"]),
+                                        task["max_length"], task["doc_stride"])
+        owners = enc["example_index"]
     keys = [k for k in MODEL_KEYS if k in enc]
-    return [{k: enc[k][i] for k in keys} for i in range(len(enc["input_ids"]))]
+    return [{k: enc[k][i] for k in keys} for i in range(len(enc["input_ids"]))], list(owners)
 
 
 def collator(kind: str, tokenizer):
@@ -247,9 +268,13 @@ def make_evaluator(kind: str, tokenizer, ds: Dataset, task: dict[str, Any], labe
 
 
 # ------------------------------------------------------------------------------------------------ the loop
+LossFn = Callable[[Any, dict[str, torch.Tensor], list[int]], torch.Tensor]
+"""``(model, batch, feature_indices) -> scalar loss``: a training objective other than the model's own loss."""
+
+
 def fit(
     model, features: list[dict[str, list[int]]], collate, s: TrainSettings, evaluate: Callable[[Any], dict[str, float]],
-    main_metric: str, on_eval: Callable[[int, dict[str, float]], None] | None = None,
+    main_metric: str, on_eval: Callable[[int, dict[str, float]], None] | None = None, loss_fn: LossFn | None = None,
 ) -> FitResult:
     """Train ``model`` in place on ``features``; keep and restore the weights with the best validation metric.
 
@@ -257,6 +282,9 @@ def fit(
         features: per example ``input_ids`` etc. (lists of ints), plus the labels the model's loss needs.
         evaluate: ``model -> metrics`` on the validation set (``main_metric`` is maximised).
         on_eval: called with ``(step, {"train_loss", "validation_<metric>"...})`` after each evaluation.
+        loss_fn: the objective, given the collated batch ``(batch, seq_len)`` tensors and the indices of its
+            features in ``features`` (task-specific distillation reads cached teacher logits by them); default
+            the model's own loss (``model(**batch).loss``).
     Returns:
         :class:`FitResult`.
     Raises:
@@ -283,7 +311,7 @@ def fit(
         for i, b in enumerate(length_grouped_batches(lengths, s.batch_size, rng)):
             batch = {k: v.to(device) for k, v in collate([features[j] for j in b]).items()}
             with autocast():
-                loss = model(**batch).loss
+                loss = model(**batch).loss if loss_fn is None else loss_fn(model, batch, b)
             if not torch.isfinite(loss):
                 raise FinetuneError(f"non-finite training loss at step {step} (lower the learning rate)")
             loss.backward()
@@ -323,6 +351,35 @@ def fit(
 
 
 # ------------------------------------------------------------------------------------------ one combination
+@contextlib.contextmanager
+def task_windows(task_dir: Path) -> Iterator[None]:
+    """Turn the ``ValueError`` of windows that ``max_length`` / ``doc_stride`` cannot build into a
+    :class:`FinetuneError` naming ``finetune.tasks.{task}``."""
+    try:
+        yield
+    except ValueError as exc:
+        raise FinetuneError(f"finetune.tasks.{task_dir.name}: {exc}") from None
+
+
+def heldout_evaluators(task_dir: Path, dd: DatasetDict, info: dict[str, Any], tokenizer, task: dict[str, Any],
+                       data_seed: int, eval_batch_size: int, precision: str
+                       ) -> tuple[dict[str, Dataset], dict[str, Callable[[Any], dict[str, float]]]]:
+    """The validation and test subsets (``max_validation_examples`` / ``max_test_examples`` drawn with
+    ``data_seed``) and a ``model -> metrics`` evaluator for each (:func:`make_evaluator`): the same held-out
+    examples for every family member of a task, distilled students included.
+
+    Raises:
+        FinetuneError: windows that ``max_length`` / ``doc_stride`` cannot build.
+    """
+    device, autocast = device_and_autocast(precision)
+    heldout = {"validation": subsample(dd["validation"], task["max_validation_examples"], data_seed),
+               "test": subsample(dd["test"], task["max_test_examples"], data_seed)}
+    with task_windows(task_dir):
+        evaluators = {s: make_evaluator(info["kind"], tokenizer, d, task, info.get("label_names"), eval_batch_size,
+                                        device, autocast) for s, d in heldout.items()}
+    return heldout, evaluators
+
+
 @dataclass(frozen=True)
 class MemberSpec:
     """One family member to fine-tune: its folder (or hub name) ``path``; ``init`` ``pretrained`` (its weights)
@@ -392,14 +449,9 @@ def finetune_task(
     tokenizer = load_tokenizer(member.path)
     device, autocast = device_and_autocast(precision)
     train = subsample(dd["train"], task["max_train_examples"], data_seed)
-    heldout = {"validation": subsample(dd["validation"], task["max_validation_examples"], data_seed),
-               "test": subsample(dd["test"], task["max_test_examples"], data_seed)}
-    try:
+    heldout, evaluators = heldout_evaluators(task_dir, dd, info, tokenizer, task, data_seed, eval_batch_size, precision)
+    with task_windows(task_dir):
         features = encode_train(kind, tokenizer, train, task)
-        evaluators = {s: make_evaluator(kind, tokenizer, d, task, label_names, eval_batch_size, device, autocast)
-                      for s, d in heldout.items()}
-    except ValueError as exc:  # windows that cannot be built from max_length / doc_stride
-        raise FinetuneError(f"finetune.tasks.{task_dir.name}: {exc}") from None
     collate = collator(kind, tokenizer)
     log.info("%s on %s (%s): %d train examples (%d features), %d validation, %d test, seeds %s", member.path,
              task_dir.name, kind, len(train), len(features), len(heldout["validation"]), len(heldout["test"]), seeds)
@@ -442,13 +494,28 @@ def finetune_task(
             low_test.append(test_metrics)
             log.info("seed %d, %d examples: test %s %.4f", seed, n, main, test_metrics[main])
         low = {"train_examples": n, "epochs": low_epochs, "test": summarize_seeds(low_test)}
-    metrics = {
-        "kind": kind, "main_metric": main, "silver": bool(info.get("silver")), "model_path": member.path,
-        "init": member.init, "seeds": list(seeds), "epochs": epochs, "train_examples": len(train),
-        "validation_examples": len(heldout["validation"]), "test_examples": len(heldout["test"]),
-        "test": summarize_seeds(test), "validation": summarize_seeds(validation), "low_resource": low, "runs": history,
+    metrics = metrics_record(info, member.path, member.init, seeds, epochs, len(train), heldout, test, validation,
+                             history, low)
+    return FinetuneOutcome(metrics, timing_record(device, timing), saved, tokenizer)
+
+
+def metrics_record(info: dict[str, Any], model_path: str, init: str, seeds: Sequence[int], epochs: int,
+                   train_examples: int, heldout: dict[str, Dataset], test: list[dict[str, float]],
+                   validation: list[dict[str, float]], history: list[dict[str, Any]],
+                   low_resource: dict[str, Any] | None) -> dict[str, Any]:
+    """The quality record of one member on one task (``metrics/finetune/{model}-{task}.json`` without the stage's
+    ``model`` and ``task`` keys): per-seed test and validation metrics (:func:`summarize_seeds`), the split sizes,
+    each seed's training history. Byte-identical on CPU for the same inputs and params."""
+    return {
+        "kind": info["kind"], "main_metric": info["main_metric"], "silver": bool(info.get("silver")),
+        "model_path": model_path, "init": init, "seeds": list(seeds), "epochs": epochs,
+        "train_examples": train_examples, "validation_examples": len(heldout["validation"]),
+        "test_examples": len(heldout["test"]), "test": summarize_seeds(test),
+        "validation": summarize_seeds(validation), "low_resource": low_resource, "runs": history,
     }
-    timing_record = {"device": str(device), "threads": torch.get_num_threads(),
-                     "total_seconds": round(sum(timing["train_seconds"]) + sum(timing["low_resource_train_seconds"]), 2),
-                     **timing}
-    return FinetuneOutcome(metrics, timing_record, saved, tokenizer)
+
+
+def timing_record(device: torch.device, timing: dict[str, list[float]]) -> dict[str, Any]:
+    """The wall-clock record (``metrics/finetune-timing/``): device, threads, total and per-seed seconds."""
+    total = sum(timing.get("train_seconds", ())) + sum(timing.get("low_resource_train_seconds", ()))
+    return {"device": str(device), "threads": torch.get_num_threads(), "total_seconds": round(total, 2), **timing}

@@ -1,0 +1,373 @@
+"""Task-specific distillation: a fine-tuned teacher's logits, cached once, teach a half-depth student on the task.
+
+"Distillation during fine-tuning" (Sanh et al. 2019, §4.2) with Hinton et al.'s (2015) soft targets:
+
+1. :func:`transfer_set` picks the training-split rows the student learns from: the labelled subset the teacher was
+   fine-tuned on (the same ``max_train_examples`` rows, drawn with the same ``data_seed``) plus, optionally, further
+   rows of the *training* split that only the teacher labels (their gold labels are never read). Validation and
+   test rows cannot enter it.
+2. :func:`compute_teacher_logits` runs the teacher once over the transfer set's features and
+   :func:`save_teacher_logits` writes them as ``.npy`` arrays (byte-identical on a CPU rerun), so a change of the
+   student's settings never reruns the teacher.
+3. :func:`distill_task` builds the student from the teacher with every other layer
+   (:func:`bert_pipeline.model.distillation.build_student`, task head included) and trains it, once per seed, with
+   ``alpha_ce * KL(teacher || student at T) * T^2 + alpha_task * task loss``
+   (:func:`bert_pipeline.model.distillation.task_distillation_loss`) in the fine-tuning loop
+   (:func:`bert_pipeline.train.finetune.fit`: early stopping on validation, test read once after).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from datasets import Dataset
+
+from bert_pipeline.data.masking import IGNORE_INDEX
+from bert_pipeline.model import distillation
+from bert_pipeline.train.finetune import (
+    FinetuneError,
+    FinetuneOutcome,
+    TrainSettings,
+    collator,
+    device_and_autocast,
+    encode_train_windows,
+    fit,
+    forward_all,
+    heldout_evaluators,
+    load_task,
+    metrics_record,
+    subsample_indices,
+    task_windows,
+    timing_record,
+)
+
+log = logging.getLogger(__name__)
+
+LOGITS_FILE = "logits.npy"
+INDEX_FILE = "teacher_logits.json"
+LABEL_KEYS = ("labels", "start_positions", "end_positions")
+
+
+# ------------------------------------------------------------------------------------------ the transfer set
+@dataclass(frozen=True)
+class TransferSet:
+    """Training-split rows the student learns from: ``labelled`` (the teacher's own fine-tuning subset; the task
+    loss reads their gold labels) and ``teacher_only`` (soft targets only). Both sorted, disjoint."""
+
+    labelled: list[int]
+    teacher_only: list[int]
+
+    @property
+    def rows(self) -> list[int]:
+        """``labelled + teacher_only``: the order of features and cached logits."""
+        return self.labelled + self.teacher_only
+
+
+def transfer_set(train_size: int, max_train_examples: int | None, teacher_only_examples: int,
+                 data_seed: int) -> TransferSet:
+    """The rows of a training split of ``train_size`` examples: the ``max_train_examples`` rows fine-tuning draws
+    with ``data_seed`` (:func:`bert_pipeline.train.finetune.subsample_indices`), and up to ``teacher_only_examples``
+    of the remaining rows, drawn with the seed sequence ``[data_seed, 1]`` (fewer when fewer remain)."""
+    labelled = subsample_indices(train_size, max_train_examples, data_seed)
+    taken = set(labelled)
+    rest = np.array([i for i in range(train_size) if i not in taken], dtype=np.int64)
+    n = min(teacher_only_examples, len(rest))
+    extra = np.sort(np.random.default_rng([data_seed, 1]).choice(rest, size=n, replace=False)) if n else rest[:0]
+    return TransferSet(labelled, extra.tolist())
+
+
+@dataclass
+class TransferFeatures:
+    """Model-ready features of a transfer set, in :attr:`TransferSet.rows` order (a NER or QA example may give
+    several windows): ``features`` (labels ``-100`` on teacher-only rows), ``row`` (the training-split row of
+    each feature), ``scored`` (NER: per position, True at each word's first sub-token, the positions the task and
+    the soft-target term score; None for the other kinds)."""
+
+    features: list[dict[str, list[int]]]
+    row: list[int]
+    scored: list[list[bool]] | None
+
+
+def transfer_features(kind: str, tokenizer, train: Dataset, rows: TransferSet, task: dict[str, Any]) -> TransferFeatures:
+    """Encode the transfer set's rows as fine-tuning encodes its training set
+    (:func:`bert_pipeline.train.finetune.encode_train_windows`), then blank the labels of teacher-only rows to
+    ``-100`` (the task loss never reads them).
+
+    Raises:
+        ValueError: windows that ``task``'s ``max_length`` / ``doc_stride`` cannot build.
+    """
+    out = TransferFeatures([], [], [] if kind == "ner" else None)
+    for part, blank in ((rows.labelled, False), (rows.teacher_only, True)):
+        if not part:
+            continue
+        features, owners = encode_train_windows(kind, tokenizer, train.select(part), task)
+        for feature, owner in zip(features, owners, strict=True):
+            if out.scored is not None:  # gold labels sit exactly at each word's first sub-token
+                out.scored.append([label != IGNORE_INDEX for label in feature["labels"]])
+            if blank:
+                feature = {key: ([IGNORE_INDEX] * len(value) if isinstance(value, list) else IGNORE_INDEX)
+                           if key in LABEL_KEYS else value for key, value in feature.items()}
+            out.features.append(feature)
+            out.row.append(part[owner])
+    return out
+
+
+# ------------------------------------------------------------------------------------------ teacher logits
+@dataclass
+class TeacherLogits:
+    """The teacher's logits on each transfer-set feature, in feature order: classification ``(num_labels,)``,
+    NER ``(seq_len, num_labels)``, QA ``(seq_len, 2)`` (start, end), float32 each; ``record`` is the index file
+    (:func:`save_teacher_logits`)."""
+
+    logits: list[np.ndarray]
+    record: dict[str, Any]
+
+
+def compute_teacher_logits(teacher, tokenizer, kind: str, features: TransferFeatures, batch_size: int,
+                           precision: str = "fp32") -> list[np.ndarray]:
+    """One inference pass of ``teacher`` (eval mode, no gradient) over ``features``, batched by length
+    (:func:`bert_pipeline.train.finetune.forward_all`).
+
+    Returns:
+        per feature float32: classification ``(num_labels,)``, NER ``(seq_len, num_labels)``, QA ``(seq_len, 2)``
+        (start and end logits stacked).
+    """
+    from transformers import DataCollatorWithPadding
+
+    device, autocast = device_and_autocast(precision)
+    teacher.to(device)
+    pad = DataCollatorWithPadding(tokenizer, return_tensors="pt")
+    out = forward_all(teacher, features.features, pad, batch_size, device, autocast)
+    if kind == "qa":
+        return [np.stack([start, end], axis=-1).astype(np.float32) for start, end in out]
+    return [np.asarray(x, dtype=np.float32) for x in out]
+
+
+def save_teacher_logits(folder: Path, logits: Sequence[np.ndarray], record: dict[str, Any]) -> None:
+    """Write ``logits.npy`` (every feature's logits concatenated along the first axis, float32) and
+    ``teacher_logits.json`` (``record`` plus ``lengths``: rows per feature, and ``shape``) into ``folder``, an
+    empty folder the caller makes atomic. Both byte-identical for the same logits."""
+    from bert_pipeline.io import write_json
+
+    lengths = [1 if x.ndim == 1 else int(x.shape[0]) for x in logits]
+    flat = np.concatenate([x.reshape(1, -1) if x.ndim == 1 else x for x in logits], axis=0).astype("<f4")
+    np.save(folder / LOGITS_FILE, flat, allow_pickle=False)
+    write_json(folder / INDEX_FILE, {**record, "shape": list(flat.shape), "lengths": lengths})
+
+
+def load_teacher_logits(folder: Path) -> TeacherLogits:
+    """Read what :func:`save_teacher_logits` wrote.
+
+    Raises:
+        FinetuneError: a file missing or the arrays not matching the index (names the folder and the stage that
+            writes it).
+    """
+    index, array = folder / INDEX_FILE, folder / LOGITS_FILE
+    if not index.is_file() or not array.is_file():
+        raise FinetuneError(f"{folder}: no cached teacher logits (expected {INDEX_FILE} and {LOGITS_FILE}; "
+                            f"run `dvc repro teacher_logits@{folder.name}`)")
+    record = json.loads(index.read_text(encoding="utf-8"))
+    flat = np.load(array, allow_pickle=False)
+    lengths = record["lengths"]
+    if flat.shape[0] != sum(lengths):
+        raise FinetuneError(f"{array}: {flat.shape[0]} rows, but {INDEX_FILE} lists {sum(lengths)}; rerun "
+                            f"`dvc repro teacher_logits@{folder.name}`")
+    cuts = np.cumsum([0, *lengths])
+    single = record["kind"] == "classification"
+    return TeacherLogits([flat[a] if single else flat[a:b] for a, b in zip(cuts[:-1], cuts[1:], strict=True)], record)
+
+
+def label_task(task_dir: Path, teacher_dir: Path, task: dict[str, Any], *, teacher_only_examples: int,
+               data_seed: int, batch_size: int, precision: str = "fp32") -> TeacherLogits:
+    """The teacher's logits on a task's transfer set (:func:`transfer_set`, :func:`compute_teacher_logits`) and the
+    index record :func:`save_teacher_logits` writes beside them: the task, kind, teacher folder, the transfer set's
+    training-split rows and their example ``id`` (and ``doc_id`` where the task has one: NER, QA), and the feature
+    count.
+
+    Raises:
+        FinetuneError: a missing task folder or split, or windows that cannot be built.
+        PipelineError: the teacher folder is not a loadable fine-tuned model.
+    """
+    from bert_pipeline.evaluation.predictor import load_predictor
+
+    dd, info = load_task(task_dir)
+    kind, train = info["kind"], dd["train"]
+    rows = transfer_set(len(train), task["max_train_examples"], teacher_only_examples, data_seed)
+    teacher = load_predictor(teacher_dir)
+    with task_windows(task_dir):
+        features = transfer_features(kind, teacher.tokenizer, train, rows, task)
+    logits = compute_teacher_logits(teacher.model, teacher.tokenizer, kind, features, batch_size, precision)
+    record: dict[str, Any] = {
+        "task": task_dir.name, "kind": kind, "teacher_path": Path(teacher_dir).as_posix(),
+        "labelled_rows": rows.labelled, "teacher_only_rows": rows.teacher_only, "features": len(features.features),
+        "ids": [train[i]["id"] for i in rows.rows] if "id" in train.column_names else None,
+        "doc_ids": [train[i]["doc_id"] for i in rows.rows] if "doc_id" in train.column_names else None,
+    }
+    log.info("%s: teacher %s labelled %d + %d teacher-only examples (%d features)", task_dir.name, teacher_dir,
+             len(rows.labelled), len(rows.teacher_only), len(features.features))
+    return TeacherLogits(logits, record)
+
+
+# ----------------------------------------------------------------------------------------- the objective
+def teacher_batch(kind: str, cached: Sequence[np.ndarray], scored: Sequence[Sequence[bool]] | None,
+                  indices: Sequence[int], seq_len: int) -> tuple[Any, torch.Tensor | None]:
+    """The cached teacher logits of a batch's features as tensors padded to ``seq_len`` (right padding, as the
+    collators pad), and NER's scored-position mask ``(batch, seq_len)`` bool (None for the other kinds).
+
+    Returns:
+        classification ``(batch, num_labels)``; NER ``(batch, seq_len, num_labels)``; QA a ``(start, end)`` pair of
+        ``(batch, seq_len)``; float32.
+    """
+    if kind == "classification":
+        return torch.from_numpy(np.stack([cached[i] for i in indices])), None
+    width = cached[indices[0]].shape[-1]
+    out = np.zeros((len(indices), seq_len, width), dtype=np.float32)
+    mask = np.zeros((len(indices), seq_len), dtype=bool)
+    for j, i in enumerate(indices):
+        n = cached[i].shape[0]
+        out[j, :n] = cached[i]
+        if scored is not None:
+            mask[j, :n] = scored[i]
+    logits = torch.from_numpy(out)
+    if kind == "qa":
+        return (logits[..., 0], logits[..., 1]), None
+    return logits, torch.from_numpy(mask)
+
+
+def distillation_objective(kind: str, cached: Sequence[np.ndarray], scored: Sequence[Sequence[bool]] | None, *,
+                           temperature: float, alpha_ce: float, alpha_task: float) -> Callable[..., torch.Tensor]:
+    """The loss hook of :func:`bert_pipeline.train.finetune.fit` for task-specific distillation: the student's
+    logits on the batch against the cached teacher logits of the same features
+    (:func:`bert_pipeline.model.distillation.task_distillation_loss`)."""
+
+    def loss_fn(model, batch: dict[str, torch.Tensor], indices: list[int]) -> torch.Tensor:
+        inputs = {k: v for k, v in batch.items() if k not in LABEL_KEYS}
+        out = model(**inputs)
+        seq_len = batch["input_ids"].shape[1]
+        teacher, mask = teacher_batch(kind, cached, scored, indices, seq_len)
+        device = batch["input_ids"].device
+        if kind == "qa":
+            student = (out.start_logits, out.end_logits)
+            teacher = tuple(t.to(device) for t in teacher)
+            labels = (batch["start_positions"], batch["end_positions"])
+            mask = batch["attention_mask"].bool()
+        else:
+            student, teacher, labels = out.logits, teacher.to(device), batch["labels"]
+            mask = mask.to(device) if mask is not None else None
+        return distillation.task_distillation_loss(kind, student, teacher, labels, mask, temperature=temperature,
+                                                   alpha_ce=alpha_ce, alpha_task=alpha_task).total
+
+    return loss_fn
+
+
+# ---------------------------------------------------------------------------------------- one student
+@dataclass(frozen=True)
+class StudentSpec:
+    """How the student is built and trained: ``student_layers`` (None: half the teacher's), the loss weights and
+    temperature, the learning rate, and the epochs cap (None: the task's)."""
+
+    student_layers: int | None
+    temperature: float
+    alpha_ce: float
+    alpha_task: float
+    learning_rate: float
+    epochs: int | None
+
+
+def distill_task(
+    task_dir: Path, teacher_dir: Path, logits_dir: Path, spec: StudentSpec, task: dict[str, Any], *,
+    teacher_only_examples: int, seeds: Sequence[int], data_seed: int, precision: str, warmup_ratio: float, weight_decay: float,
+    max_grad_norm: float, early_stopping_patience: int, evals_per_epoch: int, eval_batch_size: int,
+    on_eval: Callable[[str, int, dict[str, float]], None] | None = None,
+) -> FinetuneOutcome:
+    """Distil the fine-tuned ``teacher_dir`` into a student with every other layer, once per seed, on the transfer
+    set (:func:`transfer_set` of ``task``'s ``max_train_examples``, ``teacher_only_examples`` and ``data_seed``)
+    whose teacher logits ``logits_dir`` caches (:func:`label_task`), with early stopping on the validation metric; score the best
+    weights on the test split (the same held-out subsets fine-tuning scores,
+    :func:`bert_pipeline.train.finetune.heldout_evaluators`).
+
+    Returns:
+        :class:`bert_pipeline.train.finetune.FinetuneOutcome`: the metrics record (fine-tuning's keys plus
+        ``distillation``: layers, layer map, loss weights, transfer-set sizes, teacher and student parameters),
+        timing, and the first seed's student with the teacher's tokenizer.
+
+    Raises:
+        FinetuneError: a missing task or logits folder, logits that do not match the transfer set's features
+            (stale cache), windows that cannot be built, or a non-finite loss.
+    """
+    from bert_pipeline.evaluation.predictor import load_predictor
+    from bert_pipeline.evaluation.speed import timed
+    from bert_pipeline.model.configs import count_parameters
+
+    dd, info = load_task(task_dir)
+    kind, main = info["kind"], info["main_metric"]
+    cache = load_teacher_logits(logits_dir)
+    rows = transfer_set(len(dd["train"]), task["max_train_examples"], teacher_only_examples, data_seed)
+    if (rows.labelled, rows.teacher_only) != (cache.record["labelled_rows"], cache.record["teacher_only_rows"]) \
+            or cache.record["teacher_path"] != Path(teacher_dir).as_posix():
+        raise FinetuneError(f"{logits_dir}: the cached teacher logits are of another transfer set or teacher than "
+                            f"these settings give; rerun `dvc repro teacher_logits@{task_dir.name}`")
+    teacher = load_predictor(teacher_dir)
+    tokenizer = teacher.tokenizer
+    with task_windows(task_dir):
+        features = transfer_features(kind, tokenizer, dd["train"], rows, task)
+    lengths = [1 if kind == "classification" else len(f["input_ids"]) for f in features.features]
+    if lengths != cache.record["lengths"]:
+        raise FinetuneError(f"{logits_dir}: the cached teacher logits do not match the transfer set's features "
+                            f"({len(cache.logits)} cached, {len(lengths)} now); rerun `dvc repro teacher_logits@"
+                            f"{task_dir.name}`")
+    heldout, evaluators = heldout_evaluators(task_dir, dd, info, tokenizer, task, data_seed, eval_batch_size, precision)
+    layers = spec.student_layers or distillation.default_student_layers(teacher.model.config.num_hidden_layers)
+    objective = distillation_objective(kind, cache.logits, features.scored, temperature=spec.temperature,
+                                       alpha_ce=spec.alpha_ce, alpha_task=spec.alpha_task)
+    collate = collator(kind, tokenizer)
+    epochs = spec.epochs or task["epochs"]
+    log.info("%s -> %d-layer student on %s: %d labelled + %d teacher-only examples (%d features), seeds %s",
+             teacher_dir, layers, task_dir.name, len(rows.labelled), len(rows.teacher_only), len(features.features),
+             list(seeds))
+
+    def one_run(seed: int):
+        torch.manual_seed(seed)
+        student, mapping = distillation.build_student(teacher.model, layers)
+        settings = TrainSettings(
+            learning_rate=spec.learning_rate, epochs=epochs, batch_size=task["batch_size"], warmup_ratio=warmup_ratio,
+            weight_decay=weight_decay, max_grad_norm=max_grad_norm, patience=early_stopping_patience,
+            evals_per_epoch=evals_per_epoch, eval_batch_size=eval_batch_size, precision=precision, seed=seed)
+        report = (lambda step, entry: on_eval(f"seed{seed}/", step, entry)) if on_eval else None
+        result = fit(student, features.features, collate, settings, evaluators["validation"], main, report,
+                     loss_fn=objective)
+        return student, mapping, result, evaluators["test"](student)
+
+    timing: dict[str, list[float]] = {"train_seconds": [], "train_cpu_seconds": []}
+    validation, test, history, saved, mapping = [], [], [], None, []
+    for seed in seeds:
+        (student, mapping, result, test_metrics), wall, cpu = timed(lambda seed=seed: one_run(seed))
+        timing["train_seconds"].append(round(wall, 2))
+        timing["train_cpu_seconds"].append(round(cpu, 2))
+        validation.append(result.best_validation)
+        test.append(test_metrics)
+        history.append({"seed": seed, "best_step": result.best_step, "steps": result.steps, "history": result.history})
+        log.info("seed %d: test %s %.4f (%.0f s)", seed, main, test_metrics[main], wall)
+        saved = saved if saved is not None else student
+    metrics = metrics_record(info, Path(teacher_dir).as_posix(), "distilled", seeds, epochs, len(rows.labelled),
+                             heldout, test, validation, history, None)
+    metrics["distillation"] = {
+        "method": "task-specific (Sanh et al. 2019, §4.2)", "teacher_path": Path(teacher_dir).as_posix(),
+        "teacher_layers": teacher.model.config.num_hidden_layers, "student_layers": layers, "layer_map": mapping,
+        "temperature": spec.temperature, "alpha_ce": spec.alpha_ce, "alpha_task": spec.alpha_task,
+        "labelled_examples": len(rows.labelled), "teacher_only_examples": len(rows.teacher_only),
+        "features": len(features.features),
+        "teacher_parameters": {"total": count_parameters(teacher.model),
+                               "encoder": count_parameters(teacher.model.base_model, exclude_embeddings=True)},
+        "student_parameters": {"total": count_parameters(saved),
+                               "encoder": count_parameters(saved.base_model, exclude_embeddings=True)},
+    }
+    device, _ = device_and_autocast(precision)
+    return FinetuneOutcome(metrics, timing_record(device, timing), saved, tokenizer)

@@ -1,0 +1,84 @@
+"""Stage ``distill_task``: ``python -m stages.distill_task --task T`` (one DVC stage per task).
+
+Task-specific distillation (Sanh et al. 2019, §4.2; :func:`bert_pipeline.train.task_distill.distill_task`): the
+fine-tuned teacher ``models/finetuned/{task_distill.teacher}-{T}/`` with every other layer is the student, trained
+once per seed in ``task_distill.seeds`` on the cached teacher logits ``data/teacher_logits/{T}/`` and the gold
+labels. The student is a family member like the fine-tuned ones, named ``task_distill.student``:
+
+- ``models/finetuned/{student}-{T}/``: the first seed's student (``save_pretrained``, tokenizer, model card);
+- ``metrics/finetune/{student}-{T}.json``: fine-tuning's record plus ``"teacher"`` (the teacher's member name) and
+  ``"distillation"`` (layers, layer map, loss weights, transfer-set sizes, parameters);
+- ``metrics/headline/finetune/{student}-{T}.json`` and ``metrics/finetune-timing/{student}-{T}.json``.
+
+The MLflow run is tagged ``role=student``, ``teacher`` and ``teacher_run_id`` (the teacher's fine-tuning run, found
+by the DVC hash of the folder it saved), so the UI can set each pair side by side.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from bert_pipeline.console import run_main
+from bert_pipeline.errors import PipelineError
+from bert_pipeline.mlops import tracking
+from bert_pipeline.train.finetune import FinetuneError
+from bert_pipeline.train.task_distill import StudentSpec, distill_task
+from stages import require_inputs
+from stages.finetune import LOOP_KEYS, MODELS_OUT, TASKS, model_card, save_member
+from stages.params import Params, load_params
+
+LOGITS = Path("data/teacher_logits")
+
+
+def run(task_name: str, params: Params, tracker: Any = None) -> dict[str, Any]:
+    """Distil the teacher of ``task_name`` into its student and write the outputs. Returns the metrics dict."""
+    td, ft = params.task_distill, params.finetune
+    if task_name not in ft.tasks:
+        raise PipelineError(f"params.yaml: finetune.tasks: no settings for task {task_name!r} "
+                            f"(known: {', '.join(sorted(ft.tasks))})")
+    teacher_dir = MODELS_OUT / f"{td.teacher}-{task_name}"
+    spec = StudentSpec(student_layers=td.student_layers, temperature=td.temperature, alpha_ce=td.alpha_ce,
+                       alpha_task=td.alpha_task, learning_rate=td.learning_rate, epochs=td.epochs)
+    on_eval = None
+    if tracker is not None:
+        def on_eval(prefix: str, step: int, entry: dict[str, float]) -> None:
+            tracker.log_metrics({f"{prefix}{k}": v for k, v in entry.items() if k != "step"}, step=step)
+    loop = ft.model_dump(include=LOOP_KEYS - {"seeds"})
+    try:
+        outcome = distill_task(TASKS / task_name, teacher_dir, LOGITS / task_name, spec,
+                               ft.tasks[task_name].model_dump(), seeds=td.seeds, on_eval=on_eval,
+                               teacher_only_examples=td.teacher_only_examples.get(task_name, 0), **loop)
+    except FinetuneError as exc:
+        raise PipelineError(str(exc)) from None
+    metrics = {"model": td.student, "task": task_name, "teacher": td.teacher, **outcome.metrics}
+    member = ft.models[td.teacher].model_copy(update={"path": teacher_dir.as_posix(), "learning_rate": td.learning_rate,
+                                                      "epochs": td.epochs})
+    text = model_card(td.student, task_name, member, ft, metrics, outcome)
+    if tracker is not None:
+        tracker.set_tags({"teacher": td.teacher, "teacher_run_id": tracking.run_of_folder(tracker, teacher_dir) or ""})
+    save_member(td.student, task_name, metrics, outcome, text, tracker, "student")
+    return metrics
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m stages.distill_task", description=__doc__.splitlines()[0])
+    parser.add_argument("--task", required=True, help="a task folder under data/tasks/")
+    args = parser.parse_args(argv)
+    require_inputs(f"distill_task@{args.task}")
+    params = load_params()
+    if params.finetune.num_threads:
+        torch.set_num_threads(params.finetune.num_threads)
+    section = {**params.task_distill.model_dump(), "loop": params.finetune.model_dump(include=LOOP_KEYS - {"seeds"}),
+               "task": params.finetune.tasks[args.task].model_dump() if args.task in params.finetune.tasks else None}
+    with tracking.stage_run(f"distill_task@{args.task}", section,
+                            tags={"model": params.task_distill.student, "task": args.task,
+                                  "teacher": params.task_distill.teacher}) as tracker:
+        run(args.task, params, tracker)
+
+
+if __name__ == "__main__":
+    run_main(main)
