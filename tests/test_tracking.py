@@ -120,3 +120,16 @@ def test_flatten_params_nested_lists():
     flat, full = tracking.flatten_params({"a": {"b": [1, 2]}, "c": None})
     assert flat == {"a.b": "[1, 2]", "c": "null"}
     assert full == {}
+
+
+def test_run_of_folder_finds_the_run_that_saved_those_exact_weights(module_mlflow_uri, monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    folder = tmp_path / "models/finetuned/teacher-ner"
+    folder.mkdir(parents=True)
+    (folder / "model.safetensors").write_bytes(b"weights v1")
+    with tracking.stage_run("finetune@teacher-ner", {"x": 1}, uri=module_mlflow_uri, experiment="pairs") as run:
+        run.log_model_pointer(Path("models/finetuned/teacher-ner"))
+    with tracking.stage_run("distill_task@ner", {"x": 2}, uri=module_mlflow_uri, experiment="pairs") as student:
+        assert tracking.run_of_folder(student, Path("models/finetuned/teacher-ner")) == run.run_id
+        (folder / "model.safetensors").write_bytes(b"weights v2")  # other weights: not that run's
+        assert tracking.run_of_folder(student, Path("models/finetuned/teacher-ner")) is None
