@@ -60,7 +60,7 @@ def run(task_name: str, params: Params, tracker: Any = None) -> dict[str, Any]:
     text = model_card(td.student, task_name, member, ft, metrics, outcome)
     if tracker is not None:
         tracker.set_tags({"teacher": td.teacher, "teacher_run_id": tracking.run_of_folder(tracker, teacher_dir) or ""})
-    save_member(td.student, task_name, metrics, outcome, text, tracker, "student")
+    save_member(td.student, task_name, metrics, outcome, text, tracker, "student", f"distill_task@{task_name}")
     return metrics
 
 

@@ -127,11 +127,11 @@ def run(model_name: str, task_name: str, p: FinetuneParams, tracker: Any = None,
 
 
 def save_member(model_name: str, task_name: str, metrics: dict[str, Any], outcome: Any, card_text: str,
-                tracker: Any, role: str) -> None:
+                tracker: Any, role: str, stage: str | None = None) -> None:
     """Write a family member's fine-tuned outputs: ``models/finetuned/{model}-{task}/`` (weights, tokenizer, card,
     in one atomic step), ``metrics/finetune/{model}-{task}.json``, its headline and timing files; with a
     ``tracker``, the MLflow tags (``role``), per-seed child runs, metrics and the model pointer
-    (:func:`log_seed_runs`)."""
+    (:func:`log_seed_runs`; ``stage`` names the child runs, default ``finetune@{model}-{task}``)."""
     name = f"{model_name.replace('/', '--')}-{task_name}"
     with atomic_dir(MODELS_OUT / name) as tmp:
         outcome.model.save_pretrained(tmp)
@@ -140,7 +140,7 @@ def save_member(model_name: str, task_name: str, metrics: dict[str, Any], outcom
     write_json(METRICS / f"{name}.json", metrics)
     write_headline(f"finetune/{name}", {model_name: {task_name: metrics["test"][metrics["main_metric"]]["mean"]}})
     if tracker is not None:
-        log_seed_runs(tracker, model_name, task_name, role, metrics)
+        log_seed_runs(tracker, model_name, task_name, role, metrics, stage or f"finetune@{model_name}-{task_name}")
         tracker.log_metrics({f"{split}_{k}": v["mean"] for split in ("test", "validation")
                              for k, v in metrics[split].items()})
         if metrics["low_resource"]:
@@ -158,7 +158,8 @@ def member_role(spec: FinetuneModel) -> str:
     return ROLE_BY_PATH.get(Path(spec.path).as_posix(), "reference")
 
 
-def log_seed_runs(tracker: Any, model_name: str, task_name: str, role: str, metrics: dict[str, Any]) -> None:
+def log_seed_runs(tracker: Any, model_name: str, task_name: str, role: str, metrics: dict[str, Any],
+                  stage: str) -> None:
     """Tag the stage's run for grouping (``model``, ``task``, ``role``, ``main_metric``), log its headline
     ``test_main_metric`` (the mean over seeds of the task's main metric), and open one child run per seed with the
     same tags plus ``seed`` and that seed's test and validation scores, so MLflow's compare view sets the family
@@ -168,7 +169,7 @@ def log_seed_runs(tracker: Any, model_name: str, task_name: str, role: str, metr
     tracker.set_tags(tags)
     tracker.log_metrics({"test_main_metric": metrics["test"][main]["mean"]})
     for i, seed in enumerate(metrics["seeds"]):
-        with tracker.nested(f"finetune@{model_name}-{task_name} seed {seed}", {**tags, "seed": seed}) as child:
+        with tracker.nested(f"{stage} seed {seed}", {**tags, "seed": seed}) as child:
             scores = {f"{split}_{k}": v["seeds"][i] for split in ("test", "validation")
                       for k, v in metrics[split].items()}
             child.log_metrics({**scores, "test_main_metric": metrics["test"][main]["seeds"][i]})

@@ -285,7 +285,10 @@ def test_stages_distil_a_fine_tuned_teacher_into_a_named_student(workdir):
     folder = workdir / "models/finetuned/tiny_student-sentiment"
     student = AutoModelForSequenceClassification.from_pretrained(folder)
     assert student.config.num_hidden_layers == 1
-    assert (folder / "README.md").is_file()
+    card = (folder / "README.md").read_text()  # the model card says what it is and whom it learned from
+    assert "distilled from the fine-tuned teacher `tiny` (`models/finetuned/tiny-sentiment`)" in card
+    assert "stage `distill_task@sentiment`" in card and "the teacher's layers [0] of 2" in card
+    assert "plus 8 more training-split examples labelled by the teacher alone" in card
     assert json.loads((workdir / "metrics/headline/finetune/tiny_student-sentiment.json").read_text()) == {
         "tiny_student": {"sentiment": saved["test"]["accuracy"]["mean"]}}
     # a rerun of the teacher gives the same bytes; a student change does not touch the cache

@@ -596,9 +596,13 @@ def finetuned_card(*, name: str, task: str, record: Mapping[str, Any], task_info
                        "parameters": architecture.parameters,
                        "pretraining_tokens_seen": None if scratch else facts.get("tokens_seen")},
     )
+    distilled = record.get("distillation") or {}
+    made_by = (f"a task-specific student distilled from the fine-tuned teacher `{record.get('teacher')}` "
+               f"(`{distilled.get('teacher_path')}`) by this repository's DVC pipeline (stage `distill_task@{task}`; "
+               "Sanh et al. 2019, §4.2)" if distilled else
+               f"fine-tuned on the `{task}` task by this repository's DVC pipeline (stage `finetune@{name}-{task}`)")
     description = (
-        f"`{name}` fine-tuned on the `{task}` task by this repository's DVC pipeline (stage "
-        f"`finetune@{name}-{task}`); the weights are those of the first seed's run.\n\n"
+        f"`{name}`: {made_by}; the weights are those of the first seed's run.\n\n"
         + _table([("family member", role), ("head", _head_text(kind, pooling, labels)),
                   *([("labels", ", ".join(labels))] if labels else []), *architecture.rows()])
     )
@@ -620,18 +624,28 @@ def finetuned_card(*, name: str, task: str, record: Mapping[str, Any], task_info
         pre += f" Licence of the packaged weights: {base.package.get('licence')}."
     runs = record.get("runs", [])
     steps = ", ".join(f"seed {r.get('seed')}: {r.get('steps')} steps, best at step {r.get('best_step')}" for r in runs)
+    objective = {"classification": "cross-entropy over the labels",
+                 "ner": "per-token cross-entropy (labels on each word's first sub-token)",
+                 "qa": "cross-entropy of the answer's start and end positions"}[kind]
+    initialisation = "random (no pre-training)" if scratch else f"`{base.path}`, new head"
+    if distilled:
+        objective = (f"{_num(distilled.get('alpha_ce'))} x KL(teacher || student at temperature "
+                     f"{_num(distilled.get('temperature'))}) x T^2 + {_num(distilled.get('alpha_task'))} x the task's "
+                     f"{objective}, on the teacher's cached logits (Hinton et al. 2015)")
+        initialisation = (f"the teacher's layers {distilled.get('layer_map')} of {distilled.get('teacher_layers')}, "
+                          "its embeddings and its task head")
     training = [
-        ("objective", {"classification": "cross-entropy over the labels",
-                       "ner": "per-token cross-entropy (labels on each word's first sub-token)",
-                       "qa": "cross-entropy of the answer's start and end positions"}[kind]),
-        ("initialisation", "random (no pre-training)" if scratch else f"`{base.path}`, new head"),
+        ("objective", objective),
+        ("initialisation", initialisation),
         ("seeds", ", ".join(map(str, record.get("seeds", [])))),
         ("epochs", f"up to {record.get('epochs')}; the validation {main} is checked {loop.get('evals_per_epoch')} "
                    f"time(s) an epoch, training stops after {loop.get('early_stopping_patience')} checks without gain "
                    "and the best weights are kept"),
         ("steps", steps or "not recorded"),
         ("train examples", f"{_num(record.get('train_examples'))} (a subset drawn with data seed "
-                           f"{loop.get('data_seed')} when the task caps it)"),
+                           f"{loop.get('data_seed')} when the task caps it)"
+         + (f", plus {_num(distilled.get('teacher_only_examples'))} more training-split examples labelled by the "
+            "teacher alone" if distilled else "")),
         ("batch", f"{task_settings.get('batch_size')} examples"),
         ("sequence length", f"{task_settings.get('max_length')} tokens"
          + (f", windows overlapping by {task_settings['doc_stride']} tokens" if task_settings.get("doc_stride") else "")),
