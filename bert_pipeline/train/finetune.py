@@ -415,6 +415,39 @@ def summarize_seeds(per_seed: list[dict[str, float]]) -> dict[str, dict[str, Any
     return out
 
 
+@dataclass
+class SeedRuns:
+    """One training run per seed: per seed the best validation metrics, the test metrics and the training history
+    (``{"seed", "best_step", "steps", "history"}``), wall and CPU seconds; the first seed's model (what is saved)."""
+
+    validation: list[dict[str, float]] = field(default_factory=list)
+    test: list[dict[str, float]] = field(default_factory=list)
+    history: list[dict[str, Any]] = field(default_factory=list)
+    train_seconds: list[float] = field(default_factory=list)
+    train_cpu_seconds: list[float] = field(default_factory=list)
+    first_model: Any = None
+
+
+def run_seeds(seeds: Sequence[int], one_run: Callable[[int], tuple[Any, FitResult, dict[str, float]]],
+              main_metric: str) -> SeedRuns:
+    """Call ``one_run(seed) -> (model, fit result, test metrics)`` for each seed, timed
+    (:func:`bert_pipeline.evaluation.speed.timed`), and collect what the metrics and timing records need."""
+    from bert_pipeline.evaluation.speed import timed
+
+    out = SeedRuns()
+    for seed in seeds:
+        (model, result, test_metrics), wall, cpu = timed(lambda seed=seed: one_run(seed))
+        out.train_seconds.append(round(wall, 2))
+        out.train_cpu_seconds.append(round(cpu, 2))
+        out.validation.append(result.best_validation)
+        out.test.append(test_metrics)
+        out.history.append({"seed": seed, "best_step": result.best_step, "steps": result.steps,
+                            "history": result.history})
+        log.info("seed %d: test %s %.4f (%.0f s)", seed, main_metric, test_metrics[main_metric], wall)
+        out.first_model = out.first_model if out.first_model is not None else model
+    return out
+
+
 def finetune_task(
     task_dir: Path, member: MemberSpec, task: dict[str, Any], *, seeds: Sequence[int], data_seed: int,
     precision: str, warmup_ratio: float, weight_decay: float, max_grad_norm: float, early_stopping_patience: int,
@@ -469,19 +502,10 @@ def finetune_task(
         return model, result, evaluators["test"](model)
 
     epochs = member.epochs or task["epochs"]
-    timing: dict[str, list[float]] = {key: [] for key in ("train_seconds", "train_cpu_seconds",
-                                                           "low_resource_train_seconds",
-                                                           "low_resource_train_cpu_seconds")}
-    validation, test, history, saved = [], [], [], None
-    for seed in seeds:
-        (model, result, test_metrics), wall, cpu = timed(lambda seed=seed: one_run(seed, features, epochs))
-        timing["train_seconds"].append(round(wall, 2))
-        timing["train_cpu_seconds"].append(round(cpu, 2))
-        validation.append(result.best_validation)
-        test.append(test_metrics)
-        history.append({"seed": seed, "best_step": result.best_step, "steps": result.steps, "history": result.history})
-        log.info("seed %d: test %s %.4f (%.0f s)", seed, main, test_metrics[main], wall)
-        saved = saved if saved is not None else model
+    runs = run_seeds(seeds, lambda seed: one_run(seed, features, epochs), main)
+    timing: dict[str, list[float]] = {"train_seconds": runs.train_seconds, "train_cpu_seconds": runs.train_cpu_seconds,
+                                      "low_resource_train_seconds": [], "low_resource_train_cpu_seconds": []}
+    validation, test, history, saved = runs.validation, runs.test, runs.history, runs.first_model
     low: dict[str, Any] | None = None
     if low_resource_train_examples is not None:
         n = min(low_resource_train_examples, len(dd["train"]))

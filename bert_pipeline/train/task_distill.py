@@ -43,6 +43,7 @@ from bert_pipeline.train.finetune import (
     heldout_evaluators,
     load_task,
     metrics_record,
+    run_seeds,
     subsample_indices,
     task_windows,
     timing_record,
@@ -303,7 +304,6 @@ def distill_task(
             (stale cache), windows that cannot be built, or a non-finite loss.
     """
     from bert_pipeline.evaluation.predictor import load_predictor
-    from bert_pipeline.evaluation.speed import timed
     from bert_pipeline.model.configs import count_parameters
 
     dd, info = load_task(task_dir)
@@ -333,9 +333,11 @@ def distill_task(
              teacher_dir, layers, task_dir.name, len(rows.labelled), len(rows.teacher_only), len(features.features),
              list(seeds))
 
+    mapping = distillation.layer_map(teacher.model.config.num_hidden_layers, layers)
+
     def one_run(seed: int):
         torch.manual_seed(seed)
-        student, mapping = distillation.build_student(teacher.model, layers)
+        student, _ = distillation.build_student(teacher.model, layers)
         settings = TrainSettings(
             learning_rate=spec.learning_rate, epochs=epochs, batch_size=task["batch_size"], warmup_ratio=warmup_ratio,
             weight_decay=weight_decay, max_grad_norm=max_grad_norm, patience=early_stopping_patience,
@@ -343,21 +345,12 @@ def distill_task(
         report = (lambda step, entry: on_eval(f"seed{seed}/", step, entry)) if on_eval else None
         result = fit(student, features.features, collate, settings, evaluators["validation"], main, report,
                      loss_fn=objective)
-        return student, mapping, result, evaluators["test"](student)
+        return student, result, evaluators["test"](student)
 
-    timing: dict[str, list[float]] = {"train_seconds": [], "train_cpu_seconds": []}
-    validation, test, history, saved, mapping = [], [], [], None, []
-    for seed in seeds:
-        (student, mapping, result, test_metrics), wall, cpu = timed(lambda seed=seed: one_run(seed))
-        timing["train_seconds"].append(round(wall, 2))
-        timing["train_cpu_seconds"].append(round(cpu, 2))
-        validation.append(result.best_validation)
-        test.append(test_metrics)
-        history.append({"seed": seed, "best_step": result.best_step, "steps": result.steps, "history": result.history})
-        log.info("seed %d: test %s %.4f (%.0f s)", seed, main, test_metrics[main], wall)
-        saved = saved if saved is not None else student
+    runs = run_seeds(seeds, one_run, main)
+    saved = runs.first_model
     metrics = metrics_record(info, Path(teacher_dir).as_posix(), "distilled", seeds, epochs, len(rows.labelled),
-                             heldout, test, validation, history, None)
+                             heldout, runs.test, runs.validation, runs.history, None)
     metrics["distillation"] = {
         "method": "task-specific (Sanh et al. 2019, §4.2)", "teacher_path": Path(teacher_dir).as_posix(),
         "teacher_layers": teacher.model.config.num_hidden_layers, "student_layers": layers, "layer_map": mapping,
@@ -370,4 +363,5 @@ def distill_task(
                                "encoder": count_parameters(saved.base_model, exclude_embeddings=True)},
     }
     device, _ = device_and_autocast(precision)
+    timing = {"train_seconds": runs.train_seconds, "train_cpu_seconds": runs.train_cpu_seconds}
     return FinetuneOutcome(metrics, timing_record(device, timing), saved, tokenizer)
