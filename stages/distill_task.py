@@ -30,6 +30,7 @@ from bert_pipeline.train.task_distill import StudentSpec, distill_task
 from stages import require_inputs
 from stages.finetune import LOOP_KEYS, MODELS_OUT, TASKS, model_card, save_member
 from stages.params import Params, load_params
+from stages.teacher_logits import check_teacher
 
 LOGITS = Path("data/teacher_logits")
 
@@ -40,6 +41,7 @@ def run(task_name: str, params: Params, tracker: Any = None) -> dict[str, Any]:
     if task_name not in ft.tasks:
         raise PipelineError(f"params.yaml: finetune.tasks: no settings for task {task_name!r} "
                             f"(known: {', '.join(sorted(ft.tasks))})")
+    check_teacher(params)
     teacher_dir = MODELS_OUT / f"{td.teacher}-{task_name}"
     spec = StudentSpec(student_layers=td.student_layers, temperature=td.temperature, alpha_ce=td.alpha_ce,
                        alpha_task=td.alpha_task, learning_rate=td.learning_rate, epochs=td.epochs)

@@ -39,6 +39,7 @@ def run(task_name: str, params: Params) -> dict:
     if task_name not in ft.tasks:
         raise PipelineError(f"params.yaml: finetune.tasks: no settings for task {task_name!r} "
                             f"(known: {', '.join(sorted(ft.tasks))})")
+    check_teacher(params)
     teacher_dir = MODELS / f"{td.teacher}-{task_name}"
     try:
         result, wall, cpu = timed(lambda: label_task(
@@ -53,6 +54,15 @@ def run(task_name: str, params: Params) -> dict:
                                               "threads": torch.get_num_threads(), "wall_seconds": round(wall, 2),
                                               "cpu_seconds": round(cpu, 2)})
     return result.record
+
+
+def check_teacher(params: Params) -> None:
+    """Raise a one-line :class:`PipelineError` when ``task_distill.teacher`` is not a ``finetune.models`` key (the
+    stage ``finetune@{teacher}-{task}`` that makes its folder, and whose settings the student's card cites)."""
+    if params.task_distill.teacher not in params.finetune.models:
+        raise PipelineError(f"params.yaml: task_distill.teacher: {params.task_distill.teacher!r} is not a key of "
+                            f"finetune.models (known: {', '.join(sorted(params.finetune.models))}); name the "
+                            "fine-tuned member to distil")
 
 
 def main(argv: list[str] | None = None) -> None:

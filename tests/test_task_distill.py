@@ -302,6 +302,13 @@ def test_stages_distil_a_fine_tuned_teacher_into_a_named_student(workdir):
         distill_stage.run("sentiment", _params(teacher_only_examples={"sentiment": 4}, seeds=[1]))
     assert "\n" not in str(err.value)
     assert "teacher_logits@sentiment" in str(err.value)
+    # a student deeper than its teacher, and a teacher that is no family member, are one line before any training
+    with pytest.raises(PipelineError, match=r"task_distill.student_layers: expected 1 to 2 .*got 3$"):
+        distill_stage.run("sentiment", _params(student_layers=3))
+    for stage in (distill_stage, logits_stage):
+        with pytest.raises(PipelineError, match=r"task_distill.teacher: 'tiny_typo' is not a key of finetune.models "
+                                                r"\(known: tiny\)"):
+            stage.run("sentiment", _params(teacher="tiny_typo"))
 
 
 def test_student_name_and_loss_weights_are_checked_in_params():

@@ -258,6 +258,7 @@ def table(
         if main.setdefault(r.task, r.main_metric) != r.main_metric:
             raise PipelineError(f"{r.source}: main_metric {r.main_metric!r}, other {r.task} files say {main[r.task]!r}")
     roles = {teacher: "teacher", student: "student", scratch: "scratch"}
+    roles.update({r.model: f"student of {r.teacher}" for r in results if r.teacher and r.model not in roles})
     header = ["model", "role", "parameters", *(task_header(t, main[t]) for t in tasks), "average",
               "latency ms (b=1)", "throughput ex/s", "relative speed"]
     rows = []

@@ -324,7 +324,11 @@ def distill_task(
                             f"({len(cache.logits)} cached, {len(lengths)} now); rerun `dvc repro teacher_logits@"
                             f"{task_dir.name}`")
     heldout, evaluators = heldout_evaluators(task_dir, dd, info, tokenizer, task, data_seed, eval_batch_size, precision)
-    layers = spec.student_layers or distillation.default_student_layers(teacher.model.config.num_hidden_layers)
+    depth = teacher.model.config.num_hidden_layers
+    layers = spec.student_layers or distillation.default_student_layers(depth)
+    if not 1 <= layers <= depth:
+        raise FinetuneError(f"task_distill.student_layers: expected 1 to {depth} (the teacher {teacher_dir} has {depth} "
+                            f"layers), got {layers}")
     objective = distillation_objective(kind, cache.logits, features.scored, temperature=spec.temperature,
                                        alpha_ce=spec.alpha_ce, alpha_task=spec.alpha_task)
     collate = collator(kind, tokenizer)
@@ -333,7 +337,7 @@ def distill_task(
              teacher_dir, layers, task_dir.name, len(rows.labelled), len(rows.teacher_only), len(features.features),
              list(seeds))
 
-    mapping = distillation.layer_map(teacher.model.config.num_hidden_layers, layers)
+    mapping = distillation.layer_map(depth, layers)
 
     def one_run(seed: int):
         torch.manual_seed(seed)
