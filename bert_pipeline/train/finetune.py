@@ -154,13 +154,7 @@ def build_model(
 
 # ---------------------------------------------------------------------------------------------- encoding
 def encode_train(kind: str, tokenizer, ds: Dataset, task: dict[str, Any]) -> list[dict[str, list[int]]]:
-    """Model-ready training features, one dict per example (NER and QA: per window of a long sentence/context)."""
-    return encode_train_windows(kind, tokenizer, ds, task)[0]
-
-
-def encode_train_windows(kind: str, tokenizer, ds: Dataset, task: dict[str, Any]
-                         ) -> tuple[list[dict[str, list[int]]], list[int]]:
-    """:func:`encode_train`'s features and, per feature, the position in ``ds`` of the example it came from.
+    """Model-ready training features, one dict per example (NER and QA: per window of a long sentence/context).
 
     Raises:
         ValueError: windows that ``task``'s ``max_length`` / ``doc_stride`` cannot build.
@@ -168,17 +162,14 @@ def encode_train_windows(kind: str, tokenizer, ds: Dataset, task: dict[str, Any]
     if kind == "classification":
         enc = tokenizer(list(ds["text"]), truncation=True, max_length=task["max_length"])
         enc["labels"] = list(ds["label"])
-        owners = list(range(len(ds)))
     elif kind == "ner":
-        windows = heads.tokenize_ner(tokenizer, list(ds["tokens"]), list(ds["ner_tags"]), task["max_length"],
-                                     task["doc_stride"])
-        return windows.features, windows.example_index
+        return heads.tokenize_ner(tokenizer, list(ds["tokens"]), list(ds["ner_tags"]), task["max_length"],
+                                  task["doc_stride"]).features
     else:
         enc = heads.prepare_qa_features(tokenizer, list(ds["question"]), list(ds["context"]), list(ds["answers"]),
                                         task["max_length"], task["doc_stride"])
-        owners = enc["example_index"]
     keys = [k for k in MODEL_KEYS if k in enc]
-    return [{k: enc[k][i] for k in keys} for i in range(len(enc["input_ids"]))], list(owners)
+    return [{k: enc[k][i] for k in keys} for i in range(len(enc["input_ids"]))]
 
 
 def collator(kind: str, tokenizer):
@@ -480,7 +471,7 @@ def finetune_task(
     if missing:
         raise FinetuneError(f"finetune.tasks.{task_dir.name}.{missing[0]}: required for a {kind.upper()} task, got null")
     tokenizer = load_tokenizer(member.path)
-    device, autocast = device_and_autocast(precision)
+    device, _ = device_and_autocast(precision)
     train = subsample(dd["train"], task["max_train_examples"], data_seed)
     heldout, evaluators = heldout_evaluators(task_dir, dd, info, tokenizer, task, data_seed, eval_batch_size, precision)
     with task_windows(task_dir):

@@ -37,7 +37,7 @@ from bert_pipeline.train.finetune import (
     TrainSettings,
     collator,
     device_and_autocast,
-    encode_train_windows,
+    encode_train,
     fit,
     forward_all,
     heldout_evaluators,
@@ -87,36 +87,32 @@ def transfer_set(train_size: int, max_train_examples: int | None, teacher_only_e
 @dataclass
 class TransferFeatures:
     """Model-ready features of a transfer set, in :attr:`TransferSet.rows` order (a NER or QA example may give
-    several windows): ``features`` (labels ``-100`` on teacher-only rows), ``row`` (the training-split row of
-    each feature), ``scored`` (NER: per position, True at each word's first sub-token, the positions the task and
-    the soft-target term score; None for the other kinds)."""
+    several windows): ``features`` (labels ``-100`` on teacher-only rows) and ``scored`` (NER: per position, True at
+    each word's first sub-token, the positions the task and the soft-target term score; None for the other kinds)."""
 
     features: list[dict[str, list[int]]]
-    row: list[int]
     scored: list[list[bool]] | None
 
 
 def transfer_features(kind: str, tokenizer, train: Dataset, rows: TransferSet, task: dict[str, Any]) -> TransferFeatures:
     """Encode the transfer set's rows as fine-tuning encodes its training set
-    (:func:`bert_pipeline.train.finetune.encode_train_windows`), then blank the labels of teacher-only rows to
-    ``-100`` (the task loss never reads them).
+    (:func:`bert_pipeline.train.finetune.encode_train`), then blank the labels of teacher-only rows to ``-100``
+    (the task loss never reads them).
 
     Raises:
         ValueError: windows that ``task``'s ``max_length`` / ``doc_stride`` cannot build.
     """
-    out = TransferFeatures([], [], [] if kind == "ner" else None)
+    out = TransferFeatures([], [] if kind == "ner" else None)
     for part, blank in ((rows.labelled, False), (rows.teacher_only, True)):
         if not part:
             continue
-        features, owners = encode_train_windows(kind, tokenizer, train.select(part), task)
-        for feature, owner in zip(features, owners, strict=True):
+        for feature in encode_train(kind, tokenizer, train.select(part), task):
             if out.scored is not None:  # gold labels sit exactly at each word's first sub-token
                 out.scored.append([label != IGNORE_INDEX for label in feature["labels"]])
             if blank:
                 feature = {key: ([IGNORE_INDEX] * len(value) if isinstance(value, list) else IGNORE_INDEX)
                            if key in LABEL_KEYS else value for key, value in feature.items()}
             out.features.append(feature)
-            out.row.append(part[owner])
     return out
 
 
@@ -205,11 +201,12 @@ def label_task(task_dir: Path, teacher_dir: Path, task: dict[str, Any], *, teach
     with task_windows(task_dir):
         features = transfer_features(kind, teacher.tokenizer, train, rows, task)
     logits = compute_teacher_logits(teacher.model, teacher.tokenizer, kind, features, batch_size, precision)
+    picked = train.select(rows.rows)
     record: dict[str, Any] = {
         "task": task_dir.name, "kind": kind, "teacher_path": Path(teacher_dir).as_posix(),
         "labelled_rows": rows.labelled, "teacher_only_rows": rows.teacher_only, "features": len(features.features),
-        "ids": [train[i]["id"] for i in rows.rows] if "id" in train.column_names else None,
-        "doc_ids": [train[i]["doc_id"] for i in rows.rows] if "doc_id" in train.column_names else None,
+        "ids": list(picked["id"]) if "id" in picked.column_names else None,
+        "doc_ids": list(picked["doc_id"]) if "doc_id" in picked.column_names else None,
     }
     log.info("%s: teacher %s labelled %d + %d teacher-only examples (%d features)", task_dir.name, teacher_dir,
              len(rows.labelled), len(rows.teacher_only), len(features.features))
@@ -230,15 +227,14 @@ def teacher_batch(kind: str, cached: Sequence[np.ndarray], scored: Sequence[Sequ
         return torch.from_numpy(np.stack([cached[i] for i in indices])), None
     width = cached[indices[0]].shape[-1]
     out = np.zeros((len(indices), seq_len, width), dtype=np.float32)
-    mask = np.zeros((len(indices), seq_len), dtype=bool)
     for j, i in enumerate(indices):
-        n = cached[i].shape[0]
-        out[j, :n] = cached[i]
-        if scored is not None:
-            mask[j, :n] = scored[i]
+        out[j, :cached[i].shape[0]] = cached[i]
     logits = torch.from_numpy(out)
     if kind == "qa":
         return (logits[..., 0], logits[..., 1]), None
+    mask = np.zeros((len(indices), seq_len), dtype=bool)
+    for j, i in enumerate(indices):
+        mask[j, :len(scored[i])] = scored[i]
     return logits, torch.from_numpy(mask)
 
 
