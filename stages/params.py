@@ -213,13 +213,16 @@ class PretrainParams(Section):
     optimizer sees ``batch_size * gradient_accumulation_steps * compute.num_processes`` sequences per step.
     ``phases: []`` means one phase on ``data/pretraining/``. ``precision``: see
     :mod:`bert_pipeline.train.precision` (``auto``: bf16 where the device runs it natively, fp16 on older GPUs,
-    else fp32).
+    else fp32). ``head_learning_rate`` (null: ``learning_rate``) and ``head_only_steps`` are for a checkpoint
+    whose MLM head is fresh: the head's own peak rate, and the first steps in which it learns alone.
     """
 
     init: str = Field(min_length=1)
     model: PretrainModelParams
     optimizer: Literal["adamw", "lamb"]
     learning_rate: Annotated[float, annotated_types.Gt(0.0)]
+    head_learning_rate: Annotated[float, annotated_types.Gt(0.0)] | None
+    head_only_steps: Annotated[int, annotated_types.Ge(0)]
     weight_decay: Annotated[float, annotated_types.Ge(0.0)]
     adam_epsilon: Annotated[float, annotated_types.Gt(0.0)]
     warmup_steps: Annotated[int, annotated_types.Ge(0)]
@@ -253,6 +256,9 @@ class PretrainParams(Section):
             raise ValueError(f"pretrain.phases: expected fractions summing to 1, got {total:g}")
         if self.warmup_steps > self.max_steps:
             raise ValueError(f"pretrain.warmup_steps: expected <= max_steps ({self.max_steps}), got {self.warmup_steps}")
+        if self.head_only_steps + self.warmup_steps > self.max_steps:
+            raise ValueError(f"pretrain.head_only_steps: expected head_only_steps + warmup_steps <= max_steps "
+                             f"({self.max_steps}), got {self.head_only_steps} + {self.warmup_steps}")
         return self
 
 

@@ -108,7 +108,7 @@ def test_missing_key(raw):
     bad = copy.deepcopy(raw)
     del bad["pretrain"]  # a section: named as one, its keys cut to a few
     assert params_error(bad) == ("params.yaml: pretrain: missing section (mapping with keys init, model, optimizer, "
-                                 "learning_rate, weight_decay, adam_epsilon, ... (22 keys))")
+                                 "learning_rate, head_learning_rate, head_only_steps, ... (24 keys))")
 
 
 def test_misspelt_section_is_named_first_with_the_close_match(raw):

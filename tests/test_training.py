@@ -25,7 +25,13 @@ from bert_pipeline.train.loop import (
     phase_boundaries,
     train,
 )
-from bert_pipeline.train.optim import Lamb, make_optimizer, parameter_groups
+from bert_pipeline.train.optim import (
+    Lamb,
+    make_optimizer,
+    make_scheduler,
+    parameter_groups,
+    pretraining_head_parameters,
+)
 from bert_pipeline.train.precision import make_accelerator
 from tests.conftest import REPO
 from tests.pretrain_fixtures import FIRST_WORD, make_dataset, pad_collate, tiny_config
@@ -206,6 +212,58 @@ def test_no_weight_decay_on_bias_and_layernorm():
     assert not any("bias" in names[id(p)] or "LayerNorm" in names[id(p)] for p in decay["params"])
     opt = make_optimizer(model, "adamw", 1e-3)
     assert [g["weight_decay"] for g in opt.param_groups] == [0.01, 0.0]
+
+
+def test_schedule_without_head_steps_is_transformers_linear_warmup_exactly():
+    from transformers import get_linear_schedule_with_warmup
+
+    def rates(make):
+        opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.5)
+        sched = make(opt)
+        out = []
+        for _ in range(12):
+            out.append(sched.get_last_lr()[0])
+            opt.step()
+            sched.step()
+        return out
+
+    ours = rates(lambda opt: make_scheduler(opt, 3, 10))
+    assert ours == rates(lambda opt: get_linear_schedule_with_warmup(opt, 3, 10))
+    assert ours[:5] == [0.0, 0.5 / 3, 1.0 / 3, 0.5, 0.5 * 6 / 7] and ours[10:] == [0.0, 0.0]
+
+
+def test_heads_get_their_own_rate_and_learn_alone_first():
+    model = new_pretraining_model(tiny_config(), with_pair_head=True, seed=0)
+    heads = pretraining_head_parameters(model)
+    names = {id(p): n for n, p in model.named_parameters()}
+    # the MLM transform, the MLM output bias and the NSP classifier; the decoder weight is the word embeddings
+    assert sorted(names[id(p)] for p in heads) == sorted(n for n in names.values() if n.startswith("cls."))
+    assert not any(p is model.bert.embeddings.word_embeddings.weight for p in heads)
+    assert model.cls.predictions.decoder.weight is model.bert.embeddings.word_embeddings.weight
+    opt = make_optimizer(model, "adamw", 1e-4, head=heads, head_lr=1e-2)
+    assert [(g["head"], g["lr"], g["weight_decay"]) for g in opt.param_groups] == [
+        (False, 1e-4, 0.01), (False, 1e-4, 0.0), (True, 1e-2, 0.01), (True, 1e-2, 0.0)]
+    assert sum(len(g["params"]) for g in opt.param_groups[2:]) == len(heads)
+
+    wrapped = MaskedPositionPretrainer(model)
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    cfg = TrainConfig(max_steps=6, learning_rate=1e-3, warmup_steps=1, eval_steps=0, logging_steps=1,
+                      head_learning_rate=1e-2, head_only_steps=3)
+    result = train(wrapped, _phases(steps=6)[:1], pad_collate, cfg, make_accelerator("fp32", cpu=True),
+                   checkpoints=None, head_parameters=heads)
+    assert [r["learning_rate"] for r in result.history if "learning_rate" in r][:4] == [0.0, 0.0, 0.0, 1e-3]
+    moved = {n for n, p in model.named_parameters() if not torch.equal(before[n], p.detach())}
+    assert {n for n in moved if n.startswith("cls.")} == {n for n in before if n.startswith("cls.")}
+    assert any(n.startswith("bert.encoder.") for n in moved)  # the encoder learns once its steps start
+
+    model = new_pretraining_model(tiny_config(), with_pair_head=True, seed=0)
+    cfg = TrainConfig(max_steps=3, learning_rate=1e-3, warmup_steps=1, eval_steps=0, logging_steps=1,
+                      head_only_steps=3)
+    train(MaskedPositionPretrainer(model), _phases(steps=3), pad_collate, cfg, make_accelerator("fp32", cpu=True),
+          head_parameters=pretraining_head_parameters(model))
+    assert all(torch.equal(before[n], p.detach()) for n, p in model.named_parameters() if n.startswith("bert."))
+    assert not torch.equal(before["cls.predictions.transform.dense.weight"],
+                           model.cls.predictions.transform.dense.weight.detach())
 
 
 def test_lamb_step_matches_algorithm():

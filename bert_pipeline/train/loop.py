@@ -6,7 +6,9 @@ and gradient scaling; this module owns the recipe (Devlin et al. 2019, Appendix 
 
 - AdamW (Loshchilov & Hutter 2019) with weight decay on matrices only (no decay on biases and LayerNorm), or
   LAMB (You et al. 2020) for large batches (:mod:`bert_pipeline.train.optim`);
-- linear warmup then linear decay to 0 over ``max_steps`` (``transformers.get_linear_schedule_with_warmup``);
+- linear warmup then linear decay to 0 over ``max_steps`` (``transformers.get_linear_schedule_with_warmup``'s
+  factor); heads may have a rate of their own and learn alone for the first ``head_only_steps`` (DAPT from a
+  checkpoint that ships no MLM head: :func:`bert_pipeline.train.optim.make_scheduler`);
 - gradient accumulation, clipping of the global gradient norm;
 - a non-finite loss or gradient skips the update and is counted; more than ``max_bad_steps`` is an error;
 - phases (BERT's seq 128 then 512): each phase has its own dataset and batch size, switched at a fixed step;
@@ -24,7 +26,7 @@ import contextlib
 import logging
 import math
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,7 +37,7 @@ from tqdm.auto import tqdm
 
 from bert_pipeline.data.masking import IGNORE_INDEX
 from bert_pipeline.train.checkpoint import CheckpointManager, rng_state, set_rng_state
-from bert_pipeline.train.optim import make_optimizer
+from bert_pipeline.train.optim import make_optimizer, make_scheduler
 
 log = logging.getLogger(__name__)
 
@@ -164,6 +166,8 @@ class TrainConfig:
     seed: int = 0
     num_workers: int = 0
     stage: str = "pretrain"  # the params section named in errors and on the progress bar (pretrain, distill)
+    head_learning_rate: float | None = None  # peak rate of train()'s head_parameters (None: learning_rate)
+    head_only_steps: int = 0  # first steps in which only head_parameters learn (the rest at rate 0)
 
 
 @dataclass
@@ -278,6 +282,7 @@ def train(
     unigram_token_id: int | None = None,
     on_log: Callable[[int, dict[str, float]], None] | None = None,
     flops_per_step: Callable[[dict[str, torch.Tensor]], float] | None = None,
+    head_parameters: Collection[nn.Parameter] = (),
 ) -> TrainResult:
     """Train ``model`` for ``config.max_steps`` optimizer steps over ``phases``, resuming from ``checkpoints``.
 
@@ -292,6 +297,8 @@ def train(
         unigram_token_id: most frequent training target, for the baseline accuracy in evaluations.
         on_log: called on the main process with ``(step, row)`` for every history row (e.g. MLflow).
         flops_per_step: model FLOPs of one micro-batch, for the MFU in the result.
+        head_parameters: trained at ``config.head_learning_rate`` and alone for ``config.head_only_steps``
+            (:func:`bert_pipeline.train.optim.parameter_groups`); the history's ``learning_rate`` is the encoder's.
 
     Returns:
         :class:`TrainResult`; ``history`` has one row per ``logging_steps`` (``train_loss``, ``learning_rate``)
@@ -300,16 +307,15 @@ def train(
     Raises:
         TrainingError: more than ``max_bad_steps`` non-finite steps, or a phase with too little data.
     """
-    from transformers import get_linear_schedule_with_warmup
-
     cfg = config
     if not phases or phases[0].start_step != 0 or phases[-1].end_step != cfg.max_steps:
         raise TrainingError(f"phases must cover steps 0..{cfg.max_steps}")
     accum = cfg.gradient_accumulation_steps
     model = accelerator.prepare(model)
     optimizer = make_optimizer(accelerator.unwrap_model(model) if accelerator.distributed_type == "NO" else model,
-                               cfg.optimizer, cfg.learning_rate, cfg.weight_decay, cfg.adam_betas, cfg.adam_epsilon)
-    scheduler = get_linear_schedule_with_warmup(optimizer, cfg.warmup_steps, cfg.max_steps)
+                               cfg.optimizer, cfg.learning_rate, cfg.weight_decay, cfg.adam_betas, cfg.adam_epsilon,
+                               head=head_parameters, head_lr=cfg.head_learning_rate)
+    scheduler = make_scheduler(optimizer, cfg.warmup_steps, cfg.max_steps, cfg.head_only_steps)
     optimizer, scheduler = accelerator.prepare(optimizer, scheduler)
     raw_optimizer = getattr(optimizer, "optimizer", optimizer)
     raw_scheduler = getattr(scheduler, "scheduler", scheduler)

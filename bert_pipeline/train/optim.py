@@ -5,7 +5,8 @@ One rule for the no-decay group (:func:`parameter_groups`) serves pre-training, 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import functools
+from collections.abc import Callable, Collection
 from typing import Any
 
 import torch
@@ -71,38 +72,83 @@ class Lamb(torch.optim.Optimizer):
         return loss
 
 
-def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
+def parameter_groups(model: nn.Module, weight_decay: float, head: Collection[nn.Parameter] = (),
+                     head_lr: float | None = None) -> list[dict[str, Any]]:
     """Two groups: tensors of rank >= 2 (embeddings, projections) with ``weight_decay``; rank-1 tensors (biases and
-    LayerNorm scales/shifts) without.
+    LayerNorm scales/shifts) without. A non-empty ``head`` forms two more groups of the same split, marked
+    ``"head": True`` (the others ``"head": False``), at ``head_lr`` when given (the optimizer's rate otherwise).
 
     On BERT-family models this is exactly the split of BERT's reference optimizer
     (``exclude_from_weight_decay=["LayerNorm", "layer_norm", "bias"]``, google-research/bert ``optimization.py``),
     decided by shape so that it holds for any naming (nanoGPT's rule). The no-decay group also has
-    ``adapt=False`` for :class:`Lamb`. Frozen parameters are left out; tied parameters appear once.
+    ``adapt=False`` for :class:`Lamb`. Frozen parameters are left out; tied parameters appear once, in the group of
+    the first module that owns them (a decoder tied to the word embeddings stays with the embeddings).
     """
-    decay, no_decay, seen = [], [], set()
+    head_ids = {id(p) for p in head}
+    buckets: dict[tuple[bool, bool], list[nn.Parameter]] = {(h, d): [] for h in (False, True) for d in (True, False)}
+    seen: set[int] = set()
     for _, p in model.named_parameters():
         if not p.requires_grad or id(p) in seen:
             continue
         seen.add(id(p))
-        (decay if p.ndim >= 2 else no_decay).append(p)
-    return [
-        {"params": decay, "weight_decay": weight_decay, "adapt": True},
-        {"params": no_decay, "weight_decay": 0.0, "adapt": False},
-    ]
+        buckets[(id(p) in head_ids, p.ndim >= 2)].append(p)
+    groups = []
+    for is_head in (False, True) if head_ids else (False,):
+        for decay in (True, False):
+            group: dict[str, Any] = {"params": buckets[(is_head, decay)], "weight_decay": weight_decay if decay else 0.0,
+                                     "adapt": decay}
+            if head_ids:
+                group["head"] = is_head
+                if is_head and head_lr is not None:
+                    group["lr"] = head_lr
+            groups.append(group)
+    return groups
+
+
+def pretraining_head_parameters(model: nn.Module) -> list[nn.Parameter]:
+    """The parameters of a Hugging Face pre-training model outside its encoder (``model.base_model``): the MLM
+    transform and output bias, the NSP/SOP classifier. A decoder weight tied to the word embeddings belongs to the
+    encoder. These are what a DAPT start from a checkpoint without heads initialises afresh."""
+    encoder = {id(p) for p in model.base_model.parameters()}
+    return [p for p in model.parameters() if id(p) not in encoder]
+
+
+def linear_schedule_factor(step: int, *, warmup_steps: int, total_steps: int, start_step: int = 0) -> float:
+    """The learning-rate multiplier at optimizer ``step``: 0 before ``start_step``, then a linear warmup over
+    ``warmup_steps``, then a linear decay to 0 at ``total_steps``. With ``start_step = 0`` this is
+    ``transformers.get_linear_schedule_with_warmup``'s factor exactly."""
+    since = step - start_step
+    if since < 0:
+        return 0.0
+    if since < warmup_steps:
+        return since / max(1, warmup_steps)
+    return max(0.0, (total_steps - step) / max(1, total_steps - start_step - warmup_steps))
+
+
+def make_scheduler(optimizer: torch.optim.Optimizer, warmup_steps: int, total_steps: int,
+                   head_only_steps: int = 0) -> torch.optim.lr_scheduler.LambdaLR:
+    """Linear warmup and decay (:func:`linear_schedule_factor`) for every group; with ``head_only_steps``, groups
+    not marked ``"head"`` (:func:`parameter_groups`) stay at learning rate 0 for that many steps and only then
+    warm up, so freshly initialised heads learn before the encoder moves (the frozen-encoder first stage of
+    gradual unfreezing, Howard & Ruder 2018, §3.2)."""
+    factors = [functools.partial(linear_schedule_factor, warmup_steps=warmup_steps, total_steps=total_steps,
+                                 start_step=head_only_steps if group.get("head") is False else 0)
+               for group in optimizer.param_groups]
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factors)
 
 
 def make_optimizer(model: nn.Module, name: str, lr: float, weight_decay: float = 0.01,
                    betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-6,
-                   foreach: bool | None = None) -> torch.optim.Optimizer:
+                   foreach: bool | None = None, head: Collection[nn.Parameter] = (),
+                   head_lr: float | None = None) -> torch.optim.Optimizer:
     """``adamw`` (``torch.optim.AdamW``, decoupled weight decay: Loshchilov & Hutter 2019) or ``lamb``
-    (:class:`Lamb`) over :func:`parameter_groups`. ``foreach`` selects AdamW's multi-tensor implementation
-    (``None``: torch's choice).
+    (:class:`Lamb`) over :func:`parameter_groups` (``head`` at ``head_lr``, when given). ``foreach`` selects
+    AdamW's multi-tensor implementation (``None``: torch's choice).
 
     Raises:
         ValueError: an unknown ``name``.
     """
-    groups = parameter_groups(model, weight_decay)
+    groups = parameter_groups(model, weight_decay, head, head_lr)
     if name == "adamw":
         for g in groups:
             g.pop("adapt")

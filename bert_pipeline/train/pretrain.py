@@ -25,6 +25,7 @@ from bert_pipeline.model import configs
 from bert_pipeline.model.objectives import MaskedPositionPretrainer
 from bert_pipeline.train.checkpoint import CheckpointManager
 from bert_pipeline.train.loop import Phase, TrainConfig, TrainingError, TrainResult, phase_boundaries, train
+from bert_pipeline.train.optim import pretraining_head_parameters
 
 log = logging.getLogger(__name__)
 
@@ -214,6 +215,11 @@ def run_pretraining(model: Any, data: PretrainingData, config: TrainConfig, acce
                     on_log: Callable[[int, dict[str, Any]], None] | None = None) -> PretrainingOutcome:
     """Train ``model`` on ``data`` with the masked-position objective, resuming from ``checkpoints``.
 
+    With ``config.head_learning_rate`` or ``config.head_only_steps``, the MLM and pair heads
+    (:func:`bert_pipeline.train.optim.pretraining_head_parameters`) get their own rate or learn alone first: a
+    checkpoint that ships no MLM head (DAPT of a sentence-embedding BERT) starts with a random head whose early
+    gradients would otherwise move the encoder.
+
     Args:
         describe: fields copied into the quality record first (``init``, ``size``).
         on_log: called on the main process with each history row.
@@ -237,9 +243,12 @@ def run_pretraining(model: Any, data: PretrainingData, config: TrainConfig, acce
         return configs.training_flops_per_step(model.config, n, length, int((batch["labels"] != IGNORE_INDEX).sum()),
                                                full_decoder=False)
 
+    heads = (pretraining_head_parameters(model)
+             if config.head_learning_rate is not None or config.head_only_steps else ())
     try:
         result = train(wrapper, data.phases, data.phases[0].collate_fn, config, accelerator, checkpoints,
-                       unigram_token_id=data.unigram_token_id, on_log=on_log, flops_per_step=flops)
+                       unigram_token_id=data.unigram_token_id, on_log=on_log, flops_per_step=flops,
+                       head_parameters=heads)
     except TrainingError as exc:
         raise PipelineError(str(exc)) from None
     tokens_seen = result.tokens_seen(accelerator)
