@@ -18,6 +18,9 @@ from tests.conftest import card_header, params_error, run_stage, write_params
         ("phases", [{"max_seq_length": 128, "fraction": 0.9}, {"max_seq_length": 512, "fraction": 0.2}],
          "pretrain.phases: expected fractions summing to 1, got 1.1"),
         ("optimizer", "sgd", 'pretrain.optimizer: expected one of "adamw", "lamb", got "sgd"'),
+        ("head_only_steps", 1600, "pretrain.head_only_steps: expected head_only_steps + warmup_steps <= max_steps "
+                                  "(1600), got 1600 + 50"),
+        ("head_learning_rate", 0, "pretrain.head_learning_rate: expected float > 0 or null, got 0"),
     ],
 )
 def test_bad_pretrain_params_are_one_line(raw, key, value, message):

@@ -1,0 +1,88 @@
+"""A small grid of task-specific distillation settings for one task, scored on validation, from a finished run.
+
+    nice python bench/task_distill_grid.py --task qa --seeds 42 43 \
+        --variant alpha_ce=0.8,alpha_task=0.2 --variant learning_rate=2e-4 --variant epochs=2
+
+Run in a repository whose ``dvc repro`` has finished (it reads ``models/finetuned/{teacher}-{task}/``,
+``data/tasks/{task}/`` and the cached ``data/teacher_logits/{task}/``). Each variant overrides fields of the
+``task_distill`` section (:class:`bert_pipeline.train.task_distill.StudentSpec`: ``temperature``, ``alpha_ce``,
+``alpha_task``, ``learning_rate``, ``epochs``) and trains one student per seed exactly as ``distill_task@{task}``
+does, writing nothing. The baseline (``params.yaml`` as it is) comes first. Prints one JSON line per variant with the
+validation and test main metric per seed, their means, the teacher's, the student's share of each, the wall and CPU
+seconds and the load average; choose on the validation means, and read test only for the variant chosen.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bert_pipeline.train.task_distill import StudentSpec, distill_task  # noqa: E402
+from stages.finetune import LOOP_KEYS, MODELS_OUT, TASKS  # noqa: E402
+from stages.params import load_params  # noqa: E402
+
+SPEC_FIELDS = {"temperature": float, "alpha_ce": float, "alpha_task": float, "learning_rate": float, "epochs": int}
+
+
+def parse_variant(text: str) -> dict[str, float | int]:
+    """``"alpha_ce=0.8,alpha_task=0.2"`` -> ``{"alpha_ce": 0.8, "alpha_task": 0.2}``.
+
+    Raises:
+        SystemExit: a field that :class:`StudentSpec` does not tune, or a value that is not a number.
+    """
+    out: dict[str, float | int] = {}
+    for item in text.split(","):
+        key, _, value = item.partition("=")
+        if key not in SPEC_FIELDS:
+            raise SystemExit(f"--variant {text!r}: {key!r} is not one of {', '.join(SPEC_FIELDS)}")
+        try:
+            out[key] = SPEC_FIELDS[key](value)
+        except ValueError:
+            raise SystemExit(f"--variant {text!r}: {key}={value!r} is not a number") from None
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--task", required=True)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[42, 43])
+    parser.add_argument("--variant", action="append", default=[], help="field=value[,field=value...]")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    params = load_params()
+    td, ft = params.task_distill, params.finetune
+    base = StudentSpec(student_layers=td.student_layers, temperature=td.temperature, alpha_ce=td.alpha_ce,
+                       alpha_task=td.alpha_task, learning_rate=td.learning_rate, epochs=td.epochs)
+    teacher_dir = MODELS_OUT / f"{td.teacher}-{args.task}"
+    teacher = json.loads((Path("metrics/finetune") / f"{td.teacher}-{args.task}.json").read_text())
+    loop = ft.model_dump(include=LOOP_KEYS - {"seeds"})
+    for overrides in [{}, *(parse_variant(v) for v in args.variant)]:
+        spec = replace(base, **overrides)
+        load, wall, cpu = os.getloadavg()[0], time.perf_counter(), time.process_time()
+        outcome = distill_task(TASKS / args.task, teacher_dir, Path("data/teacher_logits") / args.task, spec,
+                               ft.tasks[args.task].model_dump(), seeds=args.seeds,
+                               teacher_only_examples=td.teacher_only_examples.get(args.task, 0), **loop)
+        metric = outcome.metrics["main_metric"]
+        row: dict[str, object] = {"task": args.task, "variant": overrides or "params.yaml", "metric": metric}
+        for split in ("validation", "test"):
+            student = outcome.metrics[split][metric]
+            row[split] = student["seeds"]
+            row[f"{split}_mean"] = student["mean"]
+            row[f"{split}_teacher"] = teacher[split][metric]["mean"]
+            row[f"{split}_share"] = round(student["mean"] / teacher[split][metric]["mean"], 4)
+        row.update(wall_s=round(time.perf_counter() - wall, 1), cpu_s=round(time.process_time() - cpu, 1),
+                   load_before=load, load_after=os.getloadavg()[0])
+        sys.stdout.write(json.dumps(row) + "\n")
+        sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
