@@ -60,7 +60,8 @@ def main() -> None:
     params = load_params()
     td, ft = params.task_distill, params.finetune
     base = StudentSpec(student_layers=td.student_layers, temperature=td.temperature, alpha_ce=td.alpha_ce,
-                       alpha_task=td.alpha_task, learning_rate=td.learning_rate, epochs=td.epochs)
+                       alpha_task=td.alpha_task, learning_rate=td.learning_rate,
+                       epochs=td.epochs.get(args.task))
     teacher_dir = MODELS_OUT / f"{td.teacher}-{args.task}"
     teacher = json.loads((Path("metrics/finetune") / f"{td.teacher}-{args.task}.json").read_text())
     loop = ft.model_dump(include=LOOP_KEYS - {"seeds"})

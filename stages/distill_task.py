@@ -44,7 +44,7 @@ def run(task_name: str, params: Params, tracker: Any = None) -> dict[str, Any]:
     check_teacher(params)
     teacher_dir = MODELS_OUT / f"{td.teacher}-{task_name}"
     spec = StudentSpec(student_layers=td.student_layers, temperature=td.temperature, alpha_ce=td.alpha_ce,
-                       alpha_task=td.alpha_task, learning_rate=td.learning_rate, epochs=td.epochs)
+                       alpha_task=td.alpha_task, learning_rate=td.learning_rate, epochs=td.epochs.get(task_name))
     on_eval = None
     if tracker is not None:
         def on_eval(prefix: str, step: int, entry: dict[str, float]) -> None:
@@ -58,7 +58,7 @@ def run(task_name: str, params: Params, tracker: Any = None) -> dict[str, Any]:
         raise PipelineError(str(exc)) from None
     metrics = {"model": td.student, "task": task_name, "teacher": td.teacher, **outcome.metrics}
     member = ft.models[td.teacher].model_copy(update={"path": teacher_dir.as_posix(), "learning_rate": td.learning_rate,
-                                                      "epochs": td.epochs})
+                                                      "epochs": spec.epochs})
     text = model_card(td.student, task_name, member, ft, metrics, outcome)
     if tracker is not None:
         tracker.set_tags({"teacher": td.teacher, "teacher_run_id": tracking.run_of_folder(tracker, teacher_dir) or ""})

@@ -465,7 +465,8 @@ class TaskDistillParams(Section):
     was fine-tuned on (``finetune.tasks.{task}.max_train_examples``, ``finetune.data_seed``) plus
     ``teacher_only_examples[task]`` more training-split examples only the teacher labels. Stage
     ``distill_task@{task}`` trains the student on ``alpha_ce * KL * T^2 + alpha_task * task loss`` in the
-    fine-tuning loop (``finetune``'s warmup, decay, clipping, early stopping and held-out subsets), once per seed.
+    fine-tuning loop (``finetune``'s warmup, decay, clipping, early stopping and held-out subsets), once per seed,
+    for ``epochs[task]`` passes over the transfer set (null or a task not listed: ``finetune.tasks.{task}.epochs``).
     """
 
     teacher: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.]+$")
@@ -475,7 +476,7 @@ class TaskDistillParams(Section):
     alpha_ce: Annotated[float, annotated_types.Ge(0.0)]
     alpha_task: Annotated[float, annotated_types.Ge(0.0)]
     learning_rate: Annotated[float, annotated_types.Gt(0.0), annotated_types.Lt(1.0)]
-    epochs: Annotated[int, annotated_types.Ge(1)] | None
+    epochs: dict[str, Annotated[int, annotated_types.Ge(1)] | None]
     seeds: list[int] = Field(min_length=1)
     teacher_only_examples: dict[str, Annotated[int, annotated_types.Ge(0)]]
     teacher_batch_size: Annotated[int, annotated_types.Ge(1)]
@@ -558,9 +559,10 @@ class Params(Section):
         if self.task_distill.student in self.finetune.models:
             raise ValueError(f"task_distill.student: {self.task_distill.student!r} is already a key of "
                              "finetune.models; give the student a name of its own")
-        unknown = [t for t in self.task_distill.teacher_only_examples if t not in self.finetune.tasks]
-        if unknown:
-            raise ValueError(f"task_distill.teacher_only_examples: {unknown[0]!r} is not a key of finetune.tasks")
+        for key in ("teacher_only_examples", "epochs"):
+            unknown = [t for t in getattr(self.task_distill, key) if t not in self.finetune.tasks]
+            if unknown:
+                raise ValueError(f"task_distill.{key}: {unknown[0]!r} is not a key of finetune.tasks")
         return self
 
 

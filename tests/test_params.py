@@ -166,6 +166,16 @@ def test_a_number_yaml_1_1_read_as_text_gets_a_form_every_reader_takes(raw):
 
 
 
+def test_per_task_student_settings_name_only_fine_tuning_tasks(raw):
+    for key in ("teacher_only_examples", "epochs"):
+        bad = copy.deepcopy(raw)
+        bad["task_distill"][key]["nosuchtask"] = 2
+        assert params_error(bad) == f"params.yaml: task_distill.{key}: 'nosuchtask' is not a key of finetune.tasks"
+    bad = copy.deepcopy(raw)
+    bad["task_distill"]["epochs"]["qa"] = 0
+    assert params_error(bad) == "params.yaml: task_distill.epochs.qa: expected int >= 1 or null, got 0"
+
+
 def test_bad_literal(raw):
     bad = copy.deepcopy(raw)
     bad["prepare_corpus"]["sentence_splitter"] = "regex"

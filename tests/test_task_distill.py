@@ -247,7 +247,7 @@ def _params(**task_distill):
     ft["tasks"] = {"sentiment": {"max_train_examples": 32, "max_length": 16, "epochs": 8, "batch_size": 8}}
     raw["task_distill"].update({"teacher": "tiny", "student": "tiny_student", "seeds": [1, 2], "learning_rate": 5e-3,
                                 "teacher_only_examples": {"sentiment": 8}, "teacher_batch_size": 8,
-                                "epochs": None, **task_distill})
+                                "epochs": {"sentiment": None}, **task_distill})
     return validate_params(raw)
 
 

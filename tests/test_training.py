@@ -244,6 +244,8 @@ def test_heads_get_their_own_rate_and_learn_alone_first():
     assert [(g["head"], g["lr"], g["weight_decay"]) for g in opt.param_groups] == [
         (False, 1e-4, 0.01), (False, 1e-4, 0.0), (True, 1e-2, 0.01), (True, 1e-2, 0.0)]
     assert sum(len(g["params"]) for g in opt.param_groups[2:]) == len(heads)
+    with pytest.raises(ValueError, match="head parameters are not among the model's trainable parameters"):
+        parameter_groups(model, 0.01, head=[torch.nn.Parameter(torch.zeros(2))], head_lr=1e-2)
 
     wrapped = MaskedPositionPretrainer(model)
     before = {n: p.detach().clone() for n, p in model.named_parameters()}

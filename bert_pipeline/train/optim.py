@@ -83,6 +83,9 @@ def parameter_groups(model: nn.Module, weight_decay: float, head: Collection[nn.
     decided by shape so that it holds for any naming (nanoGPT's rule). The no-decay group also has
     ``adapt=False`` for :class:`Lamb`. Frozen parameters are left out; tied parameters appear once, in the group of
     the first module that owns them (a decoder tied to the word embeddings stays with the embeddings).
+
+    Raises:
+        ValueError: ``head`` is given but none of its tensors is a trainable parameter of ``model``.
     """
     head_ids = {id(p) for p in head}
     buckets: dict[tuple[bool, bool], list[nn.Parameter]] = {(h, d): [] for h in (False, True) for d in (True, False)}
@@ -92,6 +95,10 @@ def parameter_groups(model: nn.Module, weight_decay: float, head: Collection[nn.
             continue
         seen.add(id(p))
         buckets[(id(p) in head_ids, p.ndim >= 2)].append(p)
+    if head_ids and not buckets[(True, True)] + buckets[(True, False)]:
+        # FSDP flattens parameters into new tensors: the head would silently share the encoder's rate
+        raise ValueError("head parameters are not among the model's trainable parameters (a wrapped or flattened "
+                         "model?): pass the parameters of the model the optimizer sees")
     groups = []
     for is_head in (False, True) if head_ids else (False,):
         for decay in (True, False):
