@@ -29,46 +29,60 @@ from bert_pipeline.train.task_distill import StudentSpec, distill_task  # noqa: 
 from stages.finetune import LOOP_KEYS, MODELS_OUT, TASKS  # noqa: E402
 from stages.params import load_params  # noqa: E402
 
-SPEC_FIELDS = {"temperature": float, "alpha_ce": float, "alpha_task": float, "learning_rate": float, "epochs": int}
+# field -> (type, smallest allowed value, whether the bound itself is allowed): task_distill's own ranges
+SPEC_FIELDS = {"temperature": (float, 0.0, False), "alpha_ce": (float, 0.0, True), "alpha_task": (float, 0.0, True),
+               "learning_rate": (float, 0.0, False), "epochs": (int, 1, True)}
 
 
 def parse_variant(text: str) -> dict[str, float | int]:
     """``"alpha_ce=0.8,alpha_task=0.2"`` -> ``{"alpha_ce": 0.8, "alpha_task": 0.2}``.
 
     Raises:
-        SystemExit: a field that :class:`StudentSpec` does not tune, or a value that is not a number.
+        SystemExit: a field that :class:`StudentSpec` does not tune, or a value that is not a number in its range.
     """
     out: dict[str, float | int] = {}
     for item in text.split(","):
         key, _, value = item.partition("=")
         if key not in SPEC_FIELDS:
             raise SystemExit(f"--variant {text!r}: {key!r} is not one of {', '.join(SPEC_FIELDS)}")
+        kind, low, inclusive = SPEC_FIELDS[key]
         try:
-            out[key] = SPEC_FIELDS[key](value)
+            number = kind(value)
         except ValueError:
-            raise SystemExit(f"--variant {text!r}: {key}={value!r} is not a number") from None
+            raise SystemExit(f"--variant {text!r}: {key}={value!r} is not {'an int' if kind is int else 'a number'}"
+                             ) from None
+        if number < low or (number == low and not inclusive):
+            raise SystemExit(f"--variant {text!r}: expected {key} {'>=' if inclusive else '>'} {low}, got {number}")
+        out[key] = number
     return out
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--task", required=True)
-    parser.add_argument("--seeds", type=int, nargs="+", default=[42, 43])
-    parser.add_argument("--variant", action="append", default=[], help="field=value[,field=value...]")
+    parser.add_argument("--task", required=True, help="a key of finetune.tasks whose teacher and logits are built")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[42, 43], help="student seeds (default: 42 43)")
+    parser.add_argument("--variant", action="append", default=[],
+                        help=f"field=value[,field=value...] with fields {', '.join(SPEC_FIELDS)}; repeatable")
     args = parser.parse_args()
+    variants = [parse_variant(v) for v in args.variant]  # before minutes of training
     logging.basicConfig(level=logging.WARNING)
     params = load_params()
     td, ft = params.task_distill, params.finetune
+    teacher_metrics = Path("metrics/finetune") / f"{td.teacher}-{args.task}.json"
+    logits = Path("data/teacher_logits") / args.task
+    if args.task not in ft.tasks or not teacher_metrics.is_file() or not (logits / "teacher_logits.json").is_file():
+        raise SystemExit(f"--task {args.task}: needs a finished run here ({teacher_metrics} and {logits}/); run "
+                         f"`dvc repro teacher_logits@{args.task}` first (tasks: {', '.join(ft.tasks)})")
     base = StudentSpec(student_layers=td.student_layers, temperature=td.temperature, alpha_ce=td.alpha_ce,
                        alpha_task=td.alpha_task, learning_rate=td.learning_rate,
                        epochs=td.epochs.get(args.task))
     teacher_dir = MODELS_OUT / f"{td.teacher}-{args.task}"
-    teacher = json.loads((Path("metrics/finetune") / f"{td.teacher}-{args.task}.json").read_text())
+    teacher = json.loads(teacher_metrics.read_text())
     loop = ft.model_dump(include=LOOP_KEYS - {"seeds"})
-    for overrides in [{}, *(parse_variant(v) for v in args.variant)]:
+    for overrides in [{}, *variants]:
         spec = replace(base, **overrides)
         load, wall, cpu = os.getloadavg()[0], time.perf_counter(), time.process_time()
-        outcome = distill_task(TASKS / args.task, teacher_dir, Path("data/teacher_logits") / args.task, spec,
+        outcome = distill_task(TASKS / args.task, teacher_dir, logits, spec,
                                ft.tasks[args.task].model_dump(), seeds=args.seeds,
                                teacher_only_examples=td.teacher_only_examples.get(args.task, 0), **loop)
         metric = outcome.metrics["main_metric"]

@@ -28,7 +28,7 @@ from typing import Annotated, Any, Literal, Union
 
 import annotated_types
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from bert_pipeline.errors import PipelineError
 from bert_pipeline.io import flatten
@@ -481,6 +481,14 @@ class TaskDistillParams(Section):
     teacher_only_examples: dict[str, Annotated[int, annotated_types.Ge(0)]]
     teacher_batch_size: Annotated[int, annotated_types.Ge(1)]
 
+    @field_validator("epochs", mode="before")
+    @classmethod
+    def _epochs_per_task(cls, value: Any) -> Any:
+        if not isinstance(value, dict):  # the format before epochs were per task: one number for all
+            raise ValueError(f"task_distill.epochs: expected one entry per task, e.g. {{sentiment: 1, ner: 1, qa: 1}} "
+                             f"(a task's null: its finetune.tasks epochs), got {json.dumps(value)}")
+        return value
+
     @model_validator(mode="after")
     def _weights(self) -> TaskDistillParams:
         if self.alpha_ce == 0 and self.alpha_task == 0:
@@ -559,10 +567,16 @@ class Params(Section):
         if self.task_distill.student in self.finetune.models:
             raise ValueError(f"task_distill.student: {self.task_distill.student!r} is already a key of "
                              "finetune.models; give the student a name of its own")
-        for key in ("teacher_only_examples", "epochs"):
-            unknown = [t for t in getattr(self.task_distill, key) if t not in self.finetune.tasks]
+        for key, entry in (("teacher_only_examples", "a count, 0 for none"),
+                           ("epochs", "a number of epochs, or null for the task's own")):
+            per_task = getattr(self.task_distill, key)
+            unknown = [t for t in per_task if t not in self.finetune.tasks]
             if unknown:
                 raise ValueError(f"task_distill.{key}: {unknown[0]!r} is not a key of finetune.tasks")
+            missing = [t for t in self.finetune.tasks if t not in per_task]
+            if missing:  # dvc.yaml's distill stages read task_distill.{key}.{task} for each task
+                raise ValueError(f"task_distill.{key}: no entry for task {missing[0]!r}; give every key of "
+                                 f"finetune.tasks one ({entry})")
         return self
 
 

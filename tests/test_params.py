@@ -174,6 +174,14 @@ def test_per_task_student_settings_name_only_fine_tuning_tasks(raw):
     bad = copy.deepcopy(raw)
     bad["task_distill"]["epochs"]["qa"] = 0
     assert params_error(bad) == "params.yaml: task_distill.epochs.qa: expected int >= 1 or null, got 0"
+    bad = copy.deepcopy(raw)
+    del bad["task_distill"]["epochs"]["sentiment"]  # dvc.yaml reads task_distill.epochs.sentiment
+    assert params_error(bad) == ("params.yaml: task_distill.epochs: no entry for task 'sentiment'; give every key of "
+                                 "finetune.tasks one (a number of epochs, or null for the task's own)")
+    bad = copy.deepcopy(raw)
+    bad["task_distill"]["epochs"] = 1  # the format of older params files
+    assert params_error(bad) == ("params.yaml: task_distill.epochs: expected one entry per task, e.g. {sentiment: 1, "
+                                 "ner: 1, qa: 1} (a task's null: its finetune.tasks epochs), got 1")
 
 
 def test_bad_literal(raw):

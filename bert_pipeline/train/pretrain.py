@@ -245,6 +245,10 @@ def run_pretraining(model: Any, data: PretrainingData, config: TrainConfig, acce
 
     heads = (pretraining_head_parameters(model)
              if config.head_learning_rate is not None or config.head_only_steps else ())
+    if heads:
+        log.info("pretrain: %d head tensors (%d parameters, the tied decoder apart) at peak rate %g, alone for the "
+                 "first %d steps; the encoder at %g after them", len(heads), sum(p.numel() for p in heads),
+                 config.head_learning_rate or config.learning_rate, config.head_only_steps, config.learning_rate)
     try:
         result = train(wrapper, data.phases, data.phases[0].collate_fn, config, accelerator, checkpoints,
                        unigram_token_id=data.unigram_token_id, on_log=on_log, flops_per_step=flops,
