@@ -137,7 +137,8 @@ def make_scheduler(optimizer: torch.optim.Optimizer, warmup_steps: int, total_st
     """Linear warmup and decay (:func:`linear_schedule_factor`) for every group; with ``head_only_steps``, groups
     not marked ``"head"`` (:func:`parameter_groups`) stay at learning rate 0 for that many steps and only then
     warm up, so freshly initialised heads learn before the encoder moves (the frozen-encoder first stage of
-    gradual unfreezing, Howard & Ruder 2018, §3.2)."""
+    gradual unfreezing, Howard & Ruder 2018, §3.2). As in ``transformers``, the first warmup step's rate is 0, so
+    with a warmup the encoder's first update is at step ``head_only_steps + 2``."""
     factors = [functools.partial(linear_schedule_factor, warmup_steps=warmup_steps, total_steps=total_steps,
                                  start_step=head_only_steps if group.get("head") is False else 0)
                for group in optimizer.param_groups]
