@@ -466,7 +466,7 @@ class TaskDistillParams(Section):
     ``teacher_only_examples[task]`` more training-split examples only the teacher labels. Stage
     ``distill_task@{task}`` trains the student on ``alpha_ce * KL * T^2 + alpha_task * task loss`` in the
     fine-tuning loop (``finetune``'s warmup, decay, clipping, early stopping and held-out subsets), once per seed,
-    for ``epochs[task]`` passes over the transfer set (null or a task not listed: ``finetune.tasks.{task}.epochs``).
+    for ``epochs[task]`` passes over the transfer set (null: ``finetune.tasks.{task}.epochs``).
     """
 
     teacher: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.]+$")
