@@ -48,9 +48,9 @@ def main() -> None:
     from bert_pipeline.mlops.tracking import lock_pointer, stage_run
     from bert_pipeline.model import card
     from bert_pipeline.model.configs import save_model
-    from bert_pipeline.model.distillation import load_teacher
+    from bert_pipeline.model.distillation import load_teacher, resolve_student_layers
     from bert_pipeline.train.checkpoint import CheckpointManager, fingerprint
-    from bert_pipeline.train.distill import HISTORY_COLUMNS, resolve_student_layers, run_distillation
+    from bert_pipeline.train.distill import HISTORY_COLUMNS, run_distillation
     from bert_pipeline.train.loop import TrainConfig, TrainingError
     from bert_pipeline.train.precision import make_accelerator
     from bert_pipeline.train.pretrain import history_csv, open_instances

@@ -303,7 +303,7 @@ def test_stages_distil_a_fine_tuned_teacher_into_a_named_student(workdir):
     assert "\n" not in str(err.value)
     assert "teacher_logits@sentiment" in str(err.value)
     # a student deeper than its teacher, and a teacher that is no family member, are one line before any training
-    with pytest.raises(PipelineError, match=r"task_distill.student_layers: expected 1 to 2 .*got 3$"):
+    with pytest.raises(PipelineError, match=r"^params.yaml: task_distill.student_layers: expected an int from 1 to 2 .*got 3$"):
         distill_stage.run("sentiment", _params(student_layers=3))
     for stage in (distill_stage, logits_stage):
         with pytest.raises(PipelineError, match=r"task_distill.teacher: 'tiny_typo' is not a key of finetune.models "

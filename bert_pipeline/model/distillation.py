@@ -40,6 +40,22 @@ def default_student_layers(teacher_layers: int) -> int:
     return max(1, teacher_layers // 2)
 
 
+def resolve_student_layers(student_layers: int | None, teacher_layers: int, teacher_dir: Path | str,
+                           key: str = "distill.student_layers") -> int:
+    """``student_layers`` (None = half the teacher's, :func:`default_student_layers`), checked against the teacher.
+
+    Raises:
+        PipelineError: more layers than the teacher has, or fewer than 1 (names the params ``key``).
+    """
+    layers = default_student_layers(teacher_layers) if student_layers is None else student_layers
+    if not 1 <= layers <= teacher_layers:
+        raise PipelineError(
+            f"params.yaml: {key}: expected an int from 1 to {teacher_layers} (the teacher in "
+            f"{teacher_dir} has {teacher_layers} layers), got {layers}"
+        )
+    return layers
+
+
 def layer_map(teacher_layers: int, student_layers: int) -> list[int]:
     """Teacher layer index that initialises each student layer.
 

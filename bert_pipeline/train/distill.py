@@ -7,34 +7,17 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
-from bert_pipeline.errors import PipelineError
-from bert_pipeline.model.distillation import DistillationModel, build_student, default_student_layers
+from bert_pipeline.model.distillation import DistillationModel, build_student
 
 log = logging.getLogger(__name__)
 
 HISTORY_COLUMNS = ["step", "train_loss", "learning_rate", "eval_mlm_loss", "eval_mlm_accuracy"]
 """Columns of the distillation curve (a DVC plot)."""
-
-
-def resolve_student_layers(student_layers: int | None, teacher_layers: int, teacher_dir: Path) -> int:
-    """``student_layers`` (None = half the teacher's, :func:`default_student_layers`), checked against the teacher.
-
-    Raises:
-        PipelineError: more layers than the teacher has, or fewer than 1 (names ``distill.student_layers``).
-    """
-    layers = default_student_layers(teacher_layers) if student_layers is None else student_layers
-    if not 1 <= layers <= teacher_layers:
-        raise PipelineError(
-            f"params.yaml: distill.student_layers: expected an int from 1 to {teacher_layers} (the teacher in "
-            f"{teacher_dir} has {teacher_layers} layers), got {layers}"
-        )
-    return layers
 
 
 def _eval_fields(metrics: dict[str, float]) -> dict[str, float]:

@@ -420,9 +420,10 @@ class SeedRuns:
 
 
 def run_seeds(seeds: Sequence[int], one_run: Callable[[int], tuple[Any, FitResult, dict[str, float]]],
-              main_metric: str) -> SeedRuns:
+              main_metric: str, label: str = "") -> SeedRuns:
     """Call ``one_run(seed) -> (model, fit result, test metrics)`` for each seed, timed
-    (:func:`bert_pipeline.evaluation.speed.timed`), and collect what the metrics and timing records need."""
+    (:func:`bert_pipeline.evaluation.speed.timed`), and collect what the metrics and timing records need;
+    ``label`` follows the seed in the log (e.g. ``", 500 examples"``)."""
     from bert_pipeline.evaluation.speed import timed
 
     out = SeedRuns()
@@ -434,7 +435,7 @@ def run_seeds(seeds: Sequence[int], one_run: Callable[[int], tuple[Any, FitResul
         out.test.append(test_metrics)
         out.history.append({"seed": seed, "best_step": result.best_step, "steps": result.steps,
                             "history": result.history})
-        log.info("seed %d: test %s %.4f (%.0f s)", seed, main_metric, test_metrics[main_metric], wall)
+        log.info("seed %d%s: test %s %.4f (%.0f s)", seed, label, main_metric, test_metrics[main_metric], wall)
         out.first_model = out.first_model if out.first_model is not None else model
     return out
 
@@ -463,7 +464,6 @@ def finetune_task(
         PipelineError: the member's tokenizer cannot be loaded.
     """
     from bert_pipeline.data.tokenizer import load_tokenizer
-    from bert_pipeline.evaluation.speed import timed
 
     dd, info = load_task(task_dir)
     kind, label_names, main = info["kind"], info.get("label_names"), info["main_metric"]
@@ -501,14 +501,12 @@ def finetune_task(
     if low_resource_train_examples is not None:
         n = min(low_resource_train_examples, len(dd["train"]))
         small = encode_train(kind, tokenizer, subsample(dd["train"], n, data_seed), task)
-        low_test, low_epochs = [], member.low_resource_epochs or low_resource_epochs or epochs
-        for seed in seeds:
-            (_, _, test_metrics), wall, cpu = timed(lambda seed=seed: one_run(seed, small, low_epochs, "low_resource/"))
-            timing["low_resource_train_seconds"].append(round(wall, 2))
-            timing["low_resource_train_cpu_seconds"].append(round(cpu, 2))
-            low_test.append(test_metrics)
-            log.info("seed %d, %d examples: test %s %.4f", seed, n, main, test_metrics[main])
-        low = {"train_examples": n, "epochs": low_epochs, "test": summarize_seeds(low_test)}
+        low_epochs = member.low_resource_epochs or low_resource_epochs or epochs
+        low_runs = run_seeds(seeds, lambda seed: one_run(seed, small, low_epochs, "low_resource/"), main,
+                             f", {n} examples")
+        timing["low_resource_train_seconds"] = low_runs.train_seconds
+        timing["low_resource_train_cpu_seconds"] = low_runs.train_cpu_seconds
+        low = {"train_examples": n, "epochs": low_epochs, "test": summarize_seeds(low_runs.test)}
     metrics = metrics_record(info, member.path, member.init, seeds, epochs, len(train), heldout, test, validation,
                              history, low)
     return FinetuneOutcome(metrics, timing_record(device, timing), saved, tokenizer)
