@@ -29,7 +29,7 @@ from bert_pipeline.errors import PipelineError
 from bert_pipeline.io import atomic_dir, write_json
 from bert_pipeline.mlops import tracking
 from bert_pipeline.model import card
-from bert_pipeline.train.finetune import FinetuneError, MemberSpec, finetune_task
+from bert_pipeline.train.finetune import FinetuneError, Grid, MemberSpec, finetune_task
 from stages import require_inputs
 from stages.headline import write_headline
 from stages.params import FinetuneModel, FinetuneParams, load_params
@@ -115,15 +115,28 @@ def run(model_name: str, task_name: str, p: FinetuneParams, tracker: Any = None,
     low_resource = task_name in p.low_resource_tasks
     try:
         outcome = finetune_task(
-            TASKS / task_name, MemberSpec(**spec.model_dump()), p.tasks[task_name].model_dump(),
+            TASKS / task_name, member_spec(spec), p.tasks[task_name].model_dump(),
             low_resource_train_examples=p.low_resource_train_examples if low_resource else None,
-            low_resource_epochs=p.low_resource_epochs, on_eval=on_eval, **p.model_dump(include=LOOP_KEYS))
+            low_resource_epochs=p.low_resource_epochs, on_eval=on_eval, grid=grid(p), **p.model_dump(include=LOOP_KEYS))
     except FinetuneError as exc:
         raise PipelineError(str(exc)) from None
     metrics = {"model": model_name, "task": task_name, **outcome.metrics}
     save_member(model_name, task_name, metrics, outcome, model_card(model_name, task_name, spec, p, metrics, outcome),
                 tracker, member_role(spec))
     return metrics
+
+
+def member_spec(spec: FinetuneModel) -> MemberSpec:
+    """The library's :class:`MemberSpec` of a ``finetune.models`` entry (``learning_rate: grid`` -> ``None``)."""
+    fields = spec.model_dump()
+    if fields["learning_rate"] == "grid":
+        fields["learning_rate"] = None
+    return MemberSpec(**fields)
+
+
+def grid(p: FinetuneParams) -> Grid:
+    """``finetune.grid`` as the library's :class:`Grid`."""
+    return Grid(tuple(p.grid.learning_rates), tuple(p.grid.epochs), tuple(p.grid.low_resource_epochs))
 
 
 def save_member(model_name: str, task_name: str, metrics: dict[str, Any], outcome: Any, card_text: str,

@@ -144,7 +144,9 @@ class CreatePretrainingDataParams(Section):
     WordPiece tokens: a longer document is cut at sentence ends into pieces paired as documents of their own, and a
     worker holds at most ``shard_size`` documents or pieces at a time (memory per worker is bounded by
     ``shard_size x max_document_tokens`` tokens, whatever a document's size); at least twice the longest sequence
-    length (checked by the stage, which knows the phases).
+    length (checked by the stage, which knows the phases). ``packing`` (objective ``none``): ``sentences`` (whole
+    sentences of one document) or ``stream`` (fixed-length chunks across sentences and documents: no padding).
+    ``validation_masked_lm_prob`` (null: ``masked_lm_prob``) masks the held-out split at a rate of its own.
     """
 
     max_seq_length: Annotated[int, annotated_types.Ge(5), annotated_types.Le(65536)]
@@ -161,9 +163,14 @@ class CreatePretrainingDataParams(Section):
     shard_size: Annotated[int, annotated_types.Ge(1)]
     max_document_tokens: Annotated[int, annotated_types.Ge(16), annotated_types.Le(1 << 24)]
     num_proc: Annotated[int, annotated_types.Ge(1)]
+    validation_masked_lm_prob: Probability | None
+    packing: Literal["sentences", "stream"]
 
     @model_validator(mode="after")
     def _keep_share(self) -> CreatePretrainingDataParams:
+        if self.packing == "stream" and self.objective != "none":
+            raise ValueError("create_pretraining_data.packing: stream needs objective none (it cuts sentences, so "
+                             f"no pair is left to split), got objective {self.objective}; use packing sentences")
         total = self.mask_token_prob + self.random_token_prob
         if total > 1.0 + 1e-9:
             raise ValueError(
@@ -215,10 +222,13 @@ class PretrainParams(Section):
     :mod:`bert_pipeline.train.precision` (``auto``: bf16 where the device runs it natively, fp16 on older GPUs,
     else fp32). ``head_learning_rate`` (null: ``learning_rate``) and ``head_only_steps`` are for a checkpoint
     whose MLM head is fresh: the head's own peak rate, and the first steps in which it learns alone.
+    ``dropout`` (null: the config's) is the rate of every dropout layer while pre-training; the saved config keeps
+    the config's rates, which fine-tuning uses.
     """
 
     init: str = Field(min_length=1)
     model: PretrainModelParams
+    dropout: Annotated[float, annotated_types.Ge(0.0), annotated_types.Lt(1.0)] | None
     optimizer: Literal["adamw", "lamb"]
     learning_rate: Annotated[float, annotated_types.Gt(0.0)]
     head_learning_rate: Annotated[float, annotated_types.Gt(0.0)] | None
@@ -373,12 +383,14 @@ class FinetuneModel(Section):
     (the no-pre-training baseline), or, with ``size``, a named shape (tiny..large) with its tokenizer; a
     tokenizer-only folder without ``size`` takes the teacher's shape, ``pretrain.model.size``. ``epochs`` and
     ``low_resource_epochs`` override the task's ``epochs`` and ``finetune.low_resource_epochs`` for this model
-    (tiny models need more passes than real BERTs; null = no override)."""
+    (tiny models need more passes than real BERTs; null = no override). ``learning_rate: grid``: the learning
+    rate and epochs caps are chosen on the validation split from ``finetune.grid`` (then ``epochs`` and
+    ``low_resource_epochs`` must be null)."""
 
     path: str = Field(min_length=1)
     init: Literal["pretrained", "random"] = "pretrained"
     size: SizeName | None = None
-    learning_rate: Annotated[float, annotated_types.Gt(0.0), annotated_types.Lt(1.0)]
+    learning_rate: Annotated[float, annotated_types.Gt(0.0), annotated_types.Lt(1.0)] | Literal["grid"]
     pooling: Literal["cls", "mean"] = "cls"
     epochs: Annotated[int, annotated_types.Ge(1)] | None = None
     low_resource_epochs: Annotated[int, annotated_types.Ge(1)] | None = None
@@ -402,8 +414,20 @@ class FinetuneTask(Section):
     max_answer_length: Annotated[int, annotated_types.Ge(1)] | None = None
 
 
+class FinetuneGrid(Section):
+    """``finetune.grid``: one grid for every member whose ``learning_rate`` is ``grid`` (the fair comparison of
+    pre-trained and random weights, which can suit different rates): each learning rate with each epochs cap,
+    ``epochs`` for the full runs and ``low_resource_epochs`` for the low-resource runs, chosen on validation
+    (:class:`bert_pipeline.train.finetune.Grid`)."""
+
+    learning_rates: list[Annotated[float, annotated_types.Gt(0.0), annotated_types.Lt(1.0)]] = Field(min_length=1)
+    epochs: list[Annotated[int, annotated_types.Ge(1)]] = Field(min_length=1)
+    low_resource_epochs: list[Annotated[int, annotated_types.Ge(1)]] = Field(min_length=1)
+
+
 class FinetuneParams(Section):
-    """``finetune``: AdamW with linear warmup/decay, early stopping on the validation metric, seeds."""
+    """``finetune``: AdamW with linear warmup/decay, early stopping on the validation metric, seeds, and the grid
+    that members with ``learning_rate: grid`` are tuned on."""
 
     seeds: list[int] = Field(min_length=1)
     data_seed: int
@@ -418,9 +442,20 @@ class FinetuneParams(Section):
     low_resource_train_examples: Annotated[int, annotated_types.Ge(1)]
     low_resource_epochs: Annotated[int, annotated_types.Ge(1)] | None
     low_resource_tasks: list[str]
+    grid: FinetuneGrid
     user_model: FinetuneModel
     models: dict[str, FinetuneModel] = Field(min_length=1)
     tasks: dict[str, FinetuneTask] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _grid_members(self) -> FinetuneParams:
+        for name, member in self.models.items():
+            if member.learning_rate == "grid":
+                for key in ("epochs", "low_resource_epochs"):
+                    if getattr(member, key) is not None:
+                        raise ValueError(f"finetune.models.{name}.{key}: expected null with learning_rate grid (the "
+                                         f"caps come from finetune.grid.{key}), got {getattr(member, key)}")
+        return self
 
 
 # ------------------------------------------------------------------------------------------------- export
@@ -742,7 +777,7 @@ def _one_line(err: dict[str, Any], source: str, origins: dict[str, str] | None =
 
 
 _UNION_MEMBERS = {"FileSource", "HubSource", "str"}  # pydantic's tags for the members of CorpusSource
-_UNION_TAGS = _UNION_MEMBERS | {"function-after[_cross_checks(), Params]"}
+_UNION_TAGS = _UNION_MEMBERS | {"function-after[_cross_checks(), Params]", "constrained-float", "literal['grid']"}
 
 
 def _first_error(errors: list[dict[str, Any]]) -> dict[str, Any]:

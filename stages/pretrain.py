@@ -81,6 +81,11 @@ def main() -> None:
     model = pretraining.build_pretraining_model(
         p.init, size=p.model.size, config=p.model.config, tokenizer=tokenizer, max_seq_length=data.max_seq_length,
         with_pair_head=data.pair_key is not None, seed=p.seed)
+    if p.dropout is not None:
+        from bert_pipeline.model.configs import set_dropout
+
+        log.info("pretrain.dropout: %d dropout layers at %g while pre-training (the saved config keeps its rates)",
+                 set_dropout(model, p.dropout), p.dropout)
     section = p.model_dump(mode="json")
     fp = fingerprint({"pretrain": {k: v for k, v in section.items() if k not in NOT_FINGERPRINTED},
                       "objective": data.objective}, [p.tokenizer_path, *data.folders])

@@ -164,6 +164,33 @@ def test_dynamic_masking_stores_unmasked_train_and_the_collator_masks(workspace,
     assert (v["labels"] != IGNORE_INDEX).sum() == sum(len(val[i]["masked_lm_positions"]) for i in range(4))
 
 
+def test_stream_packing_in_the_stage_leaves_no_padding(workspace, monkeypatch):
+    """objective none with packing stream: every instance of a group but its last is max_seq_length long."""
+    run(workspace, monkeypatch, objective="none", packing="stream", short_seq_prob=0.0)
+    metrics = json.loads((workspace / "metrics/pretraining_data.json").read_text())
+    info = json.loads((workspace / "data/pretraining/info.json").read_text())
+    assert info["packing"] == "stream"
+    run(workspace, monkeypatch, objective="none", packing="sentences", short_seq_prob=0.0)
+    packed = json.loads((workspace / "metrics/pretraining_data.json").read_text())
+    # one short instance per shard and copy at most, against one per document (and per gap) when sentences pack
+    assert metrics["train"]["padding_share"] < 0.5 * packed["train"]["padding_share"]
+    assert metrics["train"]["instances"] < packed["train"]["instances"]
+
+
+def test_the_validation_split_is_masked_at_its_own_rate(workspace, monkeypatch):
+    """Training at 40% while validation_masked_lm_prob is 15%: each split's realised rate is its own."""
+    run(workspace, monkeypatch, masked_lm_prob=0.4, max_predictions_per_seq=13, validation_masked_lm_prob=0.15)
+    metrics = json.loads((workspace / "metrics/pretraining_data.json").read_text())
+    info = json.loads((workspace / "data/pretraining/info.json").read_text())
+    assert abs(metrics["train"]["masked_lm_rate"] - 0.4) < 0.03
+    assert abs(metrics["validation"]["masked_lm_rate"] - 0.15) < 0.03
+    assert info["rules"]["masked_lm_prob"] == 0.4
+    assert info["validation_rules"]["masked_lm_prob"] == 0.15
+    run(workspace, monkeypatch, masked_lm_prob=0.4, max_predictions_per_seq=13, validation_masked_lm_prob=None)
+    metrics = json.loads((workspace / "metrics/pretraining_data.json").read_text())
+    assert abs(metrics["validation"]["masked_lm_rate"] - 0.4) < 0.03
+
+
 def test_missing_corpus_and_too_long_max_seq_length_fail_without_partial_outputs(tmp_path, monkeypatch):
     from stages.create_pretraining_data import main
 
@@ -233,6 +260,8 @@ def test_missing_tokenizer_is_one_line(tmp_path, monkeypatch):
         (dict(objective="mlm"), "create_pretraining_data.objective: expected one of"),
         (dict(masking="sometimes"), "create_pretraining_data.masking: expected one of"),
         (dict(max_document_tokens=8), "create_pretraining_data.max_document_tokens: expected int >= 16"),
+        (dict(packing="stream", objective="nsp"), "create_pretraining_data.packing: stream needs objective none"),
+        (dict(validation_masked_lm_prob=2), "create_pretraining_data.validation_masked_lm_prob: expected float >= 0.0"),
     ],
 )
 def test_bad_params_are_one_line(tmp_path, overrides, message):

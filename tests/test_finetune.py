@@ -283,3 +283,59 @@ def test_ner_evaluation_scores_every_gold_word_of_a_long_sentence():
     got = run(Oracle())
     assert got["recall"] == 1.0
     assert got["f1"] == 1.0
+
+
+def test_grid_member_is_tuned_on_validation_and_test_is_scored_once(workdir, monkeypatch):
+    """learning_rate: grid tries every grid setting per seed; the best mean validation wins, and only the chosen
+    setting's models are scored on test (for the full and the low-resource runs apart)."""
+    p = _params(grid={"learning_rates": [1e-7, 5e-3], "epochs": [4], "low_resource_epochs": [2, 3]},
+                models={"tiny": {"path": "tinymodel", "learning_rate": "grid", "pooling": "mean"}})
+    scored = []
+    original = finetune_lib.heldout_evaluators
+
+    def counting(*args, **kwargs):
+        heldout, evaluators = original(*args, **kwargs)
+        test = evaluators["test"]
+        evaluators["test"] = lambda model: scored.append(1) or test(model)
+        return heldout, evaluators
+
+    monkeypatch.setattr(finetune_lib, "heldout_evaluators", counting)
+    m = finetune.run("tiny", "sentiment", p)
+    assert [(t["learning_rate"], t["epochs"]) for t in m["grid"]] == [(1e-7, 4), (5e-3, 4)]
+    assert m["learning_rate"] == 5e-3
+    assert m["grid"][1]["validation"] > m["grid"][0]["validation"]  # 1e-7 cannot learn "good"/"bad"
+    assert m["grid"][1]["validation"] == m["validation"]["accuracy"]["mean"]
+    assert min(m["test"]["accuracy"]["seeds"]) >= 0.9
+    low = m["low_resource"]
+    assert [(t["learning_rate"], t["epochs"]) for t in low["grid"]] == [(1e-7, 2), (1e-7, 3), (5e-3, 2), (5e-3, 3)]
+    best = max(low["grid"], key=lambda t: t["validation"])
+    assert (low["learning_rate"], low["epochs"]) == (best["learning_rate"], best["epochs"])
+    assert len(scored) == 2 + 2  # two seeds, full and low-resource: only the chosen settings saw test
+    timing = json.loads((workdir / "metrics/finetune-timing/tiny-sentiment.json").read_text())
+    assert timing["grid_train_seconds"] > sum(timing["train_seconds"])
+    card = (workdir / "models/finetuned/tiny-sentiment/README.md").read_text()
+    assert "learning rate 0.005 (chosen on validation from 1e-07, 0.005)" in card
+
+
+def test_grid_member_with_its_own_epochs_cap_is_one_line():
+    from stages.params import ParamsError
+
+    with pytest.raises(ParamsError, match="finetune.models.tiny.epochs: expected null with learning_rate grid"):
+        _params(models={"tiny": {"path": "tinymodel", "learning_rate": "grid", "epochs": 3}})
+
+
+def test_early_stopping_waits_for_a_run_to_start_learning(workdir):
+    """Checks that stay at the first check's value do not count against patience; once the metric has risen,
+    they do."""
+    tok = _tokenizer()
+    model = finetune_lib.build_model("classification", "tinymodel", "pretrained", None, "mean",
+                                     ["negative", "positive"], len(tok), 0)
+    features = [{"input_ids": tok(f"the film was {w}")["input_ids"], "label": i % 2}
+                for i, w in enumerate(["good", "bad"] * 8)]
+    scripted = iter([0.5, 0.5, 0.5, 0.5, 0.7, 0.6, 0.6, 0.9, 0.9])
+    settings = finetune_lib.TrainSettings(learning_rate=1e-3, epochs=9, batch_size=16, patience=2)
+    result = finetune_lib.fit(model, features, finetune_lib.collator("classification", tok), settings,
+                              lambda _model: {"accuracy": next(scripted)}, "accuracy")
+    # four flat checks (not started), the rise to 0.7 at check 5, then two checks without gain stop the run
+    assert [round(h["validation_accuracy"], 2) for h in result.history] == [0.5, 0.5, 0.5, 0.5, 0.7, 0.6, 0.6]
+    assert result.best_validation == {"accuracy": 0.7}

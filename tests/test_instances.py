@@ -147,6 +147,34 @@ def test_none_packs_whole_sentences_of_one_document():
             assert last == BASE + total - 1 or sent_of[last + 1] != sent_of[last] or doc_of[last + 1] != doc_of[last]
 
 
+def test_stream_packing_fills_every_instance_but_the_last_and_keeps_every_token_in_order():
+    """packing stream: [CLS] chunk [SEP] of exactly max_seq_length tokens over the shard's stream, a [SEP] between
+    documents; the concatenated chunks are the corpus, in order, with nothing dropped."""
+    docs, (doc_of, _, _), _ = make_corpus(60, seed=3, one_sentence_every=5)
+    docs = docs[:10] + [[]] + docs[10:]  # an empty document adds no separator
+    inst = create_instances(docs, objective="none", max_seq_length=64, short_seq_prob=0.0, cls_token_id=CLS,
+                            sep_token_id=SEP, rng=np.random.default_rng(0), packing="stream", with_provenance=True)
+    lengths = np.diff(inst.offsets)
+    assert np.all(lengths[:-1] == 64) and 3 <= lengths[-1] <= 64
+    assert np.array_equal(inst.len_a, lengths)
+    assert inst.labels is None
+    body = np.concatenate([row[1:-1] for _, row in split_rows(inst)])
+    assert all(row[0] == CLS and row[-1] == SEP for _, row in split_rows(inst))
+    separators = np.flatnonzero(body == SEP)
+    assert separators.size == 60 - 1  # one between each two non-empty documents
+    tokens = np.delete(body, separators)
+    total = sum(len(s) for d in docs for s in d)
+    assert np.array_equal(tokens, np.arange(BASE, BASE + total))
+    # a separator stands exactly where one document ends and the next starts
+    assert np.all(doc_of[body[separators - 1]] + 1 == doc_of[body[separators + 1]])
+    first = inst.provenance[:, 0]
+    assert first[0] == 0 and np.all(np.diff(first) >= 0) and inst.provenance[-1, 3] == 60  # the empty doc shifts ids
+    # short targets still draw a shorter chunk now and then
+    short = create_instances(docs, objective="none", max_seq_length=64, short_seq_prob=0.5, cls_token_id=CLS,
+                             sep_token_id=SEP, rng=np.random.default_rng(0), packing="stream")
+    assert (np.diff(short.offsets)[:-1] < 64).mean() > 0.3
+
+
 def test_one_sentence_documents_skipped_with_a_count_for_pairs():
     docs, _, _ = make_corpus(120, seed=6, one_sentence_every=3)
     for objective in ("nsp", "sop"):
@@ -205,6 +233,8 @@ def test_truncation_matches_bert_reference_counts():
         (dict(objective="nsp", max_seq_length=4), "max_seq_length: expected >= 5 to hold [CLS] A [SEP] B [SEP]"),
         (dict(objective="none", max_seq_length=2), "max_seq_length: expected >= 3"),
         (dict(objective="nsp", short_seq_prob=1.5), "short_seq_prob: expected a probability in [0, 1]"),
+        (dict(objective="none", packing="tokens"), "packing: expected one of sentences, stream"),
+        (dict(objective="sop", packing="stream"), "packing: stream cuts sentences, so it needs objective none"),
     ],
 )
 def test_bad_arguments_raise(kwargs, message):

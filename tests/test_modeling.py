@@ -22,6 +22,7 @@ from bert_pipeline.model.configs import (
     load_weights,
     new_pretraining_model,
     save_model,
+    set_dropout,
     training_flops_per_step,
 )
 from bert_pipeline.model.objectives import MaskedPositionPretrainer
@@ -140,3 +141,18 @@ def test_flops_masked_head_smaller_than_full():
     assert ours < full
     assert full - ours == pytest.approx(3 * (32 * 128 - 600) * (2 * 256**2 + 2 * 256 * 8000))
     assert ours > encoder_only
+
+
+def test_set_dropout_turns_every_dropout_off_and_leaves_the_config(tmp_path):
+    """Pre-training without dropout: training-mode forwards become deterministic, the saved config keeps 0.1."""
+    model = new_pretraining_model(tiny_config(hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1), True, seed=0)
+    model.train()
+    ids = torch.randint(5, VOCAB_SIZE, (2, 12))
+    assert not torch.equal(model(input_ids=ids).prediction_logits, model(input_ids=ids).prediction_logits)
+    assert set_dropout(model, 0.0) >= 2 * model.config.num_hidden_layers + 1  # attention + hidden per layer, embeddings
+    assert torch.equal(model(input_ids=ids).prediction_logits, model(input_ids=ids).prediction_logits)
+    save_model(model, tmp_path)
+    saved = BertForPreTraining.from_pretrained(tmp_path)
+    assert saved.config.hidden_dropout_prob == saved.config.attention_probs_dropout_prob == 0.1
+    with pytest.raises(ValueError, match="dropout: expected a probability in \\[0, 1\\), got 1.0"):
+        set_dropout(model, 1.0)

@@ -107,8 +107,8 @@ def test_missing_key(raw):
     assert params_error(bad) == "params.yaml: prepare_corpus.min_words: missing key (int >= 0)"
     bad = copy.deepcopy(raw)
     del bad["pretrain"]  # a section: named as one, its keys cut to a few
-    assert params_error(bad) == ("params.yaml: pretrain: missing section (mapping with keys init, model, optimizer, "
-                                 "learning_rate, head_learning_rate, head_only_steps, ... (24 keys))")
+    assert params_error(bad) == ("params.yaml: pretrain: missing section (mapping with keys init, model, dropout, "
+                                 "optimizer, learning_rate, head_learning_rate, ... (25 keys))")
 
 
 def test_misspelt_section_is_named_first_with_the_close_match(raw):
@@ -162,7 +162,7 @@ def test_a_number_yaml_1_1_read_as_text_gets_a_form_every_reader_takes(raw):
     """A mapping parsed elsewhere with PyYAML's YAML 1.1 rule (yaml.safe_load: 5e-5 is text)."""
     raw["finetune"]["user_model"]["learning_rate"] = "5e-5"
     assert params_error(raw) == ("params.yaml: finetune.user_model.learning_rate: expected a number (float > 0.0 and "
-                                 "< 1.0), got the text '5e-5' (write 5.0e-5, without quotes)")
+                                 "< 1.0 or one of \"grid\"), got the text '5e-5' (write 5.0e-5, without quotes)")
 
 
 

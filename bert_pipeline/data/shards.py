@@ -79,6 +79,7 @@ class ShardJob:
     seed: int
     max_document_tokens: int
     group_documents: int
+    packing: str = "sentences"
 
     def bounds(self, shard: int) -> tuple[int, int]:
         """Document range ``[start, end)`` of ``shard`` (shards differ by at most one document)."""
@@ -295,7 +296,7 @@ class ShardBuilder:
             rng = np.random.default_rng([job.seed, split_code, shard, dupe, 0, *tail])
             inst = create_instances(
                 units, objective=job.objective, max_seq_length=job.max_seq_length, short_seq_prob=job.short_seq_prob,
-                cls_token_id=vocab.cls_token_id, sep_token_id=vocab.sep_token_id, rng=rng,
+                cls_token_id=vocab.cls_token_id, sep_token_id=vocab.sep_token_id, rng=rng, packing=job.packing,
             )
             mask = mask_ragged(inst.input_ids, inst.offsets, vocab, job.rules,
                                np.random.default_rng([job.seed, split_code, shard, dupe, 1, *tail]))
@@ -516,15 +517,22 @@ class InstanceOptions:
     shard_size: int
     max_document_tokens: int
     num_proc: int
+    validation_masked_lm_prob: float | None = None
+    packing: str = "sentences"
 
-    def rules(self, length: int) -> MaskingRules:
-        """The masking rules at sequence ``length``, ``max_predictions_per_seq`` scaled in proportion
-        (:func:`scaled_max_predictions`).
+    def rules(self, length: int, split: str = "train") -> MaskingRules:
+        """The masking rules of ``split`` at sequence ``length``, ``max_predictions_per_seq`` scaled in proportion
+        (:func:`scaled_max_predictions`). The validation split is masked at ``validation_masked_lm_prob`` when it
+        is set, so that held-out MLM accuracy reads on the same scale whatever rate training masks at (a higher
+        rate makes each prediction harder: Wettig et al. 2023, §4).
 
         Raises:
             ValueError: probabilities out of range (see :class:`MaskingRules`).
         """
-        return MaskingRules(self.masked_lm_prob,
+        rate = self.masked_lm_prob
+        if split == "validation" and self.validation_masked_lm_prob is not None:
+            rate = self.validation_masked_lm_prob
+        return MaskingRules(rate,
                             scaled_max_predictions(self.max_predictions_per_seq, self.max_seq_length, length),
                             self.mask_token_prob, self.random_token_prob, self.whole_word_masking)
 
@@ -547,14 +555,16 @@ def build_dataset(out: Path, options: InstanceOptions, *, corpus_dir: Path, docu
     splits: dict[str, Any] = {}
     for split in ("train", "validation"):
         t0 = time.perf_counter()
+        split_rules = options.rules(max_seq_length, split)
         n_docs = documents[split]
         dynamic_train = split == "train" and options.masking == "dynamic"
         job = ShardJob(
             corpus_dir=str(corpus_dir), split=split, tokenizer_path=str(tok_path), out_dir=str(out / split),
             n_shards=max(1, math.ceil(n_docs / options.shard_size)), n_documents=n_docs, objective=options.objective,
-            max_seq_length=max_seq_length, short_seq_prob=options.short_seq_prob, rules=rules,
+            max_seq_length=max_seq_length, short_seq_prob=options.short_seq_prob, rules=split_rules,
             store_masks=not dynamic_train, dupe_factor=options.dupe_factor if split == "train" else 1,
             seed=options.seed, max_document_tokens=options.max_document_tokens, group_documents=options.shard_size,
+            packing=options.packing,
         )
         summary = summarize(build_split(job, options.num_proc), max_seq_length, options.objective)
         if summary["instances"] == 0:
@@ -572,8 +582,10 @@ def build_dataset(out: Path, options: InstanceOptions, *, corpus_dir: Path, docu
         "pair_label": PAIR_LABELS[options.objective],
         "masking": options.masking,
         "rules": rules.to_dict(),
+        "validation_rules": options.rules(max_seq_length, "validation").to_dict(),
         "max_seq_length": max_seq_length,
         "short_seq_prob": options.short_seq_prob,
+        "packing": options.packing,
         "dupe_factor": options.dupe_factor,
         "seed": options.seed,
         "vocab_size": vocab.vocab_size,
@@ -615,6 +627,7 @@ def build_pretraining_data(corpus_dir: Path, tok_path: Path, out: Path, options:
         vocab = VocabInfo.from_tokenizer(tokenizer)
         for length in lengths:
             options.rules(length)
+            options.rules(length, "validation")
     except ValueError as exc:
         raise PipelineError(f"{tok_path}: {exc}") from None
     for length in lengths:

@@ -649,7 +649,9 @@ def finetuned_card(*, name: str, task: str, record: Mapping[str, Any], task_info
         ("batch", f"{task_settings.get('batch_size')} examples"),
         ("sequence length", f"{task_settings.get('max_length')} tokens"
          + (f", windows overlapping by {task_settings['doc_stride']} tokens" if task_settings.get("doc_stride") else "")),
-        ("optimizer", f"AdamW, learning rate {_num(member.get('learning_rate'))}, warmup {_pct(loop.get('warmup_ratio'))} "
+        ("optimizer", f"AdamW, learning rate {_num(record.get('learning_rate', member.get('learning_rate')))}"
+                      + (f" (chosen on validation from {', '.join(_num(r) for r in dict.fromkeys(t['learning_rate'] for t in record['grid']))})"
+                         if record.get("grid") else "") + f", warmup {_pct(loop.get('warmup_ratio'))} "
                       f"of the steps then linear decay, weight decay {_num(loop.get('weight_decay'))} (not on biases "
                       f"and LayerNorm), gradient clipping {_num(loop.get('max_grad_norm'))}"),
         ("precision", PRECISION.get(str(loop.get("precision")), str(loop.get("precision")))),

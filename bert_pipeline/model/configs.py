@@ -189,6 +189,25 @@ def save_model(model: PreTrainedModel, folder: str | Path, tokenizer=None) -> No
         tokenizer.save_pretrained(str(folder))
 
 
+def set_dropout(model: nn.Module, probability: float) -> int:
+    """Set every ``nn.Dropout`` of ``model`` (embeddings, attention probabilities, hidden states, heads) to
+    ``probability`` in place, leaving ``model.config`` as it is, so a model pre-trained without dropout (Geiping and
+    Goldstein 2023, "Cramming", §4.2) is saved with the config's rates for fine-tuning.
+
+    Returns:
+        The number of dropout modules changed.
+
+    Raises:
+        ValueError: ``probability`` outside [0, 1).
+    """
+    if not 0.0 <= probability < 1.0:
+        raise ValueError(f"dropout: expected a probability in [0, 1), got {probability!r}")
+    modules = [m for m in model.modules() if isinstance(m, nn.Dropout)]
+    for module in modules:
+        module.p = float(probability)
+    return len(modules)
+
+
 def count_parameters(model: nn.Module, exclude_embeddings: bool = False) -> int:
     """Number of distinct parameters (tied weights, such as BERT's MLM decoder and word embeddings, counted once);
     optionally without the embedding tables. Pass ``model.base_model`` to count the encoder without a task head."""

@@ -269,6 +269,10 @@ def fit(
 ) -> FitResult:
     """Train ``model`` in place on ``features``; keep and restore the weights with the best validation metric.
 
+    Early stopping counts a check without gain against ``s.patience`` only once the validation metric has risen
+    above its first check: a run that has not started to learn (NER F1 still 0, sentiment still the majority class,
+    as small models at low rates stay for a few epochs) is not stopped for it, but trains to ``s.epochs``.
+
     Args:
         features: per example ``input_ids`` etc. (lists of ints), plus the labels the model's loss needs.
         evaluate: ``model -> metrics`` on the validation set (``main_metric`` is maximised).
@@ -292,6 +296,7 @@ def fit(
     checks = {max(1, round(steps_per_epoch * (k + 1) / s.evals_per_epoch)) for k in range(s.evals_per_epoch)}
     lengths = [len(f["input_ids"]) for f in features]
     best, best_state, best_step, bad, step = -math.inf, None, 0, 0, 0
+    first, started = -math.inf, False
     best_metrics: dict[str, float] = {}
     history: list[dict[str, float]] = []
     losses: list[float] = []
@@ -324,11 +329,15 @@ def fit(
                     on_eval(step, entry)
                 log.info("step %d epoch %d: loss %.4f, validation %s %.4f", step, epoch + 1, entry["train_loss"],
                          main_metric, metrics[main_metric])
+                if not history[:-1]:
+                    first = metrics[main_metric]
+                elif metrics[main_metric] > first:
+                    started = True
                 if metrics[main_metric] > best:
                     best, best_step, bad = metrics[main_metric], step, 0
                     best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
                     best_metrics = metrics
-                else:
+                elif started:
                     bad += 1
                     if bad >= s.patience:
                         stop = True
@@ -374,16 +383,35 @@ def heldout_evaluators(task_dir: Path, dd: DatasetDict, info: dict[str, Any], to
 @dataclass(frozen=True)
 class MemberSpec:
     """One family member to fine-tune: its folder (or hub name) ``path``; ``init`` ``pretrained`` (its weights)
-    or ``random`` (its architecture and tokenizer only, or the named ``size``); learning rate, pooling, and the
-    epochs caps that override the task's (``None``: no override)."""
+    or ``random`` (its architecture and tokenizer only, or the named ``size``); learning rate (``None``: chosen
+    from a :class:`Grid` on the validation split), pooling, and the epochs caps that override the task's
+    (``None``: no override)."""
 
     path: str
     init: str
     size: str | None
-    learning_rate: float
+    learning_rate: float | None
     pooling: str
     epochs: int | None
     low_resource_epochs: int | None
+
+
+@dataclass(frozen=True)
+class Grid:
+    """The fine-tuning settings a member's runs are chosen from on the validation split (Devlin et al. 2019, §4:
+    "we selected the best fine-tuning learning rate on the Dev set"): every learning rate with every epochs cap
+    (``epochs`` for the full run, ``low_resource_epochs`` for the low-resource runs), each trained once per
+    seed; the setting with the best mean validation main metric wins (ties: the first in grid order), and only
+    its models are scored on test."""
+
+    learning_rates: tuple[float, ...]
+    epochs: tuple[int, ...]
+    low_resource_epochs: tuple[int, ...]
+
+    def settings(self, low_resource: bool = False) -> list[tuple[float, int]]:
+        """``(learning_rate, epochs)`` in grid order: learning rates outer, epochs caps inner."""
+        caps = self.low_resource_epochs if low_resource else self.epochs
+        return [(rate, cap) for rate in self.learning_rates for cap in caps]
 
 
 @dataclass
@@ -416,14 +444,20 @@ class SeedRuns:
     history: list[dict[str, Any]] = field(default_factory=list)
     train_seconds: list[float] = field(default_factory=list)
     train_cpu_seconds: list[float] = field(default_factory=list)
-    first_model: Any = None
+    models: list[Any] = field(default_factory=list)
+
+    @property
+    def first_model(self) -> Any:
+        """The first seed's model (what the stage saves)."""
+        return self.models[0] if self.models else None
 
 
 def run_seeds(seeds: Sequence[int], one_run: Callable[[int], tuple[Any, FitResult, dict[str, float]]],
               main_metric: str, label: str = "") -> SeedRuns:
     """Call ``one_run(seed) -> (model, fit result, test metrics)`` for each seed, timed
     (:func:`bert_pipeline.evaluation.speed.timed`), and collect what the metrics and timing records need;
-    ``label`` follows the seed in the log (e.g. ``", 500 examples"``)."""
+    ``label`` follows the seed in the log (e.g. ``", 500 examples"``). ``one_run`` may return ``None`` for the
+    test metrics (a grid point not yet chosen: :func:`choose_on_validation` scores the winner's models)."""
     from bert_pipeline.evaluation.speed import timed
 
     out = SeedRuns()
@@ -432,12 +466,47 @@ def run_seeds(seeds: Sequence[int], one_run: Callable[[int], tuple[Any, FitResul
         out.train_seconds.append(round(wall, 2))
         out.train_cpu_seconds.append(round(cpu, 2))
         out.validation.append(result.best_validation)
-        out.test.append(test_metrics)
         out.history.append({"seed": seed, "best_step": result.best_step, "steps": result.steps,
                             "history": result.history})
-        log.info("seed %d%s: test %s %.4f (%.0f s)", seed, label, main_metric, test_metrics[main_metric], wall)
-        out.first_model = out.first_model if out.first_model is not None else model
+        out.models.append(model)
+        if test_metrics is None:
+            log.info("seed %d%s: validation %s %.4f (%.0f s)", seed, label, main_metric,
+                     result.best_validation.get(main_metric, float("nan")), wall)
+        else:
+            out.test.append(test_metrics)
+            log.info("seed %d%s: test %s %.4f (%.0f s)", seed, label, main_metric, test_metrics[main_metric], wall)
     return out
+
+
+def choose_on_validation(settings: Sequence[tuple[float, int]], seeds: Sequence[int],
+                         one_run: Callable[[int, float, int], tuple[Any, FitResult]], main_metric: str,
+                         score_test: Callable[[Any], dict[str, float]], label: str = "",
+                         ) -> tuple[tuple[float, int], SeedRuns, list[dict[str, Any]]]:
+    """Train every ``(learning_rate, epochs)`` of ``settings`` once per seed, keep the one with the best mean
+    validation ``main_metric`` (ties: the first), and score only its models with ``score_test`` (the test split
+    is read once, after the choice).
+
+    Returns:
+        ``(chosen setting, its runs with test metrics filled, the grid record)``; the record has one entry per
+        setting: ``{"learning_rate", "epochs", "validation": mean main metric, "train_seconds": summed}``.
+    """
+    best: tuple[float, tuple[float, int], SeedRuns] | None = None
+    record = []
+    for rate, epochs in settings:
+        tag = f"{label}, lr {rate:g}, up to {epochs} epochs" if len(settings) > 1 else label
+        runs = run_seeds(seeds, lambda seed, rate=rate, epochs=epochs: (*one_run(seed, rate, epochs), None),
+                         main_metric, tag)
+        score = sum(v.get(main_metric, 0.0) for v in runs.validation) / len(runs.validation)
+        record.append({"learning_rate": rate, "epochs": epochs, "validation": round(score, 6),
+                       "train_seconds": round(sum(runs.train_seconds), 2)})
+        if best is None or score > best[0]:
+            best = (score, (rate, epochs), runs)
+    _, chosen, runs = best
+    if len(settings) > 1:
+        log.info("chosen on validation%s: lr %g, up to %d epochs (mean %s %.4f)", label, chosen[0], chosen[1],
+                 main_metric, best[0])
+    runs.test = [score_test(model) for model in runs.models]
+    return chosen, runs, record
 
 
 def finetune_task(
@@ -445,6 +514,7 @@ def finetune_task(
     precision: str, warmup_ratio: float, weight_decay: float, max_grad_norm: float, early_stopping_patience: int,
     evals_per_epoch: int, eval_batch_size: int, low_resource_train_examples: int | None,
     low_resource_epochs: int | None, on_eval: Callable[[str, int, dict[str, float]], None] | None = None,
+    grid: Grid | None = None,
 ) -> FinetuneOutcome:
     """Fine-tune ``member`` on the task in ``task_dir`` once per seed, with early stopping on the validation metric
     (Devlin et al. 2019, §4 and A.3), and score the best weights on the test split; with
@@ -458,9 +528,13 @@ def finetune_task(
         low_resource_train_examples: ``None`` skips the low-resource runs; ``low_resource_epochs`` caps their
             epochs (``member.low_resource_epochs`` wins, then this, then the full run's).
         on_eval: called with ``(prefix, step, entry)`` at each validation check (``prefix`` e.g. ``seed42/``).
+        grid: where ``member.learning_rate`` is ``None``, the learning rates and epochs caps chosen from on
+            validation (:func:`choose_on_validation`), separately for the full and the low-resource runs; the
+            record's ``grid`` and ``learning_rate`` say what was tried and chosen.
 
     Raises:
-        FinetuneError: a missing task folder or split, or a non-finite loss.
+        FinetuneError: a missing task folder or split, a member without a learning rate and no grid, or a
+            non-finite loss.
         PipelineError: the member's tokenizer cannot be loaded.
     """
     from bert_pipeline.data.tokenizer import load_tokenizer
@@ -480,35 +554,58 @@ def finetune_task(
     log.info("%s on %s (%s): %d train examples (%d features), %d validation, %d test, seeds %s", member.path,
              task_dir.name, kind, len(train), len(features), len(heldout["validation"]), len(heldout["test"]), seeds)
 
-    def one_run(seed: int, feats: list[dict[str, Any]], epochs: int, prefix: str = ""):
+    if member.learning_rate is None and grid is None:
+        raise FinetuneError(f"{member.path}: no learning rate and no grid to choose one from (finetune.grid)")
+
+    def one_run(seed: int, feats: list[dict[str, Any]], rate: float, epochs: int, prefix: str = ""):
         model = build_model(kind, member.path, member.init, member.size, member.pooling, label_names,
                             len(tokenizer), seed)
         settings = TrainSettings(
-            learning_rate=member.learning_rate, epochs=epochs, batch_size=task["batch_size"],
+            learning_rate=rate, epochs=epochs, batch_size=task["batch_size"],
             warmup_ratio=warmup_ratio, weight_decay=weight_decay, max_grad_norm=max_grad_norm,
             patience=early_stopping_patience, evals_per_epoch=evals_per_epoch, eval_batch_size=eval_batch_size,
             precision=precision, seed=seed)
         report = (lambda step, entry: on_eval(f"{prefix}seed{seed}/", step, entry)) if on_eval else None
-        result = fit(model, feats, collate, settings, evaluators["validation"], main, report)
-        return model, result, evaluators["test"](model)
+        return model, fit(model, feats, collate, settings, evaluators["validation"], main, report)
 
-    epochs = member.epochs or task["epochs"]
-    runs = run_seeds(seeds, lambda seed: one_run(seed, features, epochs), main)
+    def settings_for(low_resource: bool) -> list[tuple[float, int]]:
+        if member.learning_rate is None:
+            return grid.settings(low_resource)
+        epochs = member.epochs or task["epochs"]
+        if low_resource:
+            epochs = member.low_resource_epochs or low_resource_epochs or epochs
+        return [(member.learning_rate, epochs)]
+
+    (rate, epochs), runs, tried = choose_on_validation(
+        settings_for(False), seeds, lambda seed, rate, cap: one_run(seed, features, rate, cap), main,
+        evaluators["test"])
     timing: dict[str, list[float]] = {"train_seconds": runs.train_seconds, "train_cpu_seconds": runs.train_cpu_seconds,
                                       "low_resource_train_seconds": [], "low_resource_train_cpu_seconds": []}
+    if len(tried) > 1:
+        timing["grid_train_seconds"] = round(sum(t.pop("train_seconds") for t in tried), 2)
+    else:
+        tried[0].pop("train_seconds")
     validation, test, history, saved = runs.validation, runs.test, runs.history, runs.first_model
     low: dict[str, Any] | None = None
     if low_resource_train_examples is not None:
         n = min(low_resource_train_examples, len(dd["train"]))
         small = encode_train(kind, tokenizer, subsample(dd["train"], n, data_seed), task)
-        low_epochs = member.low_resource_epochs or low_resource_epochs or epochs
-        low_runs = run_seeds(seeds, lambda seed: one_run(seed, small, low_epochs, "low_resource/"), main,
-                             f", {n} examples")
+        (low_rate, low_epochs), low_runs, low_tried = choose_on_validation(
+            settings_for(True), seeds, lambda seed, rate, cap: one_run(seed, small, rate, cap, "low_resource/"),
+            main, evaluators["test"], f", {n} examples")
         timing["low_resource_train_seconds"] = low_runs.train_seconds
         timing["low_resource_train_cpu_seconds"] = low_runs.train_cpu_seconds
+        if len(low_tried) > 1:
+            timing["low_resource_grid_train_seconds"] = round(sum(t.pop("train_seconds") for t in low_tried), 2)
         low = {"train_examples": n, "epochs": low_epochs, "test": summarize_seeds(low_runs.test)}
+        if member.learning_rate is None:
+            low.update(learning_rate=low_rate, validation=summarize_seeds(low_runs.validation),
+                       grid=[{k: v for k, v in t.items() if k != "train_seconds"} for t in low_tried])
     metrics = metrics_record(info, member.path, member.init, seeds, epochs, len(train), heldout, test, validation,
                              history, low)
+    metrics["learning_rate"] = rate
+    if member.learning_rate is None:
+        metrics["grid"] = tried
     return FinetuneOutcome(metrics, timing_record(device, timing), saved, tokenizer)
 
 
