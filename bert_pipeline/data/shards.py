@@ -10,7 +10,8 @@ Layout of one dataset folder (what :func:`build_dataset` writes and ``datasets.l
   mask (static masking) or unmasked (dynamic masking: the collator masks per batch); ``validation`` is always one
   statically masked copy, so evaluation losses are comparable between runs. Instances are shuffled within a
   group (below): a whole shard unless it holds a cut document; the training loop shuffles across shards.
-- ``info.json``: objective, masking, rules, ``max_seq_length``, ``vocab_size``, tokenizer path and sha256, counts:
+- ``info.json``: objective, packing, masking, rules (and ``validation_rules``, the held-out split's), ``max_seq_length``,
+  ``vocab_size``, tokenizer path and sha256, counts:
   what pre-training checks for compatibility (:func:`bert_pipeline.data.masking.collator_from_info`).
 
 Memory is bounded by params, not by a document's size. A worker reads its shard's sentences from the corpus in
