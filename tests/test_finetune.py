@@ -313,6 +313,8 @@ def test_grid_member_is_tuned_on_validation_and_test_is_scored_once(workdir, mon
     assert len(scored) == 2 + 2  # two seeds, full and low-resource: only the chosen settings saw test
     timing = json.loads((workdir / "metrics/finetune-timing/tiny-sentiment.json").read_text())
     assert timing["grid_train_seconds"] > sum(timing["train_seconds"])
+    assert timing["total_seconds"] == pytest.approx(timing["grid_train_seconds"]
+                                                    + timing["low_resource_grid_train_seconds"], abs=0.02)
     card = (workdir / "models/finetuned/tiny-sentiment/README.md").read_text()
     assert "learning rate 0.005 (chosen on validation from 1e-07, 0.005)" in card
 

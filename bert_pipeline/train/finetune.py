@@ -565,7 +565,8 @@ def finetune_task(
             warmup_ratio=warmup_ratio, weight_decay=weight_decay, max_grad_norm=max_grad_norm,
             patience=early_stopping_patience, evals_per_epoch=evals_per_epoch, eval_batch_size=eval_batch_size,
             precision=precision, seed=seed)
-        report = (lambda step, entry: on_eval(f"{prefix}seed{seed}/", step, entry)) if on_eval else None
+        tag = prefix + (f"lr{rate:g}-epochs{epochs}/" if member.learning_rate is None else "")  # grid settings apart
+        report = (lambda step, entry: on_eval(f"{tag}seed{seed}/", step, entry)) if on_eval else None
         return model, fit(model, feats, collate, settings, evaluators["validation"], main, report)
 
     def settings_for(low_resource: bool) -> list[tuple[float, int]]:
@@ -626,6 +627,9 @@ def metrics_record(info: dict[str, Any], model_path: str, init: str, seeds: Sequ
 
 
 def timing_record(device: torch.device, timing: dict[str, list[float]]) -> dict[str, Any]:
-    """The wall-clock record (``metrics/finetune-timing/``): device, threads, total and per-seed seconds."""
-    total = sum(timing.get("train_seconds", ())) + sum(timing.get("low_resource_train_seconds", ()))
+    """The wall-clock record (``metrics/finetune-timing/``): device, threads, total and per-seed seconds (of the
+    chosen setting; ``grid_train_seconds`` and ``low_resource_grid_train_seconds``, when a grid was tried, are
+    every setting's, and the total counts them)."""
+    total = (timing.get("grid_train_seconds") or sum(timing.get("train_seconds", ()))) + (
+        timing.get("low_resource_grid_train_seconds") or sum(timing.get("low_resource_train_seconds", ())))
     return {"device": str(device), "threads": torch.get_num_threads(), "total_seconds": round(total, 2), **timing}
