@@ -449,11 +449,12 @@ class FinetuneParams(Section):
 
     @model_validator(mode="after")
     def _grid_members(self) -> FinetuneParams:
-        for name, member in self.models.items():
+        entries = {f"models.{name}": member for name, member in self.models.items()}
+        for where, member in {**entries, "user_model": self.user_model}.items():
             if member.learning_rate == "grid":
                 for key in ("epochs", "low_resource_epochs"):
                     if getattr(member, key) is not None:
-                        raise ValueError(f"finetune.models.{name}.{key}: expected null with learning_rate grid (the "
+                        raise ValueError(f"finetune.{where}.{key}: expected null with learning_rate grid (the "
                                          f"caps come from finetune.grid.{key}), got {getattr(member, key)}")
         return self
 

@@ -324,6 +324,8 @@ def test_grid_member_with_its_own_epochs_cap_is_one_line():
 
     with pytest.raises(ParamsError, match="finetune.models.tiny.epochs: expected null with learning_rate grid"):
         _params(models={"tiny": {"path": "tinymodel", "learning_rate": "grid", "epochs": 3}})
+    with pytest.raises(ParamsError, match="finetune.user_model.low_resource_epochs: expected null with learning_rate"):
+        _params(user_model={"path": "user", "learning_rate": "grid", "low_resource_epochs": 2})
 
 
 def test_early_stopping_waits_for_a_run_to_start_learning(workdir):
