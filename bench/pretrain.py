@@ -34,7 +34,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bert_pipeline.evaluation.speed import measure_matmul_flops  # noqa: E402
+from bert_pipeline.evaluation.speed import measure_matmul_peak  # noqa: E402
 from bert_pipeline.model.configs import (  # noqa: E402
     build_config,
     new_pretraining_model,
@@ -158,8 +158,9 @@ def main() -> None:
                 times[name].append(dt)
                 predicted[name].append(npred)
 
-    peak32 = measure_matmul_flops(device, torch.float32, args.peak_size)
-    peak16 = measure_matmul_flops(device, torch.bfloat16, args.peak_size)
+    measured32 = measure_matmul_peak(device, torch.float32, args.peak_size)
+    measured16 = measure_matmul_peak(device, torch.bfloat16, args.peak_size)
+    peak32, peak16 = measured32.flops, measured16.flops
     peak = max(peak32, peak16)
     tokens = args.batch * args.seq
     print(f"device {device} ({torch.get_num_threads()} threads), torch {torch.__version__}; size {args.size} "
@@ -167,6 +168,9 @@ def main() -> None:
           f"batch {args.batch}, {args.steps} timed steps after {args.warmup}")
     print(f"measured matmul peak: fp32 {peak32 / 1e12:.3f} TFLOP/s, bf16 {peak16 / 1e12:.3f} TFLOP/s "
           f"({args.peak_size}^2); MFU denominator {peak / 1e12:.3f} TFLOP/s")
+    for measured in (measured32, measured16):
+        if measured.warning:
+            print(f"WARNING: {measured.warning}")
     rows = {}
     for name, label in (("ref", "BertForPreTraining, full decoder, fp32, DataCollatorForLanguageModeling"),
                         ("ours", f"masked-position decoder, {accelerator.mixed_precision} autocast, our collator")):

@@ -101,6 +101,26 @@ def run(model_name: str, task_name: str, p: FinetuneParams, tracker: Any = None,
         if teacher_size is None:
             raise PipelineError(f"{spec.path}: no config.json for a random-init model; set finetune.models.{model_name}.size")
         spec = spec.model_copy(update={"size": teacher_size})
+    on_eval = None
+    if tracker is not None:
+        def on_eval(prefix: str, step: int, entry: dict[str, float]) -> None:
+            tracker.log_metrics({f"{prefix}{k}": v for k, v in entry.items() if k != "step"}, step=step)
+    outcome = train_member(model_name, spec, task_name, p, on_eval)
+    metrics = {"model": model_name, "task": task_name, **outcome.metrics}
+    save_member(model_name, task_name, metrics, outcome, model_card(model_name, task_name, spec, p, metrics, outcome),
+                tracker, member_role(spec))
+    return metrics
+
+
+def train_member(model_name: str, spec: FinetuneModel, task_name: str, p: FinetuneParams,
+                 on_eval: Any = None) -> Any:
+    """Fine-tune the member ``spec`` (named ``model_name`` in messages) on ``data/tasks/{task_name}/`` at every seed
+    of ``p`` (and its low-resource run when the task is one), writing nothing: the
+    :class:`bert_pipeline.train.finetune.FinetuneOutcome` of :func:`finetune_task`. Shared with ``budget_curve``.
+
+    Raises:
+        PipelineError: no settings for the task, the model folder missing (offline), or fine-tuning failed.
+    """
     if task_name not in p.tasks:
         raise PipelineError(f"params.yaml: finetune.tasks: no settings for task {task_name!r} "
                             f"(known: {', '.join(sorted(p.tasks))})")
@@ -108,22 +128,14 @@ def run(model_name: str, task_name: str, p: FinetuneParams, tracker: Any = None,
     if not Path(spec.path).exists() and (offline or not _HUB_NAME.match(spec.path)):
         hint = "; run the stage that writes it, or set HF_HUB_OFFLINE=0 for a hub name" if offline else ""
         raise PipelineError(f"{spec.path}: model folder not found (finetune.models.{model_name}.path{hint})")
-    on_eval = None
-    if tracker is not None:
-        def on_eval(prefix: str, step: int, entry: dict[str, float]) -> None:
-            tracker.log_metrics({f"{prefix}{k}": v for k, v in entry.items() if k != "step"}, step=step)
     low_resource = task_name in p.low_resource_tasks
     try:
-        outcome = finetune_task(
+        return finetune_task(
             TASKS / task_name, member_spec(spec), p.tasks[task_name].model_dump(),
             low_resource_train_examples=p.low_resource_train_examples if low_resource else None,
             low_resource_epochs=p.low_resource_epochs, on_eval=on_eval, grid=grid(p), **p.model_dump(include=LOOP_KEYS))
     except FinetuneError as exc:
         raise PipelineError(str(exc)) from None
-    metrics = {"model": model_name, "task": task_name, **outcome.metrics}
-    save_member(model_name, task_name, metrics, outcome, model_card(model_name, task_name, spec, p, metrics, outcome),
-                tracker, member_role(spec))
-    return metrics
 
 
 def member_spec(spec: FinetuneModel) -> MemberSpec:

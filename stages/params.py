@@ -459,6 +459,31 @@ class FinetuneParams(Section):
         return self
 
 
+# -------------------------------------------------------------------------------------------- budget curve
+class BudgetCurveParams(Section):
+    """``budget_curve``: the downstream gain of pre-training (``member`` minus ``baseline``, each task's test main
+    metric) against the pre-training budget, as fractions of ``pretrain.max_steps``.
+
+    Budget 0 is the baseline itself and budget 1 the pipeline's own ``models/pretrained`` (their fine-tuning
+    metrics are read); each of ``fractions`` is pre-trained by the stage with ``pretrain``'s every other setting and
+    fine-tuned on ``tasks`` with ``member``'s settings (:mod:`stages.budget_curve`).
+    """
+
+    member: str = Field(min_length=1)
+    baseline: str = Field(min_length=1)
+    fractions: list[Annotated[float, annotated_types.Gt(0.0), annotated_types.Le(16.0)]]
+    tasks: list[str] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _distinct(self) -> BudgetCurveParams:
+        if any(f == 1.0 for f in self.fractions):
+            raise ValueError("budget_curve.fractions: 1 is the pipeline's own pre-training (always a point); "
+                             "list only the other budgets")
+        if len(set(self.fractions)) != len(self.fractions):
+            raise ValueError(f"budget_curve.fractions: expected distinct values, got {self.fractions}")
+        return self
+
+
 # ------------------------------------------------------------------------------------------------- export
 class ExportParams(Section):
     """``export``: ONNX export of fine-tuned folders (:mod:`bert_pipeline.mlops.onnx_export`), checked against
@@ -588,6 +613,7 @@ class Params(Section):
     finetune: FinetuneParams
     task_distill: TaskDistillParams
     export: ExportParams
+    budget_curve: BudgetCurveParams
     evaluate: EvaluateParams
     orchestration: OrchestrationParams
 

@@ -24,14 +24,16 @@ import logging
 import os
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from bert_pipeline.console import run_main
 from bert_pipeline.errors import PipelineError
 from bert_pipeline.io import atomic_dir, atomic_write_text, write_json
 from stages import require_inputs
 from stages.headline import write_headline
-from stages.params import load_params
+from stages.params import PretrainParams, load_params
 
 log = logging.getLogger(__name__)
 
@@ -65,42 +67,24 @@ def main() -> None:
         _relaunch_distributed(p.compute.num_processes, p.compute.accelerate_config)
         return
 
-    from bert_pipeline.data.tokenizer import load_tokenizer
     from bert_pipeline.mlops import tracking
     from bert_pipeline.model import card
     from bert_pipeline.model.configs import save_model
     from bert_pipeline.train import pretrain as pretraining
-    from bert_pipeline.train.checkpoint import CheckpointManager, fingerprint
-    from bert_pipeline.train.loop import TrainConfig
     from bert_pipeline.train.precision import make_accelerator
 
-    tokenizer = load_tokenizer(p.tokenizer_path, hint=f"the tokenizer that pretrain.init={p.init!r} decides")
-    data = pretraining.open_pretraining_data(
-        DATA_DIR, tokenizer, init=p.init, phases=[pretraining.PhaseSpec(**ph.model_dump()) for ph in p.phases],
-        max_steps=p.max_steps, batch_size=p.batch_size, num_processes=p.compute.num_processes, seed=p.seed)
-    model = pretraining.build_pretraining_model(
-        p.init, size=p.model.size, config=p.model.config, tokenizer=tokenizer, max_seq_length=data.max_seq_length,
-        with_pair_head=data.pair_key is not None, seed=p.seed)
-    if p.dropout is not None:
-        from bert_pipeline.model.configs import set_dropout
-
-        log.info("pretrain.dropout: %d dropout layers at %g while pre-training (the saved config keeps its rates)",
-                 set_dropout(model, p.dropout), p.dropout)
-    section = p.model_dump(mode="json")
-    fp = fingerprint({"pretrain": {k: v for k, v in section.items() if k not in NOT_FINGERPRINTED},
-                      "objective": data.objective}, [p.tokenizer_path, *data.folders])
-    config = TrainConfig(**p.model_dump(include=set(TrainConfig.__dataclass_fields__)), num_workers=p.compute.num_workers)
+    loaded = load_pretraining(p)
     accelerator = make_accelerator(p.precision)
     main_process = accelerator.is_main_process
-    tracked = {"pretrain": section, "create_pretraining_data.objective": data.objective}
+    section = p.model_dump(mode="json")
+    tracked = {"pretrain": section, "create_pretraining_data.objective": loaded.data.objective}
     with tracking.stage_run("pretrain", tracked) if main_process else contextlib.nullcontext() as run:
         def on_log(step: int, row: dict) -> None:
             if run is not None:
                 run.log_metrics({k: v for k, v in row.items() if k != "step"}, step=step)
 
-        outcome = pretraining.run_pretraining(
-            model, data, config, accelerator, CheckpointManager(CHECKPOINT_DIR, fp, keep=p.save_total_limit),
-            describe={"init": p.init, "size": p.model.size if p.init == "scratch" else "checkpoint"}, on_log=on_log)
+        outcome = pretrain_model(p, loaded, CHECKPOINT_DIR, accelerator, on_log)
+        data, tokenizer = loaded.data, loaded.tokenizer
         if not main_process:
             return
         text = card.pretrained_card(
@@ -123,6 +107,65 @@ def main() -> None:
         for path in (METRICS, TIMING, PLOT):
             run.log_artifact(path)
 
+
+@dataclass
+class Loaded:
+    """What :func:`load_pretraining` opened: the tokenizer, the data (:func:`open_pretraining_data`), the model to
+    train and the checkpoint fingerprint of these settings and inputs."""
+
+    tokenizer: Any
+    data: Any
+    model: Any
+    fingerprint: str
+
+
+def load_pretraining(p: PretrainParams) -> Loaded:
+    """Open the tokenizer and ``data/pretraining/`` and build the model that ``p`` (a ``pretrain`` section)
+    describes, before any run or output is started.
+
+    Raises:
+        PipelineError: the tokenizer or data is missing or malformed, or the size/config is not valid.
+    """
+    from bert_pipeline.data.tokenizer import load_tokenizer
+    from bert_pipeline.train import pretrain as pretraining
+    from bert_pipeline.train.checkpoint import fingerprint
+
+    tokenizer = load_tokenizer(p.tokenizer_path, hint=f"the tokenizer that pretrain.init={p.init!r} decides")
+    data = pretraining.open_pretraining_data(
+        DATA_DIR, tokenizer, init=p.init, phases=[pretraining.PhaseSpec(**ph.model_dump()) for ph in p.phases],
+        max_steps=p.max_steps, batch_size=p.batch_size, num_processes=p.compute.num_processes, seed=p.seed)
+    model = pretraining.build_pretraining_model(
+        p.init, size=p.model.size, config=p.model.config, tokenizer=tokenizer, max_seq_length=data.max_seq_length,
+        with_pair_head=data.pair_key is not None, seed=p.seed)
+    if p.dropout is not None:
+        from bert_pipeline.model.configs import set_dropout
+
+        log.info("pretrain.dropout: %d dropout layers at %g while pre-training (the saved config keeps its rates)",
+                 set_dropout(model, p.dropout), p.dropout)
+    section = p.model_dump(mode="json")
+    fp = fingerprint({"pretrain": {k: v for k, v in section.items() if k not in NOT_FINGERPRINTED},
+                      "objective": data.objective}, [p.tokenizer_path, *data.folders])
+    return Loaded(tokenizer, data, model, fp)
+
+
+def pretrain_model(p: PretrainParams, loaded: Loaded, checkpoint_dir: Path, accelerator: Any, on_log: Any = None) -> Any:
+    """Pre-train ``loaded.model`` as ``p`` (a ``pretrain`` section) says, resuming from ``checkpoint_dir`` when it
+    holds a checkpoint of the same fingerprint; returns :class:`bert_pipeline.train.pretrain.PretrainingOutcome`
+    and writes nothing but checkpoints. The stage's own training, shared with ``budget_curve`` (other
+    ``max_steps``, the same code).
+
+    Raises:
+        PipelineError: training failed (too many non-finite steps, too little data).
+    """
+    from bert_pipeline.train import pretrain as pretraining
+    from bert_pipeline.train.checkpoint import CheckpointManager
+    from bert_pipeline.train.loop import TrainConfig
+
+    config = TrainConfig(**p.model_dump(include=set(TrainConfig.__dataclass_fields__)), num_workers=p.compute.num_workers)
+    return pretraining.run_pretraining(
+        loaded.model, loaded.data, config, accelerator,
+        CheckpointManager(checkpoint_dir, loaded.fingerprint, keep=p.save_total_limit),
+        describe={"init": p.init, "size": p.model.size if p.init == "scratch" else "checkpoint"}, on_log=on_log)
 
 if __name__ == "__main__":
     run_main(main)

@@ -324,7 +324,7 @@ def test_evaluate_outputs(smoke_run):
     # the page and its figures are cached outputs: `dvc exp apply` brought them back, every link resolves
     applied = (smoke_run / "reports/summary.md").read_text()
     figures = sorted(p.name for p in (smoke_run / "reports/figures").glob("*.png"))
-    assert figures == ["distill_curves.png", "ner_f1_per_type.png", "pretrain_curves.png", "score_vs_speed.png",
+    assert figures == ["budget_curve.png", "distill_curves.png", "ner_f1_per_type.png", "pretrain_curves.png", "score_vs_speed.png",
                        "sentiment_confusion.png", "tokenizer_fertility.png"]
     for name in figures:
         assert f"](figures/{name})" in applied
@@ -367,6 +367,51 @@ def test_evaluate_outputs(smoke_run):
     assert MlflowClient(tracking_uri=uri, registry_uri=uri).search_registered_models() == []
 
 
+
+
+def test_budget_curve_outputs(smoke_run):
+    """Smoke's curve: budget 0 (scratch against itself), 0.5 (3 steps, pre-trained and fine-tuned by the stage) and
+    1 (the pipeline's own pre-training, read from the finetune metrics)."""
+    import csv
+
+    curve = json.loads((smoke_run / "metrics/budget_curve.json").read_text())
+    quality = json.loads((smoke_run / "metrics/pretrain.json").read_text())
+    assert (curve["member"], curve["baseline"], curve["seeds"]) == ("pretrained", "scratch", [42])
+    points = curve["points"]
+    assert [p["fraction"] for p in points] == [0.0, 0.5, 1.0]
+    assert [p["steps"] for p in points] == [0, 3, 6]
+    assert 0 == points[0]["tokens_seen"] < points[1]["tokens_seen"] < points[2]["tokens_seen"] == quality["tokens_seen"]
+    assert points[2]["mlm_accuracy"] == quality["eval"]["mlm_accuracy"]
+    assert 0.0 <= points[1]["mlm_accuracy"] <= 1.0
+    scores = {}
+    for member in ("pretrained", "scratch"):
+        for task in ("sentiment", "ner", "qa"):
+            m = json.loads((smoke_run / f"metrics/finetune/{member}-{task}.json").read_text())
+            scores[member, task] = m["test"][m["main_metric"]]["seeds"]
+            if m["low_resource"]:
+                n = m["low_resource"]["train_examples"]
+                scores[member, f"{task}@{n}"] = m["low_resource"]["test"][m["main_metric"]]["seeds"]
+    keys = sorted({k for _, k in scores})
+    assert keys == ["ner", "qa", "sentiment", "sentiment@16"]
+    for p in points:
+        assert sorted(p["gain"]) == keys
+        for key, gain in p["gain"].items():
+            assert gain["scratch"] == scores["scratch", key]
+            expected = {0.0: scores["scratch", key], 1.0: scores.get(("pretrained", key))}.get(p["fraction"])
+            if expected is not None:  # 0 and 1x come from the files; 0.5x was fine-tuned by the stage
+                assert gain["pretrained"] == expected
+            assert all(0.0 <= v <= 1.0 for v in gain["pretrained"])
+            assert gain["seeds"] == [round(a - b, 6) for a, b in zip(gain["pretrained"], gain["scratch"], strict=True)]
+    assert all(g["seeds"] == [0.0] for g in points[0]["gain"].values())
+    with open(smoke_run / "plots/budget_curve.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert [int(r["tokens_seen"]) for r in rows] == [p["tokens_seen"] for p in points]
+    assert float(rows[2]["ner"]) == pytest.approx(100 * points[2]["gain"]["ner"]["mean"], abs=1e-3)
+    headline = json.loads((smoke_run / "metrics/headline/budget_curve.json").read_text())["budget_curve"]
+    assert headline["ner_at_0p5x"] == points[1]["gain"]["ner"]["mean"]
+    summary = (smoke_run / "reports/summary.md").read_text()
+    assert "## Pre-training budget curve" in summary and "| 0.5x | 3 |" in summary
+    assert (smoke_run / "reports/figures/budget_curve.png").read_bytes()[:4] == b"\x89PNG"
 
 
 def test_pretrain_outputs(smoke_run):

@@ -121,7 +121,7 @@ def test_misspelt_section_is_named_first_with_the_close_match(raw):
     raw["extras"] = {}  # nothing close: every section it takes
     assert params_error(raw) == ("params.yaml: unknown section 'extras' (expected one of fetch_data, prepare_corpus, "
                                  "train_tokenizer, create_pretraining_data, pretrain, distill, prepare_tasks, "
-                                 "finetune, task_distill, export, evaluate, orchestration)")
+                                 "finetune, task_distill, export, budget_curve, evaluate, orchestration)")
 
 
 def test_floats_are_read_as_yaml_1_2_and_dvc_read_them(tmp_path):
@@ -215,7 +215,7 @@ def test_pretrain_init_decides_the_tokenizer(raw):
 
 
 def test_a_profile_is_a_name_from_the_profiles_folder():
-    with pytest.raises(PipelineError, match=r"^unknown profile '../params': expected one of dapt-minilm, "):
+    with pytest.raises(PipelineError, match=r"^unknown profile '../params': expected one of budget-curve, dapt-minilm, "):
         load_profile("../params", REPO / "profiles")
 
 

@@ -98,6 +98,9 @@ def test_stage_outputs_and_byte_identical_rerun(in_tmp, mlflow_in_tmp, raw, one_
     timing = json.loads((in_tmp / "metrics" / "pretrain-timing.json").read_text())
     assert timing["tokens_per_second"] > 0
     assert 0 < timing["mfu"] < 1.5
+    assert 0 <= timing["matmul_peak_other_cpu_share"] <= 1 and 0 <= timing["other_cpu_share"] <= 1
+    assert timing["cpu_seconds"] > 0
+    assert (timing["peak_warning"] is None) == (timing["matmul_peak_other_cpu_share"] <= 0.25)
     plot = (in_tmp / "plots" / "pretrain.csv").read_text().splitlines()
     assert plot[0].startswith("step,train_loss,learning_rate,eval_mlm_loss")
     assert [line.split(",")[0] for line in plot[1:]] == ["1", "2", "3", "4"]
@@ -155,3 +158,34 @@ def test_two_phase_stage_switches_data_at_the_right_step(in_tmp, mlflow_in_tmp, 
     state = torch.load(in_tmp / "checkpoints" / "pretrain" / "step-00000004" / "state.pt", weights_only=True)
     phases = {r["step"]: r["phase"] for r in state["history"] if "train_loss" in r}
     assert phases == {1: 0, 2: 0, 3: 0, 4: 1}
+
+
+def test_a_peak_measured_on_shared_cores_says_so_and_by_how_much():
+    """The MFU's denominator is measured at start; on a busy machine it was 0.021 against 0.15 TFLOP/s idle, so the
+    timing file says when other processes held the cores (their share of the CPUs) instead of a meaningless MFU."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from bert_pipeline.evaluation.speed import BUSY_SHARE, MatmulPeak, OtherProcesses, measure_matmul_peak
+
+    assert MatmulPeak(1.5e11, 0.05).warning is None
+    text = MatmulPeak(2.1e10, 0.75).warning
+    assert "other processes used 75% of the" in text and "(0.0210 TFLOP/s)" in text and "about 4.0x" in text
+    assert MatmulPeak(9e14, None).warning is None  # an accelerator's peak is not lowered by host processes
+    cores = os.cpu_count() or 1
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2 * cores)]
+    try:
+        time.sleep(0.5)
+        busy = measure_matmul_peak(size=256, seconds=1.0)
+        with OtherProcesses() as sleeping:  # this process idle: the hogs are the whole machine's work
+            time.sleep(1.0)
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+    assert busy.flops > 0
+    assert busy.other_share > BUSY_SHARE, busy
+    assert busy.warning and f"used {100 * busy.other_share:.0f}% of the {cores} CPUs" in busy.warning
+    assert sleeping.share > 0.8

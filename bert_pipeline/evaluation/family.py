@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from bert_pipeline.errors import PipelineError
+from bert_pipeline.evaluation.budget_curve import budget_curve_section
 from bert_pipeline.evaluation.figures import FigureSources, ReportFigure, family_figures
 from bert_pipeline.evaluation.predictor import class_probabilities, load_predictor
 from bert_pipeline.evaluation.provenance import report_card
@@ -288,15 +289,19 @@ def evaluate_family(inputs: FamilyInputs, *, teacher: str, student: str, scratch
                        round(relative_speed(facts, m, reference) or 0.0, 3), round(facts[m].latency_ms or 0, 3),
                        round(facts[m].throughput or 0, 2)] for m in models]
     per_type = ner_per_type(index, models)
+    curve = read_json(inputs.metrics_dir / "budget_curve.json")
     figures = family_figures(inputs.figures, score_vs_speed=score_vs_speed, confusion=confusion,
-                             ner_per_type=per_type, reference=reference)
+                             ner_per_type=per_type, reference=reference, budget_curve=curve,
+                             cite_budget_curve=inputs.sources.budget_curve)
+    budget = budget_curve_section(curve, read_json(inputs.metrics_dir / "budget_curve-timing.json"),
+                                  inputs.sources.budget_curve, inputs.sources.budget_curve_timing)
     onnx = onnx_section(read_json(inputs.metrics_dir / "export.json"),
                         read_json(inputs.metrics_dir / "export-timing.json"), inputs.sources)
     pairs = distillation_pairs(results, teacher, student, inputs.metrics_dir)
     distilled = distillation_section(pairs, index, facts, tasks, throughput_batch_size, inputs.sources)
     summary = render_summary(header, rows, lines, read_json(inputs.metrics_dir / "corpus.json"),
                              read_json(inputs.metrics_dir / "tokenizer.json"), card, inputs.sources, note, figures,
-                             sections=[distilled, onnx])
+                             sections=[budget, distilled, onnx])
 
     flat = flat_metrics(index, facts, models, tasks, teacher, student, scratch)
     flat.update(pair_shares(pairs, index, tasks))

@@ -148,6 +148,33 @@ def training_curves_png(rows: Sequence[Mapping[str, Any]], title: str) -> bytes:
     return _figure(3.2, draw)
 
 
+def budget_curve_png(record: Mapping[str, Any]) -> bytes:
+    """Pre-training gain (points, pre-trained minus from scratch) against tokens seen (millions), a line per score
+    with the seeds' range as error bars; the dashed line is no gain. ``record``: ``metrics/budget_curve.json``
+    (:func:`bert_pipeline.evaluation.budget_curve.curve_record`)."""
+    points = record.get("points", [])
+    keys = sorted({k for p in points for k in p["gain"]})
+
+    def draw(fig):
+        ax = fig.subplots()
+        for i, key in enumerate(keys):
+            rows = [p for p in points if key in p["gain"]]
+            xs = [p["tokens_seen"] / 1e6 for p in rows]
+            mean = [100 * p["gain"][key]["mean"] for p in rows]
+            low = [m - 100 * p["gain"][key]["min"] for m, p in zip(mean, rows, strict=True)]
+            high = [100 * p["gain"][key]["max"] - m for m, p in zip(mean, rows, strict=True)]
+            ax.errorbar(xs, mean, yerr=[low, high], color=PALETTE[i % len(PALETTE)], marker="o", markersize=4,
+                        linewidth=1.2, capsize=3, label=key.replace("@", " @"))
+        ax.axhline(0.0, color=PALETTE[7], linewidth=0.8, linestyle="--")
+        ax.set_xlabel("pre-training tokens seen (millions)")
+        ax.set_ylabel("gain over from scratch (test points)")
+        ax.set_title("Pre-training budget curve")
+        if keys:
+            ax.legend(loc="best", fontsize=7)
+
+    return _figure(4.0, draw)
+
+
 def score_vs_speed_png(rows: Sequence[Sequence[Any]], reference: str | None = None) -> bytes:
     """Average test score (points) against relative speed, one labelled point per family member.
 
@@ -302,9 +329,11 @@ class FigureSources:
 
 def family_figures(sources: FigureSources, *, score_vs_speed: Sequence[Sequence[Any]],
                    confusion: Mapping[str, Sequence[Sequence[str]]], ner_per_type: Sequence[Sequence[Any]],
-                   reference: str | None = None) -> list[ReportFigure]:
-    """The report's figures, in page order: pre-training and distillation curves, score vs speed (wall clock),
-    the sentiment confusion matrices, NER F1 per type, tokenizer fertility; a figure without data is left out.
+                   reference: str | None = None, budget_curve: Mapping[str, Any] | None = None,
+                   cite_budget_curve: str = "metrics/budget_curve.json") -> list[ReportFigure]:
+    """The report's figures, in page order: pre-training and distillation curves, the budget curve (two points or
+    more of ``budget_curve``, cited as ``cite_budget_curve``), score vs speed (wall clock), the sentiment confusion
+    matrices, NER F1 per type, tokenizer fertility; a figure without data is left out.
 
     Raises:
         PipelineError: a history or fertility CSV lacks its columns (one line naming the file).
@@ -317,6 +346,9 @@ def family_figures(sources: FigureSources, *, score_vs_speed: Sequence[Sequence[
         if rows:
             out.append(ReportFigure(name, f"{title}: train loss, held-out MLM loss and accuracy by step", cite,
                                     training_curves_png(rows, title)))
+    if budget_curve and len(budget_curve.get("points", ())) > 1:
+        out.append(ReportFigure("budget_curve.png", "Pre-training gain over from scratch against tokens seen (test "
+                                "main metric, seeds' range)", cite_budget_curve, budget_curve_png(budget_curve)))
     plots = sources.cite_evaluate_plots
     if score_vs_speed:
         out.append(ReportFigure("score_vs_speed.png", "Average test score against CPU speed at batch 1 (wall clock)",

@@ -56,6 +56,8 @@ class ReportSources:
     """The figures folder relative to the page's own folder (the links' prefix: ``figures/x.png``)."""
     export: str = ""
     export_timing: str = ""
+    budget_curve: str = "metrics/budget_curve.json"
+    budget_curve_timing: str = "metrics/budget_curve-timing.json"
 
 
 @dataclass(frozen=True)
@@ -70,6 +72,7 @@ class FinetuneResult:
         test_seeds: metric name -> the per-seed values.
         low_resource_examples: training examples of the low-resource run, or None when there was none.
         low_resource_test: metric name -> mean on the test split of the low-resource run ({} when none).
+        low_resource_test_seeds: metric name -> the low-resource run's per-seed values.
         source: the file it was read from.
         teacher: the family member a task-specific student learned from (its metrics file's ``teacher``), else
             None.
@@ -82,6 +85,7 @@ class FinetuneResult:
     test_seeds: Mapping[str, Sequence[float]] = field(default_factory=dict)
     low_resource_examples: int | None = None
     low_resource_test: Mapping[str, float] = field(default_factory=dict)
+    low_resource_test_seeds: Mapping[str, Sequence[float]] = field(default_factory=dict)
     source: str = ""
     teacher: str | None = None
 
@@ -141,7 +145,7 @@ def parse_finetune_metrics(raw: Mapping[str, Any], source: str) -> FinetuneResul
     if main not in test:
         raise PipelineError(f"{source}: test.{main}.mean missing (main_metric is {main!r})")
     low = raw.get("low_resource") or {}
-    low_test, _ = _means(low.get("test", {}), f"{source}: low_resource.test") if low else ({}, {})
+    low_test, low_seeds = _means(low.get("test", {}), f"{source}: low_resource.test") if low else ({}, {})
     return FinetuneResult(
         model=str(raw["model"]),
         task=str(raw["task"]),
@@ -150,6 +154,7 @@ def parse_finetune_metrics(raw: Mapping[str, Any], source: str) -> FinetuneResul
         test_seeds=seeds,
         low_resource_examples=int(low["train_examples"]) if low.get("train_examples") is not None else None,
         low_resource_test=low_test,
+        low_resource_test_seeds=low_seeds,
         source=source,
         teacher=str(raw["teacher"]) if raw.get("teacher") else None,
     )

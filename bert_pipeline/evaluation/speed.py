@@ -11,6 +11,7 @@ shared machine's changing load affects them alike. Wall-clock numbers vary from 
 from __future__ import annotations
 
 import logging
+import os
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -166,12 +167,67 @@ def measure_throughput(
 
 
 # ------------------------------------------------------------------------------------------- peak
-def measure_matmul_flops(device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32,
-                         size: int = 1024, seconds: float = 1.0) -> float:
-    """Measured peak matmul throughput (FLOP/s) of ``size x size`` products in ``dtype`` on ``device``.
+# A CPU peak measured while other processes used more than this share of the machine's CPUs is not the usual figure.
+BUSY_SHARE = 0.25
+
+
+def _busy_cpu_seconds() -> float | None:
+    """CPU seconds every process on the machine has used since boot (``/proc/stat``), None where unreadable."""
+    try:
+        ticks = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+        return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")  # all but idle and iowait
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+class OtherProcesses:
+    """Context manager: the share of the machine's CPU time that *other* processes used while the block ran
+    (``share``, 0..1, set on exit; None where ``/proc/stat`` is unreadable). 0.5 on 2 cores: one core's worth of
+    other work, which halves what a 2-thread measurement gets."""
+
+    share: float | None = None
+
+    def __enter__(self) -> OtherProcesses:
+        self._t0, self._cpu0, self._busy0 = time.perf_counter(), time.process_time(), _busy_cpu_seconds()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        wall, ours, busy = time.perf_counter() - self._t0, time.process_time() - self._cpu0, _busy_cpu_seconds()
+        if busy is None or self._busy0 is None or wall <= 0:
+            self.share = None
+            return
+        others = max(0.0, busy - self._busy0 - ours)
+        self.share = round(min(others / (wall * (os.cpu_count() or 1)), 1.0), 3)
+
+
+@dataclass(frozen=True)
+class MatmulPeak:
+    """A measured matmul peak (``flops``, FLOP/s) and how much of the machine other processes used meanwhile
+    (``other_share``: :class:`OtherProcesses`; None where unknown)."""
+
+    flops: float
+    other_share: float | None
+
+    @property
+    def warning(self) -> str | None:
+        """One line when other processes used more than :data:`BUSY_SHARE` of the CPUs while the peak was
+        measured (an MFU against it says nothing about the code), else None."""
+        if self.other_share is None or self.other_share <= BUSY_SHARE:
+            return None
+        return (f"other processes used {100 * self.other_share:.0f}% of the {os.cpu_count()} CPUs while the matmul "
+                f"peak ({self.flops / 1e12:.4f} TFLOP/s) was measured, so it is below this machine's usual figure "
+                f"(about {1 / max(1.0 - self.other_share, 1e-3):.1f}x) and the MFU is not comparable; measure on an "
+                "idle machine")
+
+
+def measure_matmul_peak(device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32,
+                        size: int = 1024, seconds: float = 1.0) -> MatmulPeak:
+    """Measured peak matmul throughput of ``size x size`` products in ``dtype`` on ``device`` (FLOP/s), with the
+    share of the CPUs other processes used meanwhile (:class:`MatmulPeak`).
 
     The denominator of model FLOPs utilisation (MFU, Chowdhery et al. 2022, Appendix B) on machines whose
-    datasheet peak is unknown or unreachable (CPUs).
+    datasheet peak is unknown or unreachable (CPUs). A CPU peak is what the cores gave while it ran: on a busy
+    2-core machine 0.021 against 0.15 TFLOP/s idle, which ``other_share`` tells apart.
     """
     device = torch.device(device)
     a = torch.randn(size, size, device=device).to(dtype)
@@ -180,12 +236,14 @@ def measure_matmul_flops(device: str | torch.device = "cpu", dtype: torch.dtype 
         a @ b
     if device.type == "cuda":
         torch.cuda.synchronize()
-    n, t0 = 0, time.perf_counter()
-    while time.perf_counter() - t0 < seconds:
-        a @ b
-        n += 1
-        if device.type == "cuda" and n % 10 == 0:
+    with OtherProcesses() as others:
+        n, t0 = 0, time.perf_counter()
+        while time.perf_counter() - t0 < seconds:
+            a @ b
+            n += 1
+            if device.type == "cuda" and n % 10 == 0:
+                torch.cuda.synchronize()
+        if device.type == "cuda":
             torch.cuda.synchronize()
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    return 2.0 * size**3 * n / (time.perf_counter() - t0)
+        wall = time.perf_counter() - t0
+    return MatmulPeak(2.0 * size**3 * n / wall, others.share if device.type == "cpu" else None)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import io
 import logging
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -231,11 +232,14 @@ def run_pretraining(model: Any, data: PretrainingData, config: TrainConfig, acce
     Raises:
         PipelineError: the loop failed (too many non-finite steps, too little data).
     """
-    from bert_pipeline.evaluation.speed import measure_matmul_flops
+    from bert_pipeline.evaluation.speed import OtherProcesses, measure_matmul_peak
 
     precision = accelerator.mixed_precision
-    peak = measure_matmul_flops(accelerator.device, torch.bfloat16 if precision == "bf16" else
-                                torch.float16 if precision == "fp16" else torch.float32)
+    measured = measure_matmul_peak(accelerator.device, torch.bfloat16 if precision == "bf16" else
+                                   torch.float16 if precision == "fp16" else torch.float32)
+    peak = measured.flops
+    if measured.warning:
+        log.warning("pretrain: %s", measured.warning)
     wrapper = MaskedPositionPretrainer(model)
 
     def flops(batch: dict[str, torch.Tensor]) -> float:
@@ -249,12 +253,15 @@ def run_pretraining(model: Any, data: PretrainingData, config: TrainConfig, acce
         log.info("pretrain: %d head tensors (%d parameters, the tied decoder apart) at peak rate %g, alone for the "
                  "first %d steps; the encoder at %g after them", len(heads), sum(p.numel() for p in heads),
                  config.head_learning_rate or config.learning_rate, config.head_only_steps, config.learning_rate)
+    cpu_start = time.process_time()
     try:
-        result = train(wrapper, data.phases, data.phases[0].collate_fn, config, accelerator, checkpoints,
-                       unigram_token_id=data.unigram_token_id, on_log=on_log, flops_per_step=flops,
-                       head_parameters=heads)
+        with OtherProcesses() as others:
+            result = train(wrapper, data.phases, data.phases[0].collate_fn, config, accelerator, checkpoints,
+                           unigram_token_id=data.unigram_token_id, on_log=on_log, flops_per_step=flops,
+                           head_parameters=heads)
     except TrainingError as exc:
         raise PipelineError(str(exc)) from None
+    cpu_seconds = time.process_time() - cpu_start
     tokens_seen = result.tokens_seen(accelerator)
     final, first = result.final_eval, result.first_eval
     quality = {
@@ -283,6 +290,12 @@ def run_pretraining(model: Any, data: PretrainingData, config: TrainConfig, acce
         "model_tflops_per_second": round(result.flops * world / seconds / 1e12, 4),
         "matmul_peak_tflops": round(peak * world / 1e12, 4),
         "mfu": round(result.flops / seconds / peak, 4),
+        # the share of the machine's CPU time other processes used (0: the cores were ours alone): a busy machine
+        # lowers the measured peak and the tokens/s alike
+        "matmul_peak_other_cpu_share": measured.other_share,
+        "peak_warning": measured.warning,
+        "cpu_seconds": round(cpu_seconds, 1),
+        "other_cpu_share": others.share if accelerator.device.type == "cpu" else None,
         "precision": precision,
         "device": str(accelerator.device),
         "num_processes": world,
