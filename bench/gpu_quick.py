@@ -45,7 +45,8 @@ given), ``precision``, ``mlm_accuracy`` / ``unigram_accuracy`` / ``mlm_loss`` (h
 per member ``test`` / ``validation`` main metric, ``learning_rate``, ``epochs``, ``train_examples``,
 ``low_resource_test``, ``seconds``; ``gain`` = pretrained - scratch on test, ``low_resource_gain``),
 ``average_gain``, ``skipped``, ``phase_seconds`` (setup, calibration, pretrain, save, finetune, total: wall
-seconds) and ``frameworks_imported``. ``DIR/pretrain_history.csv`` holds the training curve. One summary line
+seconds), ``frameworks_imported`` and ``complete`` (the file is first written after pre-training and again after
+each task, so a call cut short keeps what it finished). ``DIR/pretrain_history.csv`` holds the training curve. One summary line
 goes to stdout; the log (stderr) prints the elapsed seconds at each phase.
 """
 
@@ -89,6 +90,9 @@ RULE_KEYS = ("masked_lm_prob", "max_predictions_per_seq", "mask_token_prob", "ra
 FORBIDDEN = ("pydantic", "dvc", "mlflow", "prefect", "hydra", "stages", "spacy")
 """Top-level modules the run must not import (the GPU machine lacks most of them)."""
 VERSIONED = ("torch", "transformers", "tokenizers", "accelerate", "datasets", "pyarrow", "numpy", "seqeval")
+NEEDED = ("torch", "transformers", "tokenizers", "accelerate", "datasets", "dill", "multiprocess", "pyarrow", "pandas",
+          "seqeval", "sklearn", "yaml")
+"""Modules the run imports (``seqeval`` only when NER is scored: checked before pre-training spends the budget)."""
 RESULT = "gpu_quick.json"
 HISTORY = "pretrain_history.csv"
 MIB = 1 << 20
@@ -299,6 +303,20 @@ def pack(project: Path, out: Path, profile: str, sets: dict[str, Any], max_mib: 
 
 
 # ------------------------------------------------------------------------------------------------------- run
+def check_modules(names: tuple[str, ...] = NEEDED) -> None:
+    """Check that every module the run will import can be found, before any time is spent.
+
+    Raises:
+        PipelineError: the first missing one, with the fix (carry its wheel: ``bench/gpu_quick.sh``'s header).
+    """
+    import importlib.util
+
+    for name in names:
+        if importlib.util.find_spec(name) is None:
+            raise PipelineError(f"{name}: not importable here (carry its wheel in .whl and name .whl in the device "
+                                f"call's carry: bench/gpu_quick.sh's header has the pip download line)")
+
+
 def read_packed(data: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     """``(params, manifest)`` of a packed folder.
 
@@ -504,10 +522,21 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         PipelineError: a missing packed input, a data/params mismatch the library finds, or a training failure.
     """
     started = time.perf_counter()
+    check_modules()
     data, out = Path(args.data), Path(args.out)
     packed, manifest = read_packed(data)
     params = apply_run_overrides(packed, args)
     pre = params["pretrain"]
+    work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="gpu_quick-"))
+    model_dir = work / "pretrained"
+    members = {name: member_spec(params["finetune"]["models"][name], model_dir, name) for name in MEMBERS
+               if name in params["finetune"]["models"]}
+    if set(members) != set(MEMBERS):
+        raise PipelineError(f"finetune.models: expected entries {' and '.join(MEMBERS)} in the packed params "
+                            f"({data}/params.json), got {', '.join(sorted(members)) or 'none'}")
+    if members["scratch"].init != "random" or members["pretrained"].init != "pretrained":
+        raise PipelineError(f"finetune.models ({data}/params.json): expected pretrained with init pretrained and "
+                            "scratch with init random")
 
     import torch
 
@@ -561,8 +590,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     log.info("pre-training done at %.0f s (%.0f s)", elapsed(), seconds["pretrain"])
 
     t0 = time.perf_counter()
-    work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="gpu_quick-"))
-    model_dir = work / "pretrained"
     with atomic_dir(model_dir) as tmp:
         save_model(outcome.model, tmp, tokenizer)
     out.mkdir(parents=True, exist_ok=True)
@@ -584,23 +611,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "tokens_per_second": timing["tokens_per_second"],
             "model_tflops_per_second": timing["model_tflops_per_second"],
             "matmul_peak_tflops": timing["matmul_peak_tflops"], "mfu": timing["mfu"],
-            "mfu_vs_peak": (round(timing["model_tflops_per_second"] / args.peak_tflops, 4)
+            "mfu_vs_peak": (round(timing["model_tflops_per_second"] / args.peak_tflops, 6)
                             if args.peak_tflops else None),
             "peak_tflops": args.peak_tflops, "precision": {"no": "fp32"}.get(timing["precision"], timing["precision"]),
             "mlm_accuracy": quality["eval"]["mlm_accuracy"], "unigram_accuracy": quality["eval"]["unigram_accuracy"],
             "mlm_loss": quality["eval"]["mlm_loss"], "first_eval": quality["first_eval"],
             "final_train_loss": quality["final_train_loss"], "bad_steps": quality["bad_steps"],
             "calibration": calibration, "seconds": timing["seconds"]},
-        "finetune": {}, "skipped": [],
+        "finetune": {}, "skipped": [], "complete": False, "phase_seconds": seconds,
     }
+    write_json(out / RESULT, record)  # rewritten after each task: a call cut short keeps what it finished
 
-    members = {name: member_spec(params["finetune"]["models"][name], model_dir, name) for name in MEMBERS
-               if name in params["finetune"]["models"]}
-    if set(members) != set(MEMBERS):
-        raise PipelineError(f"finetune.models: expected entries {' and '.join(MEMBERS)} in the packed params "
-                            f"({data}/params.json), got {', '.join(sorted(members)) or 'none'}")
-    if members["scratch"].init != "random" or members["pretrained"].init != "pretrained":
-        raise PipelineError("finetune.models: expected pretrained with init pretrained and scratch with init random")
     seconds["finetune"] = {}
     pairs: list[float] = []
     for task in args.tasks:
@@ -616,12 +637,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         pairs.append(time.perf_counter() - t0)
         seconds["finetune"][task] = round(pairs[-1], 2)
         log.info("%s done at %.0f s: gain %+.4f", task, elapsed(), record["finetune"][task]["gain"])
+        write_json(out / RESULT, record)
     gains = [r["gain"] for r in record["finetune"].values()]
     record["average_gain"] = round(sum(gains) / len(gains), 6) if gains else None
     if not args.work:
         shutil.rmtree(work, ignore_errors=True)
     seconds["total"] = round(elapsed(), 2)
-    record["phase_seconds"] = seconds
+    record["complete"] = True
     record["frameworks_imported"] = sorted(name for name in FORBIDDEN if name in sys.modules)
     if record["frameworks_imported"]:
         log.warning("imported on the run's path: %s (the GPU machine lacks them)",
