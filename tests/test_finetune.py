@@ -8,15 +8,20 @@ from pathlib import Path
 
 import pytest
 import torch
-from datasets import DatasetDict
 from transformers import BertModel, BertTokenizerFast
 
-from bert_pipeline.data import tasks
 from bert_pipeline.errors import PipelineError
 from bert_pipeline.train import finetune as finetune_lib
 from stages import finetune
 from stages.params import validate_params
-from tests.conftest import card_header, card_metrics, committed_params, tree_digests, write_params
+from tests.conftest import (
+    card_header,
+    card_metrics,
+    committed_params,
+    save_tiny_tasks,
+    tree_digests,
+    write_params,
+)
 from tests.pretrain_fixtures import tiny_config
 from tests.tiny_models import bert_tokenizer
 
@@ -38,32 +43,6 @@ def _make_model(folder: Path) -> None:
     tok.save_pretrained(folder)
 
 
-def _make_tasks(root: Path) -> None:
-    def sent(i):
-        word = "good" if i % 2 else "bad"
-        return {"text": f"the film was very {word}" if i % 3 else f"{word} film", "label": i % 2, "film": f"f{i}"}
-
-    feats = tasks.classification_features(tasks.SENTIMENT_LABELS)
-    from datasets import Dataset, Value
-    feats["film"] = Value("string")
-    dd = DatasetDict({s: Dataset.from_list([sent(i) for i in range(n)], features=feats)
-                      for s, n in (("train", 64), ("validation", 16), ("test", 16))})
-    dd.save_to_disk(str(root / "sentiment"))
-    (root / "sentiment/task.json").write_text(json.dumps({"kind": "classification", "label_names": ["negative", "positive"],
-                                                          "main_metric": "accuracy", "silver": False}))
-    names = tasks.ner_label_names(["PERSON", "GPE"])
-    toks = [["anna", "smith", "met", "the", "film", "in", "paris", "."]] * 12
-    tags = [["B-PERSON", "I-PERSON", "O", "O", "O", "O", "B-GPE", "O"]] * 12
-    DatasetDict({s: tasks.ner_dataset(toks, tags, names, s) for s in tasks.SPLITS}).save_to_disk(str(root / "ner"))
-    (root / "ner/task.json").write_text(json.dumps({"kind": "ner", "label_names": names, "main_metric": "f1",
-                                                    "silver": True}))
-    ctx = "anna smith met the film in paris . " * 3
-    rows = [{"id": f"q{i}", "title": "", "context": ctx, "question": "@placeholder met the film in paris",
-             "answers": {"text": ["anna smith"], "answer_start": [0]}} for i in range(12)]
-    DatasetDict({s: Dataset.from_list(rows, features=tasks.QA_FEATURES) for s in tasks.SPLITS}).save_to_disk(str(root / "qa"))
-    (root / "qa/task.json").write_text(json.dumps({"kind": "qa", "main_metric": "f1", "silver": False}))
-
-
 def _params(**over):
     raw = committed_params()
     ft = raw["finetune"]
@@ -83,7 +62,7 @@ def _params(**over):
 @pytest.fixture
 def workdir(in_tmp):
     _make_model(in_tmp / "tinymodel")
-    _make_tasks(in_tmp / "data/tasks")
+    save_tiny_tasks(in_tmp / "data/tasks")
     return in_tmp
 
 
