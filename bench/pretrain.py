@@ -92,6 +92,8 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--precision", default="auto")
     parser.add_argument("--peak-size", type=int, default=1024)
+    parser.add_argument("--profile", type=int, default=0, metavar="STEPS",
+                        help="then profile this many of our steps (torch.profiler): where the time goes, by op group")
     args = parser.parse_args()
 
     from transformers import DataCollatorForLanguageModeling
@@ -102,7 +104,7 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp())
     tokenizer = synthetic_tokenizer(args.vocab, tmp)
     config = build_config(args.size, len(tokenizer), max_seq_length=args.seq)
-    n_rows = args.batch * (args.steps + args.warmup)
+    n_rows = args.batch * (args.steps + args.warmup + args.profile)
     ours_rows = instances(n_rows, args.seq, len(tokenizer), seed=0, masked=True)
     ref_rows = [{k: r[k] for k in ("input_ids", "token_type_ids")} for r in
                 instances(n_rows, args.seq, len(tokenizer), seed=0, masked=False)]
@@ -182,6 +184,45 @@ def main() -> None:
         print(f"{name:4s}: {step * 1e3:8.1f} ms/step  {tokens / step:10.0f} tokens/s  {args.batch / step:8.1f} seq/s  "
               f"MFU {flops / step / peak:6.3f}  (executed {executed / step / 1e12:.3f} TFLOP/s)  [{label}]")
     print(f"speed-up ours / reference: {rows['ours'] / rows['ref']:.2f}x (target >= 2.0x)")
+    if args.profile:
+        profile_steps(step_ours, range(args.warmup + args.steps, args.warmup + args.steps + args.profile))
+
+
+# Op-name groups of the profile summary, first match wins (aten op names as torch.profiler reports them).
+OP_GROUPS = (
+    ("matmul (linear layers, MLM decoder)", ("addmm", "aten::mm", "matmul", "linear", "bmm", "baddbmm")),
+    ("attention (SDPA)", ("scaled_dot_product", "_flash_attention", "_efficient_attention", "softmax")),
+    ("optimizer (AdamW)", ("adam", "_foreach", "lerp", "addcdiv", "addcmul")),
+    ("LayerNorm / GELU / dropout", ("layer_norm", "gelu", "dropout", "native_layer_norm")),
+    ("embedding and gather/scatter", ("embedding", "index", "gather", "scatter", "masked_select", "nonzero")),
+    ("loss (cross-entropy)", ("cross_entropy", "nll_loss", "log_softmax")),
+    ("casts and copies (autocast)", ("to_copy", "copy_", "aten::to", "_to_copy", "clone", "contiguous")),
+    ("elementwise (add, mul, ...)", ("aten::add", "aten::mul", "aten::div", "aten::sub", "aten::sum", "aten::fill",
+                                     "aten::zero", "aten::where", "aten::ne", "aten::eq")),
+)
+
+
+def profile_steps(step, indices) -> None:
+    """Run ``step(i)`` for each index under torch.profiler (CPU) and print the self CPU time by op group
+    (:data:`OP_GROUPS`) and the ten costliest ops: where the time of our step goes."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for i in indices:
+            step(i)
+    events = [e for e in prof.key_averages() if e.self_cpu_time_total > 0]
+    total = sum(e.self_cpu_time_total for e in events)
+    groups: dict[str, float] = {}
+    for e in events:
+        name = e.key.lower()
+        group = next((g for g, keys in OP_GROUPS if any(k in name for k in keys)), "other")
+        groups[group] = groups.get(group, 0.0) + e.self_cpu_time_total
+    print(f"profile of {len(indices)} steps: self CPU time {total / 1e3 / len(indices):.1f} ms/step (all threads' "
+          "ops, profiler overhead included)")
+    for group, us in sorted(groups.items(), key=lambda kv: -kv[1]):
+        print(f"  {100 * us / total:5.1f}%  {group}")
+    print("  costliest ops: " + ", ".join(f"{e.key} {100 * e.self_cpu_time_total / total:.1f}%" for e in
+                                          sorted(events, key=lambda e: -e.self_cpu_time_total)[:10]))
 
 
 if __name__ == "__main__":

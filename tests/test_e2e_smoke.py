@@ -407,8 +407,10 @@ def test_budget_curve_outputs(smoke_run):
         rows = list(csv.DictReader(fh))
     assert [int(r["tokens_seen"]) for r in rows] == [p["tokens_seen"] for p in points]
     assert float(rows[2]["ner"]) == pytest.approx(100 * points[2]["gain"]["ner"]["mean"], abs=1e-3)
-    headline = json.loads((smoke_run / "metrics/headline/budget_curve.json").read_text())["budget_curve"]
-    assert headline["ner_at_0p5x"] == points[1]["gain"]["ner"]["mean"]
+    headline = json.loads((smoke_run / "metrics/headline/budget_curve.json").read_text())["gain_over_scratch"]
+    assert headline == {"ner": points[2]["gain"]["ner"]["mean"], "qa": points[2]["gain"]["qa"]["mean"],
+                        "sentiment": points[2]["gain"]["sentiment"]["mean"],
+                        "sentiment_low_resource": points[2]["gain"]["sentiment@16"]["mean"]}
     summary = (smoke_run / "reports/summary.md").read_text()
     assert "## Pre-training budget curve" in summary and "| 0.5x | 3 |" in summary
     assert (smoke_run / "reports/figures/budget_curve.png").read_bytes()[:4] == b"\x89PNG"
