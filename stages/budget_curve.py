@@ -6,7 +6,9 @@ A point per pre-training budget, in fractions of ``pretrain.max_steps`` (:mod:`b
 
 - 0: no pre-training, the from-scratch baseline (``budget_curve.baseline``) against itself;
 - 1: the pipeline's own ``models/pretrained``: ``metrics/finetune/{member}-{task}.json`` against
-  ``metrics/finetune/{baseline}-{task}.json``, read, not retrained;
+  ``metrics/finetune/{baseline}-{task}.json``, read, not retrained (its CPU seconds from
+  ``metrics/pretrain-timing.json`` when that wall-clock file is there: not a DVC dep, ``dvc exp apply`` does not
+  bring it back);
 - each of ``budget_curve.fractions``: pre-trained here on the same ``data/pretraining/`` with every ``pretrain``
   setting but ``max_steps`` (``round(fraction * max_steps)``, its own warmup and decay to 0; the same code as the
   ``pretrain`` stage, one process), then fine-tuned on each of ``budget_curve.tasks`` with the member's
