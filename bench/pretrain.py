@@ -191,11 +191,13 @@ def main() -> None:
 # Op-name groups of the profile summary, first match wins (aten op names as torch.profiler reports them).
 OP_GROUPS = (
     ("matmul (linear layers, MLM decoder)", ("addmm", "aten::mm", "matmul", "linear", "bmm", "baddbmm")),
+    ("loss (log-softmax, cross-entropy)", ("log_softmax", "cross_entropy", "nll_loss")),
     ("attention (SDPA)", ("scaled_dot_product", "_flash_attention", "_efficient_attention", "softmax")),
+    ("dropout (bernoulli masks)", ("bernoulli", "dropout")),
     ("optimizer (AdamW)", ("adam", "_foreach", "lerp", "addcdiv", "addcmul")),
-    ("LayerNorm / GELU / dropout", ("layer_norm", "gelu", "dropout", "native_layer_norm")),
+    ("LayerNorm / GELU", ("layer_norm", "gelu")),
     ("embedding and gather/scatter", ("embedding", "index", "gather", "scatter", "masked_select", "nonzero")),
-    ("loss (cross-entropy)", ("cross_entropy", "nll_loss", "log_softmax")),
+    ("accuracy counts (argmax)", ("argmax",)),
     ("casts and copies (autocast)", ("to_copy", "copy_", "aten::to", "_to_copy", "clone", "contiguous")),
     ("elementwise (add, mul, ...)", ("aten::add", "aten::mul", "aten::div", "aten::sub", "aten::sum", "aten::fill",
                                      "aten::zero", "aten::where", "aten::ne", "aten::eq")),
