@@ -20,7 +20,8 @@ Writes
   per seed (quality only, byte-identical on CPU);
 - ``metrics/headline/budget_curve.json``: the mean gain of each score at budget 1 (the DVC metric; every budget is in
   the record);
-- ``plots/budget_curve.csv``: the mean gains in points by tokens seen (the DVC plot);
+- ``plots/budget_curve.csv``: the mean gains in points by tokens seen (the table ``evaluate`` draws as
+  ``reports/figures/budget_curve.png``, the DVC image plot);
 - ``metrics/budget_curve-timing.json``: wall and CPU seconds of each point's pre-training and fine-tuning
   (``cache: false``).
 
@@ -48,7 +49,7 @@ from bert_pipeline.evaluation.budget_curve import (
     gains,
     no_pretraining,
 )
-from bert_pipeline.evaluation.report import FinetuneResult, parse_finetune_metrics
+from bert_pipeline.evaluation.report import FinetuneResult, parse_finetune_metrics, read_finetune_metrics
 from bert_pipeline.io import atomic_dir, atomic_write_text, write_json
 from stages import require_inputs
 from stages.headline import write_headline
@@ -76,13 +77,10 @@ def read_result(path: Path) -> FinetuneResult:
         PipelineError: missing (run its finetune stage first) or malformed.
     """
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
+        return read_finetune_metrics(path)
     except FileNotFoundError:
         raise PipelineError(f"{path}: not found; run `dvc repro budget_curve` (it fine-tunes the budget's "
                             "members first)") from None
-    except json.JSONDecodeError as exc:
-        raise PipelineError(f"{path}: invalid JSON ({exc.msg} at line {exc.lineno})") from None
-    return parse_finetune_metrics(raw, path.as_posix())
 
 
 def _point_from(raw: dict[str, Any]) -> BudgetPoint:

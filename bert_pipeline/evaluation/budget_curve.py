@@ -124,13 +124,13 @@ def curve_record(points: Sequence[BudgetPoint], seeds: Sequence[int], member: st
 
 def column(key: str) -> str:
     """A score key as a CSV column whatever the example count (``sentiment@500`` -> ``sentiment_low_resource``),
-    so the DVC plot's columns stay the same across profiles."""
+    so the CSV's columns and the headline keys stay the same across profiles."""
     task, _, examples = key.partition("@")
     return f"{task}_low_resource" if examples else task
 
 
 def curve_csv(record: Mapping[str, Any]) -> str:
-    """``plots/budget_curve.csv`` (DVC plot): ``fraction, tokens_seen, mlm_accuracy`` and each score's mean gain in
+    """``plots/budget_curve.csv``: ``fraction, tokens_seen, mlm_accuracy`` and each score's mean gain in
     points (x100), a row per budget."""
     keys = sorted({k for p in record["points"] for k in p["gain"]})
     buffer = io.StringIO()
@@ -174,8 +174,7 @@ def budget_curve_section(record: Mapping[str, Any] | None, timing: Mapping[str, 
         rows.append([f"{p['fraction']:g}x", f"{p['steps']:,}", f"{p['tokens_seen'] / 1e6:.2f}M",
                      "" if seconds is None else f"{seconds / 60:.1f}",
                      "" if p["mlm_accuracy"] is None else f"{100 * p['mlm_accuracy']:.2f}%", *cells])
-    first = next(p for p in record["points"] if p["fraction"] == 0) if any(
-        p["fraction"] == 0 for p in record["points"]) else None
+    first = next((p for p in record["points"] if p["fraction"] == 0), None)
     baseline = ""
     if first:
         baseline = " From scratch: " + ", ".join(
@@ -188,6 +187,6 @@ def budget_curve_section(record: Mapping[str, Any] | None, timing: Mapping[str, 
         + (", [lowest, highest]" if len(seeds) > 1 else "") + "; `@N`: fine-tuned on N labelled examples. Budget "
         "1x is the pipeline's own pre-training, 0 the baseline itself; CPU minutes are the pre-training's "
         f"(`{source_timing}`)." + baseline, "",
-        markdown_table(header, rows), "",
+        markdown_table(header, rows),
         f"Source: `{source}`.", "",
     ])

@@ -169,14 +169,21 @@ def load_finetune_results(folder: Path) -> list[FinetuneResult]:
     files = sorted(p for p in Path(folder).glob("*.json") if not p.name.endswith("-timing.json"))
     if not files:
         raise PipelineError(f"{folder}: no fine-tuning metrics files (expected {{model}}-{{task}}.json from finetune)")
-    results = []
-    for path in files:
-        try:
-            raw = json.loads(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as exc:
-            raise PipelineError(f"{path}: invalid JSON ({exc.msg} at line {exc.lineno})") from None
-        results.append(parse_finetune_metrics(raw, path.as_posix()))
-    return results
+    return [read_finetune_metrics(path) for path in files]
+
+
+def read_finetune_metrics(path: Path) -> FinetuneResult:
+    """Read and validate one ``{model}-{task}.json`` (:func:`parse_finetune_metrics`).
+
+    Raises:
+        FileNotFoundError: no such file (the caller knows which stage makes it).
+        PipelineError: unreadable JSON or a file not in ARCHITECTURE.md's layout.
+    """
+    try:
+        raw = json.loads(Path(path).read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise PipelineError(f"{path}: invalid JSON ({exc.msg} at line {exc.lineno})") from None
+    return parse_finetune_metrics(raw, Path(path).as_posix())
 
 
 def family_order(models: Iterable[str], teacher: str, student: str, scratch: str) -> list[str]:
