@@ -91,7 +91,7 @@ class PrepareCorpusParams(Section):
     max_documents_per_source: Annotated[int, annotated_types.Ge(1)] | None
     validation_fraction: Annotated[float, annotated_types.Gt(0.0), annotated_types.Lt(1.0)]
     split_seed: int
-    sentence_splitter: Literal["spacy_senter", "spacy_parser"]
+    sentence_splitter: Literal["spacy_senter", "spacy_parser", "blingfire"]
     chunk_chars: Annotated[int, annotated_types.Ge(1000), annotated_types.Le(1_000_000)]
     batch_size: Annotated[int, annotated_types.Ge(1)]
     num_proc: Annotated[int, annotated_types.Ge(1)]

@@ -310,6 +310,59 @@ def test_stage_outputs_and_byte_identical_rerun(workdir, capsys):
     assert tree_digests(workdir / "data/corpus") == first
 
 
+def test_output_bytes_do_not_depend_on_num_proc_and_sharded_splits_load(workdir, capsys, monkeypatch):
+    """Several Arrow files per split (tiny shard and buffer sizes), the same bytes at 1 and 2 processes."""
+    import datasets
+
+    monkeypatch.setattr(corpus, "SHARD_BYTES", 3_000)
+    monkeypatch.setattr(corpus, "WRITE_BUFFER_BYTES", 700)
+    (workdir / "user/s.txt").write_text("\n\n".join(_story(i) for i in range(80)))
+    sources = [{"name": "s", "path": "user/s.txt", "format": "txt", "unit": "block"}]
+    digests = []
+    for num_proc in (1, 2):
+        code, err = _run(workdir, _params(sources, num_proc=num_proc, batch_size=3, sentence_splitter="blingfire"),
+                         capsys)
+        assert code == 0, err
+        digests.append(tree_digests(workdir / "data/corpus"))
+        if num_proc == 1:
+            os.rename("data/corpus", "data/corpus-one")
+    assert digests[0] == digests[1]
+    files = sorted(p.name for p in (workdir / "data/corpus/train").glob("*.arrow"))
+    assert len(files) >= 3
+    assert files == [f"data-{i:05d}-of-{len(files):05d}.arrow" for i in range(len(files))]
+    saved = corpus.open_corpus("data/corpus")
+    ids = [f"s:user/s.txt:block={i}" for i in range(80)]
+    for split in corpus.SPLITS:
+        assert saved[split]["doc_id"] == [i for i in ids if corpus.split_of(i, 7, 0.3) == split]
+    first = saved["train"][0]
+    story = int(first["doc_id"].rsplit("=", 1)[1])
+    assert first["sentences"][1] == f"Mr. Brown met Dr. Green at 5 p.m. in Washington, D.C. on day {story}."
+    assert datasets.load_from_disk("data/corpus")["train"].num_rows == saved["train"].num_rows
+    batches = corpus.iter_sentence_batches("data/corpus", "train", 0, saved["train"].num_rows, 200)
+    assert [s for batch in batches for _, part in batch for s in part] == [
+        s for row in saved["train"]["sentences"] for s in row]
+
+
+def test_workers_read_at_most_a_window_of_batches_ahead():
+    """Bounded memory: the ordered map pulls at most 2 * num_proc + 1 batches before the first result."""
+    from bert_pipeline.data.sentences import RuleSplitter
+
+    pulled = []
+
+    def batches():
+        for i in range(40):
+            pulled.append(i)
+            yield [corpus._Read("s", f"s:f:row={i}", f"Story {i} is here. It ends now.", 0, 0)]
+
+    with corpus._Workers(RuleSplitter(), 3, 1_000, 1, num_proc=2) as workers:
+        results = workers.map(batches())
+        batch, first = next(results)
+        assert len(pulled) <= 5
+        rest = list(results)
+    assert first[0][0] == "Story 0 is here. It ends now." and first[0][3] == ["Story 0 is here.", "It ends now."]
+    assert [b[0].doc_id for b, _ in rest] == [f"s:f:row={i}" for i in range(1, 40)]
+
+
 def test_ten_megabyte_line_without_newline(workdir, capsys):
     word = "Lorem" + "ipsum" * 19
     sentence = " ".join([word] * 19) + " end."
@@ -358,17 +411,10 @@ def test_bad_input_one_line_error_no_partial_output(workdir, capsys, case, messa
     assert [p.name for p in (workdir / "data").iterdir()] == ["raw"]
 
 
-def test_an_empty_validation_split_fails_in_one_line_before_splitting(workdir, capsys, monkeypatch):
+def test_an_empty_validation_split_fails_in_one_line_and_writes_nothing(workdir, capsys):
     """Too few documents for the split: prepare_corpus says so, and which key to change, not a later stage."""
-    from bert_pipeline.data import sentences
-
     (workdir / "user/v.txt").write_text(f"{_story(1)}\n\n{_story(2)}\n")
     assert {corpus.split_of(f"mine:user/v.txt:block={i}", 7, 0.01) for i in (0, 1)} == {"train"}
-
-    def no_splitter(*args, **kwargs):
-        raise AssertionError("the split is checked before spaCy is loaded")
-
-    monkeypatch.setattr(sentences, "load_splitter", no_splitter)
     sources = [{"name": "mine", "path": "user/v.txt", "format": "txt", "unit": "block"}]
     code, err = _run(workdir, _params(sources, validation_fraction=0.01), capsys)
     assert code == 1
@@ -381,11 +427,11 @@ def test_an_empty_validation_split_fails_in_one_line_before_splitting(workdir, c
 
 def test_an_empty_train_split_is_refused():
     with pytest.raises(PipelineError) as err:
-        corpus.check_splits(["validation"], 0.3)
+        corpus.check_splits({"validation": 1}, 0.3)
     assert str(err.value) == ("params.yaml: prepare_corpus.validation_fraction: no train document (1 documents kept, "
                               "all in validation at 0.3); lower validation_fraction or add documents to "
                               "prepare_corpus.sources")
-    corpus.check_splits(["validation", "train"], 0.3)
+    corpus.check_splits({"validation": 1, "train": 1}, 0.3)
 
 
 def test_wrong_params_type_via_cli(tmp_path):

@@ -24,7 +24,7 @@ import json
 import logging
 import re
 import unicodedata
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -490,12 +490,115 @@ class CleanResult:
     stats: dict[str, SourceStats] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class _Read:
+    """One document as read, with the invalid bytes and repairs its reader counted while reading it.
+
+    ``doc_id`` is ``None`` for the counts a source's reader made after its last document.
+    """
+
+    source: str
+    doc_id: str | None
+    text: str
+    replaced_bytes: int
+    mojibake_fixed: int
+
+
+def _read_in_order(sources: Iterable[tuple[str, Callable[[ReadCounter], Iterator[RawDocument]]]],
+                   stopped: set[str]) -> Iterator[_Read]:
+    """Every source's documents in order; a source named in ``stopped`` (filled by the consumer) is left."""
+    for name, reader in sources:
+        counter = ReadCounter()
+        replaced = fixed = 0
+        for doc in reader(counter):
+            if name in stopped:
+                break
+            yield _Read(name, doc.doc_id, doc.text, counter.replaced_bytes - replaced, counter.mojibake_fixed - fixed)
+            replaced, fixed = counter.replaced_bytes, counter.mojibake_fixed
+        else:
+            yield _Read(name, None, "", counter.replaced_bytes - replaced, counter.mojibake_fixed - fixed)
+
+
+def clean_text(text: str, min_words: int) -> tuple[str, int, bytes | None]:
+    """``(normalised text, words, de-duplication key)``; the key is ``None`` for a document under ``min_words``
+    (or empty), which is dropped. The key is the first 16 bytes of :func:`text_hash`."""
+    text = normalise(text)
+    words = count_words(text)
+    if words == 0 or words < min_words:
+        return text, words, None
+    return text, words, bytes.fromhex(text_hash(text))[:16]
+
+
+class SeenTexts:
+    """The de-duplication set, kept on disk (SQLite in a temporary folder), so memory does not grow with the
+    corpus: about 16 MB of page cache whatever the number of documents."""
+
+    def __init__(self) -> None:
+        import sqlite3
+        import tempfile
+
+        self._folder = tempfile.TemporaryDirectory(prefix="corpus-dedup-")
+        self._db = sqlite3.connect(Path(self._folder.name) / "seen.sqlite")
+        for pragma in ("journal_mode=OFF", "synchronous=OFF", "cache_size=-16000", "temp_store=FILE"):
+            self._db.execute(f"PRAGMA {pragma}")
+        self._db.execute("CREATE TABLE seen (key BLOB PRIMARY KEY) WITHOUT ROWID")
+
+    def add(self, key: bytes) -> bool:
+        """Record ``key``; ``True`` if it was not there before."""
+        return self._db.execute("INSERT OR IGNORE INTO seen VALUES (?)", (key,)).rowcount == 1
+
+    def close(self) -> None:
+        self._db.close()
+        self._folder.cleanup()
+
+
+class _Tally:
+    """The keep/drop rules and counters of :func:`clean_documents` and :func:`build_corpus`, applied in reading
+    order in one process (so the output does not depend on how many processes cleaned the texts)."""
+
+    def __init__(self, max_documents_per_source: int | None) -> None:
+        self.stats: dict[str, SourceStats] = {}
+        self.stopped: set[str] = set()
+        self.seen = SeenTexts()
+        self._max = max_documents_per_source
+
+    def offer(self, read: _Read, words: int, key: bytes | None, text: str) -> bool:
+        """Count one read document (or a source's trailing counts); ``True`` if it is kept."""
+        stats = self.stats.setdefault(read.source, SourceStats())
+        if read.source in self.stopped:
+            return False
+        stats.replaced_bytes += read.replaced_bytes
+        stats.mojibake_fixed += read.mojibake_fixed
+        if read.doc_id is None:
+            self._log(read.source)
+            return False
+        stats.read += 1
+        if key is None:
+            stats.dropped_short += 1
+            return False
+        if not self.seen.add(key):
+            stats.duplicates_dropped += 1
+            return False
+        stats.documents += 1
+        stats.words += words
+        stats.bytes += len(text.encode("utf-8"))
+        if self._max is not None and stats.documents >= self._max:
+            self.stopped.add(read.source)
+            self._log(read.source)
+        return True
+
+    def _log(self, name: str) -> None:
+        stats = self.stats[name]
+        log.info("%s: %d read, %d kept, %d short, %d duplicates, %d replaced bytes", name, stats.read,
+                 stats.documents, stats.dropped_short, stats.duplicates_dropped, stats.replaced_bytes)
+
+
 def clean_documents(
     sources: Iterable[tuple[str, Callable[[ReadCounter], Iterator[RawDocument]]]],
     min_words: int,
     max_documents_per_source: int | None = None,
 ) -> CleanResult:
-    """Normalise, filter and de-duplicate the documents of several sources, in order.
+    """Normalise, filter and de-duplicate the documents of several sources, in order, in memory.
 
     Args:
         sources: ``(name, reader)`` pairs; ``reader(counter)`` yields :class:`RawDocument` and adds replaced
@@ -505,36 +608,18 @@ def clean_documents(
         max_documents_per_source: stop reading a source after this many kept documents (``None``: all).
 
     Exact duplicates (same :func:`text_hash` of normalised text, across all sources) are dropped; the first
-    occurrence in reading order wins.
+    occurrence in reading order wins. :func:`build_corpus` applies the same rules while streaming.
     """
-    result = CleanResult()
-    seen: set[str] = set()
-    for name, reader in sources:
-        stats = result.stats.setdefault(name, SourceStats())
-        counter = ReadCounter()
-        for doc in reader(counter):
-            stats.read += 1
-            text = normalise(doc.text)
-            words = count_words(text)
-            if words == 0 or words < min_words:
-                stats.dropped_short += 1
-                continue
-            key = text_hash(text)
-            if key in seen:
-                stats.duplicates_dropped += 1
-                continue
-            seen.add(key)
-            result.documents.append(RawDocument(doc.doc_id, name, text))
-            stats.documents += 1
-            stats.words += words
-            stats.bytes += len(text.encode("utf-8"))
-            if max_documents_per_source is not None and stats.documents >= max_documents_per_source:
-                break
-        stats.replaced_bytes += counter.replaced_bytes
-        stats.mojibake_fixed += counter.mojibake_fixed
-        log.info("%s: %d read, %d kept, %d short, %d duplicates, %d replaced bytes", name, stats.read,
-                 stats.documents, stats.dropped_short, stats.duplicates_dropped, stats.replaced_bytes)
-    return result
+    tally = _Tally(max_documents_per_source)
+    documents = []
+    try:
+        for read in _read_in_order(sources, tally.stopped):
+            text, words, key = clean_text(read.text, min_words)
+            if tally.offer(read, words, key, text):
+                documents.append(RawDocument(read.doc_id, read.source, text))
+    finally:
+        tally.seen.close()
+    return CleanResult(documents, tally.stats)
 
 
 # --------------------------------------------------------------------------------------------- splitting
@@ -556,6 +641,13 @@ COLUMNS = ("doc_id", "source", "text", "sentences")
 """The corpus's columns: ``sentences`` is ``list[str]``, the others ``str``."""
 
 
+SHARD_BYTES = 256 << 20
+"""Text bytes (documents and sentences) per Arrow file of a split: a new ``data-NNNNN-of-MMMMM.arrow`` after this."""
+
+WRITE_BUFFER_BYTES = 8 << 20
+"""Text bytes of rows held before they are written out as one Arrow record batch."""
+
+
 def build_corpus(
     readers: Iterable[tuple[str, Callable[[ReadCounter], Iterator[RawDocument]]]],
     out_dir: Path,
@@ -571,16 +663,28 @@ def build_corpus(
     num_proc: int,
     progress: bool = True,
 ) -> dict:
-    """Read, clean, de-duplicate and sentence-split documents into ``out_dir`` (a fresh folder); return the
-    metrics record.
+    """Read, clean, de-duplicate and sentence-split documents into ``out_dir`` (a fresh folder), streaming;
+    return the metrics record.
+
+    The documents flow through once, in reading order: the main process reads them and sends batches of about
+    ``batch_size`` chunks (of at most ``chunk_chars`` characters) to ``num_proc`` worker processes, which normalise
+    each text (:func:`clean_text`) and split it into sentences; the main process keeps or drops each document
+    (:class:`_Tally`: short, duplicate, over ``max_documents_per_source``), assigns its split and appends it to
+    that split's Arrow files (:class:`_SplitWriter`). At most ``2 * num_proc + 1`` batches are in flight, the
+    de-duplication set lives on disk (:class:`SeenTexts`) and rows are written every :data:`WRITE_BUFFER_BYTES`,
+    so memory does not grow with the corpus: the main process holds about ``(2 * num_proc + 1) * batch_size *
+    chunk_chars`` characters of text (three copies at most: raw, normalised, sentences) plus the write buffer,
+    and each worker the splitter's model and one batch (a single document longer than a batch is held whole).
+    The output bytes do not depend on ``num_proc``.
 
     Args:
         readers: ``(source name, reader)`` pairs, in order (see :func:`clean_documents`).
-        out_dir: where the ``DatasetDict`` is saved (splits :data:`SPLITS`, columns :data:`COLUMNS`).
-        spacy_model_dir: the spaCy pipeline folder the sentence splitter loads
+        out_dir: where the ``DatasetDict`` is saved (splits :data:`SPLITS`, columns :data:`COLUMNS`; the layout of
+            ``datasets.DatasetDict.save_to_disk``, loaded by :func:`open_corpus`).
+        spacy_model_dir: the spaCy pipeline folder the spaCy sentence splitters load
             (:func:`bert_pipeline.data.sentences.load_splitter`).
-        sentence_splitter, chunk_chars, batch_size, num_proc: see
-            :func:`bert_pipeline.data.sentences.split_documents`; the output does not depend on ``num_proc``.
+        sentence_splitter, chunk_chars, batch_size: see :func:`bert_pipeline.data.sentences.split_documents`.
+        num_proc: worker processes (1: all in this process).
         min_words, max_documents_per_source: see :func:`clean_documents`.
         validation_fraction, split_seed: see :func:`split_of`.
 
@@ -589,99 +693,241 @@ def build_corpus(
         dropped, repaired mojibake: in total, ``per_source`` and ``per_split``.
 
     Raises:
-        PipelineError: a missing source or file, bad content, no document left after filtering, or a split
-            without documents (:func:`check_splits`; nothing is written).
+        PipelineError: a missing source or file, bad content, no document left after filtering, a split without
+            documents (:func:`check_splits`), or ``chunk_chars`` above the splitter's limit; the caller's
+            ``atomic_dir`` then leaves no output.
     """
-    from bert_pipeline.data.sentences import load_splitter, split_documents
+    from bert_pipeline.data.sentences import load_splitter
 
-    cleaned = clean_documents(readers, min_words, max_documents_per_source)
-    docs = cleaned.documents
-    if not docs:
-        read = sum(s.read for s in cleaned.stats.values())
-        raise PipelineError(
-            f"params.yaml: prepare_corpus: no document left after filtering ({read} read, "
-            f"{sum(s.dropped_short for s in cleaned.stats.values())} under min_words={min_words}, "
-            f"{sum(s.duplicates_dropped for s in cleaned.stats.values())} duplicates)"
-        )
-    splits = [split_of(d.doc_id, split_seed, validation_fraction) for d in docs]
-    check_splits(splits, validation_fraction)  # before the slow part: an empty split is known from the ids
     nlp = load_splitter(spacy_model_dir, sentence_splitter)
-    log.info("splitting %d documents into sentences (%s, %d processes)", len(docs), sentence_splitter, num_proc)
-    columns: dict[str, dict[str, list]] = {s: {k: [] for k in COLUMNS} for s in SPLITS}
+    if chunk_chars > nlp.max_length:
+        raise PipelineError(f"params.yaml: prepare_corpus.chunk_chars: expected <= {nlp.max_length} (spaCy max_length)")
+    tally = _Tally(max_documents_per_source)
     per_split = {s: SourceStats() for s in SPLITS}
-    sentence_lists = split_documents(nlp, (d.text for d in docs), chunk_chars, batch_size, num_proc,
-                                     progress=progress, total=len(docs))
-    for doc, split, sentences in zip(docs, splits, sentence_lists, strict=True):
-        col = columns[split]
-        col["doc_id"].append(doc.doc_id)
-        col["source"].append(doc.source)
-        col["text"].append(doc.text)
-        col["sentences"].append(sentences)
-        cleaned.stats[doc.source].sentences += len(sentences)
-        ps = per_split[split]
-        ps.documents += 1
-        ps.sentences += len(sentences)
-        ps.words += count_words(doc.text)
-        ps.bytes += len(doc.text.encode("utf-8"))
-    _save_corpus(columns, out_dir)
+    writers: dict[str, _SplitWriter] = {}
+    log.info("reading, cleaning and splitting into sentences (%s, %d processes)", sentence_splitter, num_proc)
+    from tqdm.auto import tqdm
+
+    bar = tqdm(desc="documents", unit="doc", disable=not progress, mininterval=2.0)
+    with _Workers(nlp, min_words, chunk_chars, batch_size, num_proc) as workers:
+        try:
+            batches = _read_batches(_read_in_order(readers, tally.stopped), chunk_chars, batch_size)
+            for batch, results in workers.map(batches):
+                for read, (text, words, key, sentences) in zip(batch, results, strict=True):
+                    bar.update(read.doc_id is not None)
+                    if not tally.offer(read, words, key, text):
+                        continue
+                    split = split_of(read.doc_id, split_seed, validation_fraction)
+                    if split not in writers:
+                        writers[split] = _SplitWriter(out_dir / split, split)
+                    writers[split].add(read.doc_id, read.source, text, sentences)
+                    tally.stats[read.source].sentences += len(sentences)
+                    ps = per_split[split]
+                    ps.documents += 1
+                    ps.sentences += len(sentences)
+                    ps.words += words
+                    ps.bytes += len(text.encode("utf-8"))
+        finally:
+            bar.close()
+            tally.seen.close()
+    kept = sum(s.documents for s in tally.stats.values())
+    if not kept:
+        raise PipelineError(
+            f"params.yaml: prepare_corpus: no document left after filtering "
+            f"({sum(s.read for s in tally.stats.values())} read, "
+            f"{sum(s.dropped_short for s in tally.stats.values())} under min_words={min_words}, "
+            f"{sum(s.duplicates_dropped for s in tally.stats.values())} duplicates)"
+        )
+    check_splits({name: ps.documents for name, ps in per_split.items()}, validation_fraction)
+    for writer in writers.values():
+        writer.close()
+    (out_dir / "dataset_dict.json").write_text(json.dumps({"splits": list(SPLITS)}), encoding="utf-8")
 
     totals = SourceStats()
-    for stats in cleaned.stats.values():
+    for stats in tally.stats.values():
         for key, value in stats.as_dict().items():
             setattr(totals, key, getattr(totals, key) + value)
     return {
         **totals.as_dict(),
-        "per_source": {name: s.as_dict() for name, s in cleaned.stats.items()},
+        "per_source": {name: s.as_dict() for name, s in tally.stats.items()},
         "per_split": {name: {k: v for k, v in s.as_dict().items() if k in ("documents", "sentences", "words", "bytes")}
                       for name, s in per_split.items()},
     }
+
+
+def _read_batches(reads: Iterator[_Read], chunk_chars: int, batch_size: int) -> Iterator[list[_Read]]:
+    """Group documents into batches of about ``batch_size`` chunks (a long document forms a batch of its own)."""
+    batch: list[_Read] = []
+    size = 0
+    for read in reads:
+        batch.append(read)
+        size += len(read.text) // chunk_chars + 1
+        if size >= batch_size:
+            yield batch
+            batch, size = [], 0
+    if batch:
+        yield batch
+
+
+_WORKER: dict = {}  # per worker process: the splitter and settings, set by _init_worker
+
+
+def _init_worker(nlp, min_words: int, chunk_chars: int, batch_size: int) -> None:
+    _WORKER.update(nlp=nlp, min_words=min_words, chunk_chars=chunk_chars, batch_size=batch_size)
+
+
+def _prepare_texts(texts: list[str]) -> list[tuple[str, int, bytes | None, list[str]]]:
+    """In a worker: ``(normalised text, words, key, sentences)`` per text; short texts are not split."""
+    from bert_pipeline.data.sentences import split_batch
+
+    cleaned = [clean_text(t, _WORKER["min_words"]) for t in texts]
+    kept = [text for text, _, key in cleaned if key is not None]
+    sentences = iter(split_batch(_WORKER["nlp"], kept, _WORKER["chunk_chars"], _WORKER["batch_size"]))
+    return [(text, words, key, next(sentences) if key is not None else []) for text, words, key in cleaned]
+
+
+class _Workers:
+    """Ordered map of :func:`_prepare_texts` over batches of documents, in ``num_proc`` forked processes with at
+    most ``2 * num_proc + 1`` batches in flight (``Pool.imap`` would read the whole input ahead), or in this
+    process when ``num_proc <= 1``. The pool is forked before the caller imports Arrow (no Arrow thread is
+    copied into a worker)."""
+
+    def __init__(self, nlp, min_words: int, chunk_chars: int, batch_size: int, num_proc: int) -> None:
+        import multiprocessing
+
+        self._args = (nlp, min_words, chunk_chars, batch_size)
+        self._pool = None
+        self._window = 2 * num_proc + 1
+        if num_proc > 1:
+            method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+            self._pool = multiprocessing.get_context(method).Pool(num_proc, _init_worker, self._args)
+
+    def __enter__(self) -> _Workers:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._pool is not None:
+            self._pool.terminate()
+            self._pool.join()
+
+    def map(self, batches: Iterator[list[_Read]]) -> Iterator[tuple[list[_Read], list]]:
+        """Yield ``(batch, results)`` in input order."""
+        from collections import deque
+
+        if self._pool is None:
+            _init_worker(*self._args)
+            for batch in batches:
+                yield batch, _prepare_texts([r.text for r in batch])
+            return
+        pending: deque = deque()
+        for batch in batches:
+            pending.append((batch, self._pool.apply_async(_prepare_texts, ([r.text for r in batch],))))
+            if len(pending) >= self._window:
+                done, result = pending.popleft()
+                yield done, result.get()
+        while pending:
+            done, result = pending.popleft()
+            yield done, result.get()
+
+
+class _SplitWriter:
+    """One split's rows -> Arrow files in the layout of ``datasets.Dataset.save_to_disk`` (``data-NNNNN-of-MMMMM.arrow``,
+    ``state.json``, ``dataset_info.json``), written as they come: record batches of :data:`WRITE_BUFFER_BYTES`,
+    a new file every :data:`SHARD_BYTES`. The fingerprint is a hash of the content, as :func:`open_corpus`'s
+    readers expect; nothing depends on time or random state."""
+
+    def __init__(self, folder: Path, split: str) -> None:
+        import datasets  # after the worker pool is forked
+
+        self.folder, self.split = folder, split
+        folder.mkdir(parents=True)
+        self.features = datasets.Features({
+            "doc_id": datasets.Value("string"), "source": datasets.Value("string"), "text": datasets.Value("string"),
+            "sentences": datasets.List(datasets.Value("string")),
+        })
+        self._digest = hashlib.sha256()
+        self._rows: dict[str, list] = {k: [] for k in COLUMNS}
+        self._buffered = 0
+        self._shard_bytes = 0
+        self._files: list[Path] = []
+        self._writer = None
+
+    def add(self, doc_id: str, source: str, text: str, sentences: list[str]) -> None:
+        self._digest.update("\0".join([doc_id, text, "\x1f".join(sentences), ""]).encode())
+        for key, value in zip(COLUMNS, (doc_id, source, text, sentences), strict=True):
+            self._rows[key].append(value)
+        size = len(text) + sum(len(s) for s in sentences)
+        self._buffered += size
+        if self._buffered >= WRITE_BUFFER_BYTES:
+            self._flush()
+
+    def _flush(self) -> None:
+        import pyarrow as pa
+        from datasets.arrow_writer import ArrowWriter
+
+        if not self._rows["doc_id"]:
+            return
+        if self._writer is None:
+            self._files.append(self.folder / f".shard-{len(self._files):05d}.arrow")
+            self._writer = ArrowWriter(features=self.features, path=str(self._files[-1]))
+        self._writer.write_table(pa.Table.from_pydict(self._rows, schema=self.features.arrow_schema))
+        self._shard_bytes += self._buffered
+        self._rows = {k: [] for k in COLUMNS}
+        self._buffered = 0
+        if self._shard_bytes >= SHARD_BYTES:
+            self._close_file()
+
+    def _close_file(self) -> None:
+        if self._writer is not None:
+            self._writer.finalize()
+            self._writer.close()
+            self._writer, self._shard_bytes = None, 0
+
+    def close(self) -> None:
+        """Write the last rows, name the files ``data-NNNNN-of-MMMMM.arrow``, and write the split's JSON files."""
+        from dataclasses import asdict
+
+        import datasets
+
+        self._flush()
+        self._close_file()
+        names = [f"data-{i:05d}-of-{len(self._files):05d}.arrow" for i in range(len(self._files))]
+        for file, name in zip(self._files, names, strict=True):
+            file.rename(self.folder / name)
+        state = {"_data_files": [{"filename": n} for n in names], "_fingerprint": self._digest.hexdigest()[:16],
+                 "_format_columns": None, "_format_kwargs": {}, "_format_type": None, "_output_all_columns": False,
+                 "_split": self.split}
+        (self.folder / "state.json").write_text(json.dumps(state, indent=2, sort_keys=True), encoding="utf-8")
+        info = asdict(datasets.DatasetInfo(features=self.features))
+        (self.folder / "dataset_info.json").write_text(json.dumps({k: info[k] for k in sorted(info)}, indent=2),
+                                                       encoding="utf-8")
 
 
 _EMPTY_SPLIT_HINT = ("rebuild it with prepare_corpus.validation_fraction changed or more documents in "
                     "prepare_corpus.sources")
 
 
-def check_splits(splits: Sequence[str], validation_fraction: float) -> None:
+def check_splits(documents: Mapping[str, int], validation_fraction: float) -> None:
     """Fail when a split of the corpus would hold no document (every later stage needs both).
 
     Args:
-        splits: the split (:func:`split_of`) of each document kept, in order.
+        documents: the documents kept per split (:func:`split_of`); a split not named has none.
 
     Raises:
         PipelineError: one line naming the documents kept per split and the params key to change.
     """
-    n_val = sum(1 for s in splits if s == "validation")
-    n_train = len(splits) - n_val
+    n_val = documents.get("validation", 0)
+    n_train = documents.get("train", 0)
     if n_val == 0:
         raise PipelineError(
-            f"params.yaml: prepare_corpus.validation_fraction: no validation document ({len(splits)} documents kept, "
+            f"params.yaml: prepare_corpus.validation_fraction: no validation document ({n_train} documents kept, "
             f"each in validation with probability {validation_fraction:g}); raise validation_fraction or add "
             "documents to prepare_corpus.sources")
     if n_train == 0:
         raise PipelineError(
-            f"params.yaml: prepare_corpus.validation_fraction: no train document ({len(splits)} documents kept, all "
+            f"params.yaml: prepare_corpus.validation_fraction: no train document ({n_val} documents kept, all "
             f"in validation at {validation_fraction:g}); lower validation_fraction or add documents to "
             "prepare_corpus.sources")
-
-
-def _save_corpus(columns: dict[str, dict[str, list]], out_dir: Path) -> None:
-    """Save the columns as a ``DatasetDict`` whose fingerprint is a hash of the content (no random state)."""
-    import datasets  # after the sentence splitter's worker pool is gone: no Arrow threads exist when it forks
-    import pyarrow as pa
-
-    features = datasets.Features({
-        "doc_id": datasets.Value("string"), "source": datasets.Value("string"), "text": datasets.Value("string"),
-        "sentences": datasets.List(datasets.Value("string")),
-    })
-    splits = {}
-    for name in SPLITS:
-        table = pa.Table.from_pydict(columns[name], schema=features.arrow_schema)
-        digest = hashlib.sha256()
-        for doc_id, text, sents in zip(*(columns[name][k] for k in ("doc_id", "text", "sentences")), strict=True):
-            digest.update("\0".join([doc_id, text, "\x1f".join(sents), ""]).encode())
-        splits[name] = datasets.Dataset(table, info=datasets.DatasetInfo(features=features),
-                                        split=datasets.NamedSplit(name), fingerprint=digest.hexdigest()[:16])
-    datasets.DatasetDict(splits).save_to_disk(str(out_dir))
 
 
 def open_corpus(path: str | Path, columns: Sequence[str] = COLUMNS):

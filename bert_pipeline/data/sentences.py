@@ -5,11 +5,16 @@ trained on OntoNotes/UD sentence boundaries; Honnibal et al. 2020), loaded witho
 dependency ``parser`` (more accurate on sentence-final abbreviations, about 6x slower). A text is cut into
 chunks of at most ``chunk_chars`` characters at line breaks, else at a space, else hard (spaCy refuses texts
 longer than ``nlp.max_length``, and a user's file may be one 10 MB line), and the chunks go through
-``nlp.pipe`` in batches, optionally in several processes.
+``nlp.pipe`` in batches (:func:`split_batch`; ``bert_pipeline.data.corpus.build_corpus`` runs it in worker
+processes).
 
 A few deterministic repairs follow the model (see :func:`repair_boundaries`); they fix the model's known
 misses on news text: a sentence that ends with an abbreviation (``... in the U.K. The next ...``,
 ``... at 5 p.m. Students ...``) and numbered-list items.
+
+The fast option, ``blingfire``, is Microsoft's Bling Fire sentence breaker (a compiled finite-state model,
+about 20 MB/s on one core; https://github.com/microsoft/BlingFire) followed by the same rules applied to its
+output strings (:func:`repair_sentences`); a blank line always ends a sentence. It needs no model files.
 """
 
 from __future__ import annotations
@@ -44,15 +49,42 @@ _LEADING_PUNCT = frozenset({".", "!", "?", ",", ";", ":", ")", "]"})
 PIPES = ("tok2vec", "tagger", "parser", "attribute_ruler", "lemmatizer", "ner", "senter")
 
 
+METHODS = ("spacy_senter", "spacy_parser", "blingfire")
+"""The sentence splitters :func:`load_splitter` knows (``prepare_corpus.sentence_splitter``)."""
+
+
+class RuleSplitter:
+    """The ``blingfire`` splitter: Bling Fire's sentence breaker, then :func:`repair_sentences`.
+
+    It stands where a spaCy ``Language`` does in :func:`split_batch` (``max_length``, ``pipe``); it is
+    picklable and holds no model state.
+    """
+
+    max_length = 1 << 62  # no limit of its own: chunk_text still bounds what one call sees
+
+    def __call__(self, text: str) -> list[str]:
+        return rule_sentences(text)
+
+    def pipe(self, texts: Iterable[str], batch_size: int = 64) -> Iterator[list[str]]:
+        return (rule_sentences(t) for t in texts)
+
+
 def load_splitter(model_dir: str | Path, method: str = "spacy_senter"):
-    """Load the spaCy pipeline from ``model_dir`` with only the components sentence splitting needs.
+    """Load the sentence splitter ``method`` (one of :data:`METHODS`).
 
     Args:
-        method: ``spacy_senter`` (``senter`` only) or ``spacy_parser`` (``tok2vec`` + ``parser``).
+        model_dir: the spaCy pipeline folder (read by the spaCy methods only).
+        method: ``spacy_senter`` (``senter`` only), ``spacy_parser`` (``tok2vec`` + ``parser``), or
+            ``blingfire`` (:class:`RuleSplitter`, no model folder needed).
 
     Raises:
         PipelineError: the model folder is missing or lacks the component.
+        ValueError: an unknown method.
     """
+    if method not in METHODS:
+        raise ValueError(f"sentence splitter: expected one of {METHODS}, got {method!r}")
+    if method == "blingfire":
+        return RuleSplitter()
     import spacy
 
     model_dir = Path(model_dir)
@@ -166,8 +198,114 @@ def doc_sentences(doc) -> list[str]:
     return out
 
 
-def _split_batch(nlp, texts: list[str], chunk_chars: int, batch_size: int) -> list[list[str]]:
-    """Sentences of each text of a batch (one process): chunks through ``nlp.pipe``, regrouped per text."""
+_BLANK_LINE = re.compile(r"\n[^\S\n]*\n")
+_CANDIDATE_CUT = re.compile(r"[.!?][\"'\u201d\u2019)\]]* ")
+_LEADING_WORD = re.compile(r"[\w'-]*")
+_LOWER_START = re.compile(r"[\"\u201c\u2018'][a-z]")
+_ENDED_WORD = re.compile(r"[\"'\u201c\u2018(]*([A-Za-z][a-z]+)[.!?]+[\"'\u201d\u2019)\]]*")
+# Lowercase abbreviations that are not sentence ends before a quote or a title (rule 6 of repair_sentences).
+LOWER_ABBREVIATIONS = frozenset("etc approx incl cf al esp viz ca jan feb mar apr jun jul aug sep sept oct nov dec "
+                                "inc corp ltd co bros dept univ".split())
+_TITLE_CASED = frozenset(t.capitalize() for t in TITLES if t[:-1].isalpha())
+_LEADING_CLOSERS = re.compile(r"^[.!?,;:)\]]+")
+_OPEN_QUOTES = "\"'\u201c\u2018(["
+_QUESTION_OR_EXCLAMATION_END = re.compile(r"[?!][\"'\u201d\u2019)\]]*$")
+
+
+def rule_sentences(text: str) -> list[str]:
+    """Sentences of ``text`` by Bling Fire's sentence breaker and :func:`repair_sentences`.
+
+    A blank line (two line breaks with only spaces or tabs between) always ends a sentence; inside a paragraph
+    line breaks are spaces. Sentences come back with whitespace runs collapsed to one space, as from
+    :func:`doc_sentences`; every non-space character of ``text`` is in exactly one sentence, in order.
+    """
+    import blingfire
+
+    out: list[str] = []
+    for paragraph in _BLANK_LINE.split(text):
+        if paragraph.strip():
+            spans = [" ".join(s.split()) for s in blingfire.text_to_sentences(paragraph).split("\n")]
+            out.extend(repair_sentences([s for s in spans if s]))
+    return out
+
+
+def _ends_with_title(sentence: str, following: str) -> bool:
+    """Whether ``sentence`` ends with a title that precedes a name or number (rule 4 of repair_boundaries)."""
+    last = sentence.rsplit(" ", 1)[-1].lower()
+    if last not in TITLES or last in _CAN_END:
+        return False
+    return last != "no." or following[:1].isdigit()
+
+
+def repair_sentences(spans: list[str]) -> list[str]:
+    """The rules of :func:`repair_boundaries`, applied to sentence strings (single-spaced, non-empty).
+
+    1. Split after an abbreviation that ends in ``.`` (never a title) before a capitalised sentence starter,
+       and after ``a.m.``/``p.m.`` before a capitalised word that is not a time zone.
+    2. Leading closing punctuation goes to the previous sentence.
+    3. A sentence that is only a list marker (``1.``, ``b)``, ``iv.``, ``•``) joins the next one.
+    4. A sentence that ends with a title (``Mr.``, ``Dr.``; ``No.`` before a number) joins the next one.
+    5. A sentence that begins with a lowercase letter after one that ends in ``?`` or ``!`` (and closing quotes)
+       joins it: ``"Are you coming?" she asked.`` is one sentence, as in spaCy's model.
+    6. Split after a word of letters (not a title, ``etc.``, ``Feb.`` or ``Inc.``: :data:`LOWER_ABBREVIATIONS`)
+       ending in ``.``, ``!`` or ``?`` before an opening quote and a lowercase letter (quotes in scraped news often
+       lost their capital: ``... Golembo said. "damaging winds ...``) or before a title (``... last week. Dr.
+       William ...``), two cases Bling Fire keeps in one sentence.
+    """
+    pieces: list[str] = []
+    for span in spans:  # 1 and 6: the cuts inside a span
+        start = 0
+        for match in _CANDIDATE_CUT.finditer(span):
+            cut = match.end() - 1
+            after = span.find(" ", match.end())
+            if _cut_between(span[span.rfind(" ", 0, match.start()) + 1:cut],
+                            span[match.end():after if after >= 0 else len(span)]):
+                pieces.append(span[start:cut])
+                start = cut + 1
+        pieces.append(span[start:])
+    out: list[str] = []
+    join_next = False
+    for piece in pieces:
+        if out:
+            closers = _LEADING_CLOSERS.match(piece)  # 2
+            if closers:
+                out[-1] += closers.group()
+                piece = piece[closers.end():].lstrip()
+                if not piece:
+                    continue
+            previous = out[-1]
+            lower_after_question = piece.lstrip(_OPEN_QUOTES)[:1].islower() and bool(
+                _QUESTION_OR_EXCLAMATION_END.search(previous))
+            if join_next or _ends_with_title(previous, piece) or lower_after_question:  # 3, 4, 5
+                out[-1] = f"{previous} {piece}"
+                join_next = _is_list_marker(out[-1])
+                continue
+        out.append(piece)
+        join_next = _is_list_marker(piece)
+    return out
+
+
+def _cut_between(token: str, following: str) -> bool:
+    """Rules 1 and 6 of :func:`repair_sentences`: a sentence ends after ``token`` (which ends in ``.``, ``!`` or
+    ``?`` and closing quotes) before the word ``following``."""
+    if token.endswith(".") and token.lower() not in TITLES and any(c.isalpha() for c in token):
+        word = _LEADING_WORD.match(following).group()
+        if word in STARTERS or (token in CLOCK and word[:1].isupper() and word not in TIME_ZONES):
+            return True
+    ended = _ENDED_WORD.fullmatch(token)
+    if ended is None or ended.group(1).lower() in LOWER_ABBREVIATIONS or f"{ended.group(1).lower()}." in TITLES:
+        return False
+    return bool(_LOWER_START.match(following)) or following in _TITLE_CASED
+
+
+def _is_list_marker(sentence: str) -> bool:
+    words = sentence.split(" ")
+    return len(words) <= 3 and bool(_LIST_MARKER.match("".join(words)))
+
+
+def split_batch(nlp, texts: list[str], chunk_chars: int, batch_size: int) -> list[list[str]]:
+    """Sentences of each text of a batch, in this process: chunks (:func:`chunk_text`) through ``nlp.pipe`` (or
+    :class:`RuleSplitter`), regrouped per text: one ``list[str]`` per text, in order."""
     owners: list[int] = []
     pieces: list[str] = []
     for i, text in enumerate(texts):
@@ -175,73 +313,7 @@ def _split_batch(nlp, texts: list[str], chunk_chars: int, batch_size: int) -> li
             owners.append(i)
             pieces.append(piece)
     out: list[list[str]] = [[] for _ in texts]
+    rules = isinstance(nlp, RuleSplitter)
     for owner, doc in zip(owners, nlp.pipe(pieces, batch_size=batch_size), strict=True):
-        out[owner].extend(doc_sentences(doc))
+        out[owner].extend(doc if rules else doc_sentences(doc))
     return out
-
-
-_WORKER: dict = {}  # per worker process: the pipeline and settings, set by _init_worker
-
-
-def _init_worker(nlp, chunk_chars: int, batch_size: int) -> None:
-    _WORKER.update(nlp=nlp, chunk_chars=chunk_chars, batch_size=batch_size)
-
-
-def _worker_batch(texts: list[str]) -> list[list[str]]:
-    return _split_batch(_WORKER["nlp"], texts, _WORKER["chunk_chars"], _WORKER["batch_size"])
-
-
-def _batches(texts: Iterable[str], chunk_chars: int, batch_size: int) -> Iterator[list[str]]:
-    """Group texts into batches of about ``batch_size`` chunks (a long text forms a batch of its own)."""
-    batch: list[str] = []
-    size = 0
-    for text in texts:
-        batch.append(text)
-        size += len(text) // chunk_chars + 1
-        if size >= batch_size:
-            yield batch
-            batch, size = [], 0
-    if batch:
-        yield batch
-
-
-def split_documents(
-    nlp, texts: Iterable[str], chunk_chars: int, batch_size: int = 64, n_process: int = 1, progress: bool = True,
-    total: int | None = None,
-) -> Iterator[list[str]]:
-    """Yield the sentences of each text, in input order: one ``list[str]`` per text.
-
-    Texts are cut with :func:`chunk_text`, so spaCy never sees more than ``chunk_chars`` characters at once;
-    memory is bounded by about ``n_process * batch_size * chunk_chars`` characters in flight. Batches go through
-    ``nlp.pipe(batch_size=...)``; with ``n_process > 1`` a process pool (each worker holding a copy of ``nlp``)
-    splits whole batches and sends back only the sentence strings, in order, so the output does not depend on
-    ``n_process``. A sentence that straddles a cut inside a line longer than ``chunk_chars`` is split there.
-
-    Raises:
-        PipelineError: ``chunk_chars`` above ``nlp.max_length``.
-    """
-    import multiprocessing
-
-    from tqdm.auto import tqdm
-
-    if chunk_chars > nlp.max_length:
-        raise PipelineError(f"params.yaml: prepare_corpus.chunk_chars: expected <= {nlp.max_length} (spaCy max_length)")
-    bar = tqdm(total=total, desc="sentences", unit="doc", disable=not progress, mininterval=2.0)
-    batches = _batches(texts, chunk_chars, batch_size)
-    if n_process <= 1:
-        results: Iterator[list[list[str]]] = (_split_batch(nlp, b, chunk_chars, batch_size) for b in batches)
-        pool = None
-    else:
-        method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
-        pool = multiprocessing.get_context(method).Pool(n_process, _init_worker, (nlp, chunk_chars, batch_size))
-        results = pool.imap(_worker_batch, batches)
-    try:
-        for batch in results:
-            for sentences in batch:
-                bar.update(1)
-                yield sentences
-    finally:
-        bar.close()
-        if pool is not None:
-            pool.terminate()
-            pool.join()
