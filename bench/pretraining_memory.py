@@ -121,7 +121,8 @@ def write_corpus_directly(root: Path) -> None:
     text = (root / "user/huge.txt").read_text(encoding="ascii")
     blocks = [b for b in text.split("\n\n") if b.strip()]
     del text
-    columns = {s: {k: [] for k in corpus.COLUMNS} for s in corpus.SPLITS}
+    writer = corpus.CorpusWriter(root / "data/corpus")
+    (root / "data/corpus").mkdir(parents=True)
     for index, block in enumerate(blocks):
         doc_id = f"huge:user/huge.txt:block={index}"
         block = corpus.normalise(block)
@@ -130,10 +131,9 @@ def write_corpus_directly(root: Path) -> None:
         else:
             sentences = [s if s.endswith(".") else s + "." for s in block.split(". ")]
         split = corpus.split_of(doc_id, params.split_seed, params.validation_fraction)
-        for key, value in zip(corpus.COLUMNS, (doc_id, "huge", block, sentences), strict=True):
-            columns[split][key].append(value)
+        writer.add(split, doc_id, "huge", block, sentences)
         blocks[index] = None
-    corpus._save_corpus(columns, root / "data/corpus")
+    writer.close()
 
 
 def timed(cmd: list[str], cwd: Path) -> dict:

@@ -670,7 +670,7 @@ def build_corpus(
     ``batch_size`` chunks (of at most ``chunk_chars`` characters) to ``num_proc`` worker processes, which normalise
     each text (:func:`clean_text`) and split it into sentences; the main process keeps or drops each document
     (:class:`_Tally`: short, duplicate, over ``max_documents_per_source``), assigns its split and appends it to
-    that split's Arrow files (:class:`_SplitWriter`). At most ``2 * num_proc + 1`` batches are in flight, the
+    that split's Arrow files (:class:`CorpusWriter`). At most ``2 * num_proc + 1`` batches are in flight, the
     de-duplication set lives on disk (:class:`SeenTexts`) and rows are written every :data:`WRITE_BUFFER_BYTES`,
     so memory does not grow with the corpus: the main process holds about ``(2 * num_proc + 1) * batch_size *
     chunk_chars`` characters of text (three copies at most: raw, normalised, sentences) plus the write buffer,
@@ -704,7 +704,7 @@ def build_corpus(
         raise PipelineError(f"params.yaml: prepare_corpus.chunk_chars: expected <= {nlp.max_length} (spaCy max_length)")
     tally = _Tally(max_documents_per_source)
     per_split = {s: SourceStats() for s in SPLITS}
-    writers: dict[str, _SplitWriter] = {}
+    writer = CorpusWriter(out_dir)
     log.info("reading, cleaning and splitting into sentences (%s, %d processes)", sentence_splitter, num_proc)
     from tqdm.auto import tqdm
 
@@ -718,9 +718,7 @@ def build_corpus(
                     if not tally.offer(read, words, key, text):
                         continue
                     split = split_of(read.doc_id, split_seed, validation_fraction)
-                    if split not in writers:
-                        writers[split] = _SplitWriter(out_dir / split, split)
-                    writers[split].add(read.doc_id, read.source, text, sentences)
+                    writer.add(split, read.doc_id, read.source, text, sentences)
                     tally.stats[read.source].sentences += len(sentences)
                     ps = per_split[split]
                     ps.documents += 1
@@ -739,9 +737,7 @@ def build_corpus(
             f"{sum(s.duplicates_dropped for s in tally.stats.values())} duplicates)"
         )
     check_splits({name: ps.documents for name, ps in per_split.items()}, validation_fraction)
-    for writer in writers.values():
-        writer.close()
-    (out_dir / "dataset_dict.json").write_text(json.dumps({"splits": list(SPLITS)}), encoding="utf-8")
+    writer.close()
 
     totals = SourceStats()
     for stats in tally.stats.values():
@@ -828,6 +824,25 @@ class _Workers:
         while pending:
             done, result = pending.popleft()
             yield done, result.get()
+
+
+class CorpusWriter:
+    """Rows -> the corpus folder (:data:`SPLITS`, :data:`COLUMNS`), split by split as they come; :meth:`close`
+    finishes every split's files and writes ``dataset_dict.json``. Memory: one write buffer per split."""
+
+    def __init__(self, out_dir: Path) -> None:
+        self.out_dir = out_dir
+        self._splits: dict[str, _SplitWriter] = {}
+
+    def add(self, split: str, doc_id: str, source: str, text: str, sentences: list[str]) -> None:
+        if split not in self._splits:
+            self._splits[split] = _SplitWriter(self.out_dir / split, split)
+        self._splits[split].add(doc_id, source, text, sentences)
+
+    def close(self) -> None:
+        for writer in self._splits.values():
+            writer.close()
+        (self.out_dir / "dataset_dict.json").write_text(json.dumps({"splits": list(SPLITS)}), encoding="utf-8")
 
 
 class _SplitWriter:
