@@ -599,8 +599,10 @@ def _wordnet_synset(line: str) -> tuple[int, str, str] | None:
 
     The line is ``offset lex_filenum ss_type w_cnt (word lex_id)* p_cnt ... | gloss`` (wndb(5WN); ``w_cnt`` in
     hex). The text is the synset's words (underscores as spaces, adjective markers ``(a)`` ``(p)`` ``(ip)``
-    dropped), a colon, and the gloss: ``river: a large natural stream of water (larger than a creek); "the river
-    was navigable for 50 miles"``.
+    dropped), a colon, and the gloss, its first letter upper case and ended by a full stop when it has no sentence
+    end of its own (glosses have none, and the sentence splitter reads neither a line break nor a lower-case start
+    as a boundary): ``River: a large natural stream of water (larger than a creek); "the river was navigable for
+    50 miles".``
     """
     if line.startswith("  ") or not line.strip():
         return None
@@ -610,7 +612,10 @@ def _wordnet_synset(line: str) -> tuple[int, str, str] | None:
         raise PipelineError(f"WordNet data line without a gloss: {line[:60]!r} (expected wndb(5WN) layout)")
     count = int(fields[3], 16)
     words = [_WN_MARKER.sub("", w).replace("_", " ") for w in fields[4:4 + 2 * count:2]]
-    return int(fields[1]), fields[0], f"{', '.join(words)}: {gloss.strip()}"
+    gloss = gloss.strip()
+    end = "" if gloss.endswith((".", "!", "?")) else "."  # a sentence end, so that the splitter sees one per synset
+    text = f"{', '.join(words)}: {gloss}{end}"
+    return int(fields[1]), fields[0], text[:1].upper() + text[1:]
 
 
 def read_wordnet_glosses(name: str, path: Path, counter: ReadCounter) -> Iterator[RawDocument]:
