@@ -261,7 +261,7 @@ def test_debian_package_that_cannot_be_downloaded_is_one_line(tmp_path, fake_deb
     assert msg.startswith(f"params.yaml: fetch_data.packages: fake: {cause}; expected Debian's fake_2.0-1_all.deb "
                           f"(sha256 {pkg.sha256}): put that file into {store}")
     assert "https://snapshot.debian.org/package/fakesrc/1%3A2.0-1/" in msg
-    assert msg.endswith("or drop fake from fetch_data.packages")
+    assert msg.endswith("), or drop fake from fetch_data.packages")
     assert not (tmp_path / "raw").exists()
 
 

@@ -11,7 +11,7 @@ Doc ids are ``SOURCE:FILE:LOCATOR`` and trace back to the source row or block:
 ``mynotes:notes/x.jsonl:line=17``, ``mytable:t.parquet:row=5``, ``wiki:wikitext/wikitext-2-raw-v1:train:row=9``;
 the Debian sources' ``jane_austen:Rdata.rdb:novel=emma:chapter=1:line=11``,
 ``gutenberg_books:books.rda:gutenberg_id=36:chapter=1:line=18``, ``linux_docs:admin-guide/README.rst.gz``,
-``wordnet_glosses:data.noun:lexfile=noun.animal:offset=00015388``, ``gcide:gcide.dict.dz:entry=0:offset=1224``.
+``wordnet_glosses:data.noun:lexfile=noun.animal:offset=00015388``, ``gcide:gcide.dict.dz:entry=0:offset=3656``.
 Rows, lines, blocks and entries count from 0, chapters from 1; ``FILE`` is the path relative to the folder the
 source was read from.
 """
@@ -708,8 +708,8 @@ def read_gcide(name: str, path: Path, counter: ReadCounter) -> Iterator[RawDocum
     it: one line per headword, ``headword TAB offset TAB length`` in dictd's base 64, byte offsets into the
     uncompressed data. Entries are the distinct (offset, length) pairs, in offset order (several headwords may
     share one), read in one forward pass (bounded memory); the ``00-database-*`` records are skipped. Twenty-five
-    entries are about 1,000 words; one entry alone is often a line, a letter (``A``..``Z``, 1.5 MB) far too much.
-    Doc id ``NAME:gcide.dict.dz:entry=0:offset=1224`` (the first entry's number and byte offset).
+    entries are about 800 words; one entry alone is often a line, a letter (``A``..``Z``, 1.5 MB) far too much.
+    Doc id ``NAME:gcide.dict.dz:entry=0:offset=3656`` (the first entry's number and byte offset).
 
     Raises:
         PipelineError: the index is missing or a line of it is not ``headword TAB offset TAB length``.

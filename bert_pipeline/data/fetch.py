@@ -82,7 +82,8 @@ def apt_download(requirement: str, dest: Path) -> None:
 def _deb_hint(package: SourcePackage, store: Path) -> str:
     """The fix for a Debian package that cannot be downloaded: the exact file, where to get it, or go without."""
     return (f"expected Debian's {package.filename} (sha256 {package.sha256}): put that file into {store} (every "
-            f"version stays at {package.snapshot_url}) or drop {package.name} from fetch_data.packages")
+            f"version stays at {package.snapshot_url}; run `apt-get update` first where apt-get knows no such "
+            f"package), or drop {package.name} from fetch_data.packages")
 
 
 def ensure_archive(
