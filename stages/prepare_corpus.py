@@ -20,7 +20,6 @@ from pathlib import Path
 from bert_pipeline.console import run_main
 from bert_pipeline.data import corpus
 from bert_pipeline.data.sources import SPACY_MODEL
-from bert_pipeline.errors import PipelineError
 from bert_pipeline.io import atomic_dir, write_json
 from stages import require_inputs
 from stages.headline import write_headline
@@ -39,15 +38,15 @@ def source_readers(params: PrepareCorpusParams, raw_dir: Path, root: Path) -> li
     """``(name, reader)`` pairs for :func:`bert_pipeline.data.corpus.build_corpus`, in params order.
 
     Raises:
-        PipelineError: a packaged source whose file is missing (checked before the slow part starts).
+        PipelineError: a packaged source whose file or folder is missing, naming the ``fetch_data.packages`` entry
+            for a Debian one (checked before the slow part starts).
     """
     readers: list[tuple[str, Reader]] = []
     for src in params.sources:
         if isinstance(src, str):
-            spec = corpus.PACKAGED.get(src)
-            if spec is not None and not (raw_dir / spec.path).is_file():
-                raise PipelineError(f"{raw_dir / spec.path}: packaged source {src!r} not found "
-                                    "(run `dvc repro fetch_data` first)")
+            missing = corpus.packaged_missing(src, raw_dir)
+            if missing is not None:
+                raise missing
             readers.append((src, lambda counter, n=src: corpus.read_packaged(n, raw_dir, counter)))
         elif isinstance(src, FileSource):
             readers.append((src.name, lambda counter, s=src: corpus.read_files(

