@@ -48,8 +48,6 @@ SOURCES = Path("data/raw/SOURCES.json")  # cited by the model card (the data pac
 # Keys that change how often we save or how the work is spread, not what is trained: not part of the checkpoint
 # fingerprint (compute.num_processes is, through the global batch: load_pretraining adds it).
 NOT_FINGERPRINTED = ("save_steps", "save_total_limit", "compute")
-
-
 LAUNCHED = "BERT_PIPELINE_LAUNCHED"  # set on the processes that _relaunch_distributed starts
 
 
@@ -73,7 +71,7 @@ def _relaunch_distributed(num_processes: int, config_file: str | None) -> None:
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", str(num_processes)]
     if config_file:
         cmd += ["--config_file", config_file]
-    else:
+    else:  # the precision is pretrain.precision's (make_accelerator); these flags only spare accelerate's warning
         cmd += ["--multi_gpu", "--num_machines", "1", "--main_process_port", "0", "--mixed_precision", "no",
                 "--dynamo_backend", "no"]
     cmd += ["-m", "stages.pretrain"]
