@@ -204,7 +204,9 @@ class PretrainPhase(Section):
 
 class ComputeParams(Section):
     """``pretrain.compute``: ``num_processes`` > 1 runs the stage under ``accelerate launch`` (DDP, or FSDP with
-    ``accelerate_config``, a YAML file of ``accelerate config``); ``num_workers`` data-loading processes."""
+    ``accelerate_config``, a YAML file of ``accelerate config``); a stage already started by a launcher (``torchrun``
+    or ``accelerate launch`` on each of several machines) is not relaunched, and ``num_processes`` must be the
+    launcher's total over every machine; ``num_workers`` data-loading processes."""
 
     num_processes: Annotated[int, annotated_types.Ge(1)]
     accelerate_config: str | None

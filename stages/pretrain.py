@@ -45,25 +45,49 @@ TIMING = Path("metrics/pretrain-timing.json")
 PLOT = Path("plots/pretrain.csv")
 CORPUS_METRICS = Path("metrics/corpus.json")  # cited by the model card (prepare_corpus's record)
 SOURCES = Path("data/raw/SOURCES.json")  # cited by the model card (the data packages' licences)
-# Keys that change how often we save, not what is trained: not part of the checkpoint fingerprint.
+# Keys that change how often we save or how the work is spread, not what is trained: not part of the checkpoint
+# fingerprint (compute.num_processes is, through the global batch: load_pretraining adds it).
 NOT_FINGERPRINTED = ("save_steps", "save_total_limit", "compute")
+LAUNCHED = "BERT_PIPELINE_LAUNCHED"  # set on the processes that _relaunch_distributed starts
+
+
+def under_launcher() -> bool:
+    """Whether a distributed launcher started this process: ``accelerate launch`` (several processes) and
+    ``torchrun`` set ``WORLD_SIZE`` and ``LOCAL_RANK`` on each process they start."""
+    return "WORLD_SIZE" in os.environ or "LOCAL_RANK" in os.environ
 
 
 def _relaunch_distributed(num_processes: int, config_file: str | None) -> None:
-    """Run this stage under ``accelerate launch`` with ``num_processes`` processes (DDP/FSDP), then return."""
+    """Run this stage under ``accelerate launch`` with ``num_processes`` processes on this machine, then return.
+
+    Without ``config_file`` it is DDP through accelerate's torch-elastic launcher (``--multi_gpu``: on a machine
+    without GPUs accelerate runs the same processes on CPU with the ``gloo`` backend) on a free port; with it the
+    file's ``distributed_type`` (FSDP in ``profiles/accelerate/fsdp.yaml``), port and machines decide. Several
+    machines take one command each instead (README, "Several processes, several machines").
+
+    Raises:
+        PipelineError: the launched run failed.
+    """
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", str(num_processes)]
     if config_file:
         cmd += ["--config_file", config_file]
+    else:  # the precision is pretrain.precision's (make_accelerator); these flags only spare accelerate's warning
+        cmd += ["--multi_gpu", "--num_machines", "1", "--main_process_port", "0", "--mixed_precision", "no",
+                "--dynamo_backend", "no"]
     cmd += ["-m", "stages.pretrain"]
     log.info("launching: %s", " ".join(cmd))
-    if subprocess.run(cmd).returncode != 0:
+    if subprocess.run(cmd, env={**os.environ, LAUNCHED: "1"}).returncode != 0:
         raise PipelineError(f"pretrain.compute.num_processes: accelerate launch with {num_processes} processes failed")
 
 
 def main() -> None:
     require_inputs("pretrain")
     p = load_params().pretrain
-    if p.compute.num_processes > 1 and "LOCAL_RANK" not in os.environ:
+    if p.compute.num_processes > 1 and not under_launcher():
+        if os.environ.get(LAUNCHED):  # the launcher started one plain process (e.g. distributed_type NO)
+            raise PipelineError(f"pretrain.compute.accelerate_config: accelerate launch started one process, not "
+                                f"pretrain.compute.num_processes={p.compute.num_processes} (expected a config "
+                                f"with distributed_type MULTI_GPU, MULTI_CPU or FSDP)")
         _relaunch_distributed(p.compute.num_processes, p.compute.accelerate_config)
         return
 
@@ -75,6 +99,9 @@ def main() -> None:
 
     loaded = load_pretraining(p)
     accelerator = make_accelerator(p.precision)
+    if accelerator.num_processes != p.compute.num_processes:
+        raise PipelineError(f"pretrain.compute.num_processes: {p.compute.num_processes}, but the launcher started "
+                            f"{accelerator.num_processes} processes (expected the total over every machine)")
     main_process = accelerator.is_main_process
     section = p.model_dump(mode="json")
     tracked = {"pretrain": section, "create_pretraining_data.objective": loaded.data.objective}
@@ -143,8 +170,11 @@ def load_pretraining(p: PretrainParams) -> Loaded:
         log.info("pretrain.dropout: %d dropout layers at %g while pre-training (the saved config keeps its rates)",
                  set_dropout(model, p.dropout), p.dropout)
     section = p.model_dump(mode="json")
-    fp = fingerprint({"pretrain": {k: v for k, v in section.items() if k not in NOT_FINGERPRINTED},
-                      "objective": data.objective}, [p.tokenizer_path, *data.folders])
+    settings = {"pretrain": {k: v for k, v in section.items() if k not in NOT_FINGERPRINTED},
+                "objective": data.objective}
+    if p.compute.num_processes > 1:  # the global batch is batch_size x num_processes (one process: as before)
+        settings["num_processes"] = p.compute.num_processes
+    fp = fingerprint(settings, [p.tokenizer_path, *data.folders])
     return Loaded(tokenizer, data, model, fp)
 
 

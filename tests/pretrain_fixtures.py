@@ -137,3 +137,24 @@ def save_pretraining_data(folder, n_train: int, n_validation: int, max_seq_lengt
             "rules": {"masked_lm_prob": 0.15, "max_predictions_per_seq": 20, "mask_token_prob": 0.8,
                       "random_token_prob": 0.1, "whole_word_masking": False}}
     (folder / "info.json").write_text(json.dumps(info), encoding="utf-8")
+
+
+def pretrain_workspace(root, raw, n_train: int = 64, **pretrain):
+    """A repository-like folder for the pretrain stage: ``params.yaml`` (``raw``, the committed params, with a tiny
+    fp32 ``pretrain`` section of 4 steps, batch 8, checkpoints and evaluations every 2 steps, then ``pretrain``'s
+    keys), ``models/tokenizer`` (:func:`save_tokenizer`) and ``data/pretraining`` (``n_train`` NSP instances of up
+    to 32 tokens, 16 held out). Returns ``root``."""
+    import copy
+    from pathlib import Path
+
+    from tests.conftest import write_params
+
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    write_params(root, copy.deepcopy(raw), pretrain={
+        "max_steps": 4, "batch_size": 8, "warmup_steps": 1, "save_steps": 2, "eval_steps": 2, "max_eval_batches": 2,
+        "eval_batch_size": 8, "logging_steps": 1, "precision": "fp32",
+        "model": {"size": "tiny", "config": {"max_position_embeddings": 64}}, **pretrain})
+    save_tokenizer(root / "models" / "tokenizer")
+    save_pretraining_data(root / "data" / "pretraining", n_train, 16)
+    return root

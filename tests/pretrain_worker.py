@@ -4,6 +4,10 @@ Trains a tiny model on synthetic instances with :func:`bert_pipeline.train.loop.
 and writes ``OUT/final.safetensors`` and ``OUT/history.json``. ``--pause-after STEP`` writes ``OUT/paused``
 after that step's bookkeeping and then sleeps, so the test can SIGKILL it at a known point. ``--record-batches``
 appends a digest of every collated batch to ``OUT/batches.txt`` (which batches a run trained on, in order).
+
+Under ``torchrun --nproc_per_node N -m tests.pretrain_worker OUT`` (DDP, ``gloo`` on CPU) ``--batch-size`` is per
+process, only the main process writes ``OUT/`` (and pauses; the others wait in the next collective), and each
+process records its batches in ``OUT/batches-{rank}.txt``.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ def main() -> None:
     parser.add_argument("--phases", default="1.0", help="comma-separated step fractions; seq 24, 48, ...")
     parser.add_argument("--pause-after", type=int, default=0)
     parser.add_argument("--accum", type=int, default=2)
+    parser.add_argument("--batch-size", type=int, default=4, help="per process")
     parser.add_argument("--record-batches", action="store_true",
                         help="append the sha256 of every collated batch's input_ids to OUT/batches.txt")
     args = parser.parse_args()
@@ -43,7 +48,8 @@ def main() -> None:
     for i, (start, end) in enumerate(phase_boundaries(args.steps, fractions)):
         seq = 24 * (i + 1)
         phases.append(Phase(f"seq{seq}", start, end, make_dataset(40, seed=10 + i, max_seq_length=seq),
-                            make_dataset(12, seed=100 + i, max_seq_length=seq), batch_size=4, max_seq_length=seq))
+                            make_dataset(12, seed=100 + i, max_seq_length=seq), batch_size=args.batch_size,
+                            max_seq_length=seq))
     cfg = TrainConfig(max_steps=args.steps, learning_rate=3e-3, warmup_steps=2, gradient_accumulation_steps=args.accum,
                       save_steps=args.save_steps, eval_steps=4, logging_steps=1, seed=7, eval_batch_size=6)
     model = MaskedPositionPretrainer(new_pretraining_model(tiny_config(), with_pair_head=True, seed=7))
@@ -63,19 +69,26 @@ def main() -> None:
     if args.record_batches:
         import hashlib
 
+        record = args.out / ("batches.txt" if accelerator.num_processes == 1 else
+                             f"batches-{accelerator.process_index}.txt")
+
         def collate(rows: list[dict]) -> dict[str, torch.Tensor]:
             batch = pad_collate(rows)
-            with open(args.out / "batches.txt", "a", encoding="utf-8") as fh:
+            with open(record, "a", encoding="utf-8") as fh:
                 fh.write(hashlib.sha256(batch["input_ids"].numpy().tobytes()).hexdigest() + "\n")
             return batch
 
     result = train(model, phases, collate, cfg, accelerator, manager, unigram_token_id=104, on_log=on_log)
+    tokens_seen = result.tokens_seen(accelerator)  # a collective call
+    if not accelerator.is_main_process:
+        return
     state = {k: v.clone().contiguous() for k, v in model.model.state_dict().items()
              if k != "cls.predictions.decoder.weight"}
     save_file(state, str(args.out / "final.safetensors"))
     (args.out / "history.json").write_text(json.dumps({"history": result.history, "resumed_from": result.resumed_from,
-                                                           "tokens_seen": result.tokens_seen(accelerator),
-                                                           "tokens_since_start": result.tokens}))
+                                                           "tokens_seen": tokens_seen,
+                                                           "tokens_since_start": result.tokens,
+                                                           "num_processes": accelerator.num_processes}))
 
 
 if __name__ == "__main__":

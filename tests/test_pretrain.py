@@ -7,7 +7,8 @@ import copy
 import pytest
 import yaml
 
-from tests.conftest import card_header, params_error, run_stage, write_params
+from tests.conftest import card_header, params_error, run_stage
+from tests.pretrain_fixtures import pretrain_workspace
 
 
 @pytest.mark.parametrize(
@@ -33,19 +34,6 @@ def test_bad_pretrain_params_are_one_line(raw, key, value, message):
 
 
 # ------------------------------------------------------------------------------------------------ the stage
-def _workspace(root, raw, n_train=64, **pretrain):
-    """A repository-like folder with params.yaml, models/tokenizer and data/pretraining."""
-    from tests.pretrain_fixtures import save_pretraining_data, save_tokenizer
-
-    write_params(root, copy.deepcopy(raw), pretrain={
-        "max_steps": 4, "batch_size": 8, "warmup_steps": 1, "save_steps": 2, "eval_steps": 2, "max_eval_batches": 2,
-        "eval_batch_size": 8, "logging_steps": 1, "precision": "fp32",
-        "model": {"size": "tiny", "config": {"max_position_embeddings": 64}}, **pretrain})
-    save_tokenizer(root / "models" / "tokenizer")
-    save_pretraining_data(root / "data" / "pretraining", n_train, 16)
-    return root
-
-
 def _stage_error(capsys) -> str:
     from stages import pretrain
 
@@ -70,7 +58,7 @@ def _stage_error(capsys) -> str:
 )
 def test_bad_inputs_one_line_and_no_model(in_tmp, mlflow_in_tmp, raw, capsys, change, expected):
     n_train = change.pop("n_train", 64)
-    _workspace(in_tmp, raw, n_train=n_train, **change)
+    pretrain_workspace(in_tmp, raw, n_train=n_train, **change)
     assert _stage_error(capsys).startswith(expected)
     assert not (in_tmp / "models" / "pretrained").exists()
     assert not list((in_tmp / "models").glob(".pretrained*"))
@@ -87,7 +75,7 @@ def test_stage_outputs_and_byte_identical_rerun(in_tmp, mlflow_in_tmp, raw, one_
 
     from stages import pretrain
 
-    _workspace(in_tmp, raw)
+    pretrain_workspace(in_tmp, raw)
     pretrain.main()
     metrics = (in_tmp / "metrics" / "pretrain.json").read_bytes()
     weights = (in_tmp / "models" / "pretrained" / "model.safetensors").read_bytes()
@@ -148,7 +136,7 @@ def test_two_phase_stage_switches_data_at_the_right_step(in_tmp, mlflow_in_tmp, 
     from stages import pretrain
     from tests.pretrain_fixtures import save_pretraining_data
 
-    _workspace(in_tmp, raw, max_steps=4, save_steps=3, eval_steps=3, save_total_limit=3,
+    pretrain_workspace(in_tmp, raw, max_steps=4, save_steps=3, eval_steps=3, save_total_limit=3,
                phases=[{"max_seq_length": 32, "fraction": 0.75}, {"max_seq_length": 48, "fraction": 0.25}])
     save_pretraining_data(in_tmp / "data" / "pretraining" / "seq48", 40, 16, max_seq_length=48)
     pretrain.main()

@@ -57,9 +57,10 @@ def masked_lm_forward(
 class PretrainOutput:
     """Losses and counts of one pre-training forward pass (all tensors are 0-d).
 
-    ``loss`` = ``mlm_loss`` + ``pair_loss`` (the sum BERT optimises, Devlin et al. 2019 Appendix A.2);
-    ``mlm_loss`` is the mean cross-entropy (nats) over predicted positions; ``*_correct``/``*_count`` let
-    evaluation aggregate exact token-weighted accuracies across batches.
+    ``loss`` = ``mlm_loss`` + ``pair_loss`` (the sum BERT optimises, Devlin et al. 2019 Appendix A.2), or, when the
+    forward was given ``mlm_normalizer``, the summed MLM cross-entropy divided by it + ``pair_loss``;
+    ``mlm_loss`` is the mean cross-entropy (nats) over this batch's predicted positions; ``*_correct``/``*_count``
+    let evaluation aggregate exact token-weighted accuracies across batches.
     """
 
     loss: torch.Tensor
@@ -95,6 +96,7 @@ class MaskedPositionPretrainer(nn.Module):
         token_type_ids: torch.Tensor | None = None,
         next_sentence_label: torch.Tensor | None = None,
         sentence_order_label: torch.Tensor | None = None,
+        mlm_normalizer: float | None = None,
     ) -> PretrainOutput:
         """Compute the pre-training loss.
 
@@ -103,17 +105,23 @@ class MaskedPositionPretrainer(nn.Module):
             labels: ``(batch, seq_len)`` int64, the original token id at predicted positions, -100 elsewhere.
             next_sentence_label / sentence_order_label: ``(batch,)`` int64 in {0, 1}; used when the model has
                 the pair head (at most one of them is given).
+            mlm_normalizer: the divisor of the summed MLM cross-entropy in ``loss`` (None: this batch's count of
+                predicted positions, a mean). Under DDP the training loop passes the global micro-batch's count
+                over the number of processes, so that the processes' averaged gradients are those of the global
+                token mean (:mod:`bert_pipeline.train.loop`).
         """
         logits, outputs, targets = masked_lm_forward(self.model, input_ids, labels, attention_mask, token_type_ids)
         mlm_loss = functional.cross_entropy(logits, targets)
         mlm_correct = (logits.argmax(-1) == targets).sum()
         mlm_count = torch.tensor(targets.numel(), device=targets.device)
-        out = PretrainOutput(loss=mlm_loss, mlm_loss=mlm_loss, mlm_correct=mlm_correct, mlm_count=mlm_count)
+        loss = mlm_loss if mlm_normalizer is None else (
+            functional.cross_entropy(logits, targets, reduction="sum") / mlm_normalizer)
+        out = PretrainOutput(loss=loss, mlm_loss=mlm_loss, mlm_correct=mlm_correct, mlm_count=mlm_count)
         pair_label = next_sentence_label if next_sentence_label is not None else sentence_order_label
         if self.has_pair_head and pair_label is not None:
             pair_logits = self.model.cls.seq_relationship(outputs.pooler_output).float()  # (batch, 2)
             out.pair_loss = functional.cross_entropy(pair_logits, pair_label.view(-1))
             out.pair_correct = (pair_logits.argmax(-1) == pair_label.view(-1)).sum()
             out.pair_count = torch.tensor(pair_label.numel(), device=pair_label.device)
-            out.loss = mlm_loss + out.pair_loss
+            out.loss = loss + out.pair_loss
         return out

@@ -13,7 +13,17 @@ and gradient scaling; this module owns the recipe (Devlin et al. 2019, Appendix 
 - a non-finite loss or gradient skips the update and is counted; more than ``max_bad_steps`` is an error;
 - phases (BERT's seq 128 then 512): each phase has its own dataset and batch size, switched at a fixed step;
 - exact resume: data order is a pure function of ``(seed, phase, epoch)``, so the data position is the step
-  number; a checkpoint holds model, optimizer, scheduler, RNG states and the logged history.
+  number; a checkpoint holds model, optimizer, scheduler, RNG states (every process's) and the logged history.
+
+Several processes (DDP) train as one process with their batches stacked: process ``r`` of ``W`` takes rows
+``[r*b, (r+1)*b)`` of each global micro-batch of ``W*b`` (:class:`ResumableBatchSampler`); a model whose forward
+takes ``mlm_normalizer`` divides its summed MLM cross-entropy by the global micro-batch's count of predicted
+positions over ``W`` (DDP averages the processes' gradients), so the loss and its gradient are the global token
+mean, not a mean of per-process means (which differ when the processes predict different numbers of positions);
+the pair (NSP/SOP) loss is a mean over ``b`` sequences on every process, whose average is the global mean. The
+clipped norm is the global gradient's (after the all-reduce); ``tokens_seen`` sums every process's tokens; only
+the main process writes checkpoints and calls ``on_log``. A model without ``mlm_normalizer`` (distillation's)
+averages per-process means.
 
 The model is called as ``model(**batch)`` and must return an object with ``loss``, ``mlm_loss``,
 ``mlm_correct``, ``mlm_count`` and optionally ``pair_loss``/``pair_correct``/``pair_count``
@@ -23,6 +33,7 @@ The model is called as ``model(**batch)`` and must return an object with ``loss`
 from __future__ import annotations
 
 import contextlib
+import inspect
 import logging
 import math
 import time
@@ -255,21 +266,45 @@ def evaluate(model: nn.Module, dataset: Any, collate_fn: Callable, batch_size: i
 
 
 # ---------------------------------------------------------------------------------------------- loop
-def _snapshot(model, optimizer, scheduler, extra: dict[str, Any]) -> dict[str, Any]:
-    """Full (unsharded, CPU) state dicts of model and optimizer, for DDP, FSDP or a plain module."""
+def _snapshot(model, optimizer, scheduler, accelerator: Any, extra: dict[str, Any]) -> dict[str, Any]:
+    """Full (unsharded, CPU) state dicts of model and optimizer, for DDP, FSDP or a plain module, and the RNG state
+    of this process (``rng``) and, with several processes, of each (``rng_per_process``, by rank: their dropout
+    draws differ). A collective call when several processes run."""
+    from accelerate.utils import gather_object
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
 
     msd, osd = get_state_dict(model, optimizer, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-    return {"model": msd, "optimizer": osd, "scheduler": scheduler.state_dict(), "rng": rng_state(), **extra}
+    state = {"model": msd, "optimizer": osd, "scheduler": scheduler.state_dict(), "rng": rng_state(), **extra}
+    if accelerator.num_processes > 1:
+        state["rng_per_process"] = gather_object([state["rng"]])
+    return state
 
 
-def _restore(model, optimizer, scheduler, state: dict[str, Any]) -> None:
+def _restore(model, optimizer, scheduler, state: dict[str, Any], rank: int = 0) -> None:
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_state_dict
 
     set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"],
                    options=StateDictOptions(full_state_dict=True, strict=False))
     scheduler.load_state_dict(state["scheduler"])
-    set_rng_state(state["rng"])
+    set_rng_state(state["rng_per_process"][rank] if "rng_per_process" in state else state["rng"])
+
+
+def _latest_checkpoint(checkpoints: CheckpointManager, accelerator: Any) -> tuple[Any, dict[str, Any]] | None:
+    """The checkpoint to resume from: the main process moves stale and incomplete ones aside first
+    (:meth:`CheckpointManager.latest`), then the others read the same folder (it must be one that every machine
+    sees)."""
+    found = checkpoints.latest() if accelerator.is_main_process else None
+    if accelerator.num_processes > 1:
+        accelerator.wait_for_everyone()
+        if not accelerator.is_main_process:
+            valid = checkpoints.valid()
+            found = valid[-1] if valid else None
+    return found
+
+
+def _takes_mlm_normalizer(model: nn.Module) -> bool:
+    """Whether ``model``'s forward takes ``mlm_normalizer`` (the divisor of its summed MLM cross-entropy)."""
+    return "mlm_normalizer" in inspect.signature(model.forward).parameters
 
 
 def train(
@@ -315,19 +350,27 @@ def train(
     optimizer = make_optimizer(accelerator.unwrap_model(model) if accelerator.distributed_type == "NO" else model,
                                cfg.optimizer, cfg.learning_rate, cfg.weight_decay, cfg.adam_betas, cfg.adam_epsilon,
                                head=head_parameters, head_lr=cfg.head_learning_rate)
-    scheduler = make_scheduler(optimizer, cfg.warmup_steps, cfg.max_steps, cfg.head_only_steps)
-    optimizer, scheduler = accelerator.prepare(optimizer, scheduler)
+    # The schedule is not handed to accelerate: its prepared scheduler steps num_processes times per optimizer step
+    # (it assumes each process's dataloader holds 1/num_processes of the steps), which would decay the rate that
+    # many times too fast; ours is stepped once per optimizer step, as accelerate's does on one process.
+    raw_scheduler = make_scheduler(optimizer, cfg.warmup_steps, cfg.max_steps, cfg.head_only_steps)
+    optimizer = accelerator.prepare(optimizer)
     raw_optimizer = getattr(optimizer, "optimizer", optimizer)
-    raw_scheduler = getattr(scheduler, "scheduler", scheduler)
 
     result = TrainResult()
     step = 0
+    world = accelerator.num_processes
     if checkpoints is not None:
-        found = checkpoints.latest()
+        found = _latest_checkpoint(checkpoints, accelerator)
         if found is not None:
             path, meta = found
+            if int(meta.get("num_processes", 1)) != world:
+                raise TrainingError(
+                    f"{cfg.stage}.compute.num_processes: checkpoint {path} was saved by {meta.get('num_processes', 1)} "
+                    f"processes, this run has {world} (another global batch: another data position); move it aside"
+                )
             state = CheckpointManager.load(path)
-            _restore(model, raw_optimizer, raw_scheduler, state)
+            _restore(model, raw_optimizer, raw_scheduler, state, accelerator.process_index)
             step = int(meta["step"])
             result.history = list(state["history"])
             result.bad_steps = int(state["bad_steps"])
@@ -338,6 +381,8 @@ def train(
             log.info("resumed from %s at step %d", path, step)
 
     model.train()
+    # several processes: the MLM mean over the global micro-batch's predicted positions (module docstring)
+    global_mlm_mean = world > 1 and _takes_mlm_normalizer(accelerator.unwrap_model(model))
     pending: list[torch.Tensor] = []  # per-step train losses since the last history row
     t0 = time.perf_counter()
     progress = tqdm(total=cfg.max_steps, initial=step, desc=cfg.stage, disable=not accelerator.is_main_process,
@@ -369,10 +414,15 @@ def train(
                 result.predicted_tokens += npred
                 if flops_per_step is not None:
                     result.flops += flops_per_step(batch)
+                loss_kwargs = {}
+                if global_mlm_mean:
+                    total = accelerator.reduce(torch.tensor(npred, dtype=torch.int64, device=accelerator.device),
+                                               reduction="sum")
+                    loss_kwargs["mlm_normalizer"] = int(total) / world
                 sync = contextlib.nullcontext() if micro == accum - 1 else accelerator.no_sync(model)
                 with sync:
                     with accelerator.autocast():
-                        out = model(**batch)
+                        out = model(**batch, **loss_kwargs)
                     loss = out.loss / accum
                     if not torch.isfinite(loss):
                         finite = False
@@ -380,7 +430,7 @@ def train(
                 step_loss += loss.detach()
             grad_norm = accelerator.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
             finite = finite and bool(torch.isfinite(torch.as_tensor(grad_norm)))
-            if accelerator.num_processes > 1:
+            if world > 1:
                 flag = torch.tensor([0.0 if finite else 1.0], device=accelerator.device)
                 finite = float(accelerator.reduce(flag, reduction="sum")) == 0.0
             if finite:
@@ -394,7 +444,8 @@ def train(
                         f"{cfg.stage}.max_bad_steps: {result.bad_steps} steps had a non-finite loss or gradient "
                         f"(limit {cfg.max_bad_steps}); lower the learning rate or use precision fp32"
                     )
-            scheduler.step()
+            if not getattr(optimizer, "step_was_skipped", False):  # fp16 loss scaling skipped the update
+                raw_scheduler.step()
             optimizer.zero_grad(set_to_none=True)
             step += 1
             progress.update(1)
@@ -405,7 +456,7 @@ def train(
             if boundary or do_eval or do_save:
                 if pending:
                     losses = torch.stack(pending)
-                    if accelerator.num_processes > 1:
+                    if world > 1:
                         losses = accelerator.reduce(losses, reduction="mean")
                     row = {"step": step, "train_loss": float(losses.float().mean()),
                            "learning_rate": float(raw_scheduler.get_last_lr()[0]), "phase": phase_index}
@@ -426,14 +477,17 @@ def train(
                 log.info("step %d: eval mlm_loss %.4f mlm_accuracy %.4f", step, metrics["mlm_loss"],
                          metrics["mlm_accuracy"])
             if do_save:
-                state = _snapshot(model, raw_optimizer, raw_scheduler, {
+                state = _snapshot(model, raw_optimizer, raw_scheduler, accelerator, {
                     "history": result.history, "bad_steps": result.bad_steps,
                     "first_eval": result.first_eval, "final_eval": result.final_eval,
                     "tokens_seen": result.tokens_seen(accelerator),
                 })
                 if accelerator.is_main_process:
-                    checkpoints.save(step, state, {"phase": phase.name, "phase_index": phase_index,
-                                                   "micro_batches_in_phase": (step - phase.start_step) * accum})
+                    meta = {"phase": phase.name, "phase_index": phase_index,
+                            "micro_batches_in_phase": (step - phase.start_step) * accum}
+                    if world > 1:
+                        meta["num_processes"] = world
+                    checkpoints.save(step, state, meta)
                 accelerator.wait_for_everyone()
         del batches, loader
     progress.close()
