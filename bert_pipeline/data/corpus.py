@@ -1158,7 +1158,8 @@ def build_corpus(
     de-duplication set lives on disk (:class:`SeenTexts`) and rows are written every :data:`WRITE_BUFFER_BYTES`,
     so memory does not grow with the corpus: the main process holds about ``(2 * num_proc + 1) * batch_size *
     chunk_chars`` characters of text (three copies at most: raw, normalised, sentences) plus the write buffer,
-    and each worker the splitter's model and one batch (a single document longer than a batch is held whole).
+    and each worker the splitter's model and one batch (a single document longer than a batch is held whole, and
+    a reader holds what it reads at once: a packaged CSV file is parsed whole).
     The output bytes do not depend on ``num_proc``.
 
     Args:
