@@ -45,12 +45,25 @@ def run_main(main: Callable[[], object]) -> None:
     """Run ``main``; print an expected error as one line on stderr and exit 1.
 
     Raises:
-        SystemExit: status 1 after a :class:`PipelineError`.
+        SystemExit: status 1 after a :class:`PipelineError`; 130 after Ctrl-C or SIGTERM, once the temporary outputs
+            are removed.
     """
+    import signal
+
     setup_logging()
     quiet_libraries()
+    # SIGTERM (a killed `dvc repro`, a CI timeout) unwinds like Ctrl-C, so atomic_dir removes its temporary folder
+    # and nothing half-written stays behind
+    signal.signal(signal.SIGTERM, _terminated)
     try:
         main()
     except PipelineError as exc:
         sys.stderr.write(f"error: {exc}\n")
         sys.exit(1)
+    except KeyboardInterrupt:
+        sys.stderr.write("error: interrupted; no output was written (rerun the stage)\n")
+        sys.exit(130)
+
+
+def _terminated(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt

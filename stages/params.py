@@ -53,6 +53,14 @@ class FetchDataParams(Section):
 
     packages: list[str] = Field(min_length=1)
 
+    @field_validator("packages")
+    @classmethod
+    def _distinct(cls, value: list[str]) -> list[str]:
+        repeated = sorted({p for p in value if value.count(p) > 1})
+        if repeated:
+            raise ValueError(f"fetch_data.packages: expected each package once, got {repeated[0]!r} more than once (drop the repeat)")
+        return value
+
 
 # ----------------------------------------------------------------------------------------- prepare_corpus
 class FileSource(Section):

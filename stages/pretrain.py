@@ -88,7 +88,11 @@ def main() -> None:
             raise PipelineError(f"pretrain.compute.accelerate_config: accelerate launch started one process, not "
                                 f"pretrain.compute.num_processes={p.compute.num_processes} (expected a config "
                                 f"with distributed_type MULTI_GPU, MULTI_CPU or FSDP)")
-        _relaunch_distributed(p.compute.num_processes, p.compute.accelerate_config)
+        config = p.compute.accelerate_config
+        if config and not Path(config).is_file():
+            raise PipelineError(f"pretrain.compute.accelerate_config: {config} not found (expected a YAML file of "
+                                "`accelerate config`, e.g. profiles/accelerate/fsdp.yaml, or null for plain DDP)")
+        _relaunch_distributed(p.compute.num_processes, config)
         return
 
     from bert_pipeline.mlops import tracking

@@ -122,3 +122,24 @@ def test_the_command_exits_1_with_one_line_and_no_hub_lookup(project, module):
     assert f"run `dvc repro {module}`" in line
     assert proc.stdout == ""
     assert _files(project) == {"dvc.yaml", "params.yaml"}
+
+
+def test_sigterm_inside_a_stage_removes_its_temporary_output_and_exits_130(tmp_path):
+    """A killed stage (SIGTERM from `dvc repro`'s parent or a CI timeout) leaves neither output nor temporary folder."""
+    script = (
+        "import os, signal, time\n"
+        "from pathlib import Path\n"
+        "from bert_pipeline.console import run_main\n"
+        "from bert_pipeline.io import atomic_dir\n"
+        "def main():\n"
+        "    with atomic_dir(Path('out')) as tmp:\n"
+        "        (tmp / 'half.txt').write_text('x')\n"
+        "        os.kill(os.getpid(), signal.SIGTERM)\n"
+        "        time.sleep(30)\n"
+        "run_main(main)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert proc.returncode == 130
+    assert proc.stderr.strip().splitlines()[-1] == "error: interrupted; no output was written (rerun the stage)"
+    assert sorted(p.name for p in tmp_path.iterdir()) == []

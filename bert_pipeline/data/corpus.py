@@ -1190,7 +1190,8 @@ def build_corpus(
     tally = _Tally(max_documents_per_source)
     per_split = {s: SourceStats() for s in SPLITS}
     writer = CorpusWriter(out_dir)
-    log.info("reading, cleaning and splitting into sentences (%s, %d processes)", sentence_splitter, num_proc)
+    log.info("reading, cleaning and splitting into sentences (%s, %d process%s)", sentence_splitter, num_proc,
+             "es" if num_proc > 1 else "")
     from tqdm.auto import tqdm
 
     bar = tqdm(desc="documents", unit="doc", disable=not progress, mininterval=2.0)
@@ -1199,7 +1200,7 @@ def build_corpus(
             batches = _read_batches(_read_in_order(readers, tally.stopped), chunk_chars, batch_size)
             for batch, results in workers.map(batches):
                 for read, (text, words, key, sentences) in zip(batch, results, strict=True):
-                    bar.update(read.doc_id is not None)
+                    bar.update(read.doc_id is not None and read.source not in tally.stopped)
                     if not tally.offer(read, words, key, text):
                         continue
                     split = split_of(read.doc_id, split_seed, validation_fraction)
