@@ -1126,10 +1126,11 @@ COLUMNS = ("doc_id", "source", "text", "sentences")
 
 
 SHARD_BYTES = 256 << 20
-"""Text bytes (documents and sentences) per Arrow file of a split: a new ``data-NNNNN-of-MMMMM.arrow`` after this."""
+"""Text characters (documents and sentences) per Arrow file of a split: a new ``data-NNNNN-of-MMMMM.arrow`` after
+this many."""
 
 WRITE_BUFFER_BYTES = 8 << 20
-"""Text bytes of rows held before they are written out as one Arrow record batch."""
+"""Text characters of rows held before they are written out as one Arrow record batch."""
 
 
 def build_corpus(
@@ -1333,7 +1334,7 @@ class CorpusWriter:
 
 class _SplitWriter:
     """One split's rows -> Arrow files in the layout of ``datasets.Dataset.save_to_disk`` (``data-NNNNN-of-MMMMM.arrow``,
-    ``state.json``, ``dataset_info.json``), written as they come: record batches of :data:`WRITE_BUFFER_BYTES`,
+    ``state.json``, ``dataset_info.json``), written as they come: record batches of :data:`WRITE_BUFFER_BYTES` characters,
     a new file every :data:`SHARD_BYTES`. The fingerprint is a hash of the content, as :func:`open_corpus`'s
     readers expect; nothing depends on time or random state."""
 

@@ -62,9 +62,6 @@ class RuleSplitter:
 
     max_length = 1 << 62  # no limit of its own: chunk_text still bounds what one call sees
 
-    def __call__(self, text: str) -> list[str]:
-        return rule_sentences(text)
-
     def pipe(self, texts: Iterable[str], batch_size: int = 64) -> Iterator[list[str]]:
         return (rule_sentences(t) for t in texts)
 
