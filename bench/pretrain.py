@@ -38,6 +38,7 @@ from bert_pipeline.evaluation.speed import measure_matmul_peak  # noqa: E402
 from bert_pipeline.model.configs import (  # noqa: E402
     build_config,
     new_pretraining_model,
+    set_dropout,
     training_flops_per_step,
 )
 from bert_pipeline.model.objectives import MaskedPositionPretrainer  # noqa: E402
@@ -91,6 +92,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--precision", default="auto")
+    parser.add_argument("--dropout", type=float, default=None,
+                        help="every dropout rate of both models (pretrain.dropout; default: the config's 0.1)")
     parser.add_argument("--peak-size", type=int, default=1024)
     parser.add_argument("--profile", type=int, default=0, metavar="STEPS",
                         help="then profile this many of our steps (torch.profiler): where the time goes, by op group")
@@ -120,6 +123,9 @@ def main() -> None:
     accelerator = make_accelerator(args.precision, cpu=device == "cpu")
     ours = MaskedPositionPretrainer(new_pretraining_model(config, True, seed=0)).to(device)
     ref = new_pretraining_model(config, True, seed=0).to(device)
+    if args.dropout is not None:
+        set_dropout(ours, args.dropout)
+        set_dropout(ref, args.dropout)
     opt_ours = make_optimizer(ours, "adamw", 1e-4)
     opt_ref = make_optimizer(ref, "adamw", 1e-4)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -16,7 +17,7 @@ import torch
 from safetensors.torch import load_file
 
 from bert_pipeline.model.configs import new_pretraining_model
-from bert_pipeline.model.objectives import MaskedPositionPretrainer, PretrainOutput
+from bert_pipeline.model.objectives import MaskedPositionPretrainer
 from bert_pipeline.train.loop import (
     Phase,
     TrainConfig,
@@ -184,8 +185,7 @@ class _NaNEvery(torch.nn.Module):
         if self.training:
             self.calls += 1
             if self.calls in self.bad:
-                out = PretrainOutput(loss=out.loss * float("nan"), mlm_loss=out.mlm_loss, mlm_correct=out.mlm_correct,
-                                     mlm_count=out.mlm_count)
+                out = dataclasses.replace(out, loss=out.loss * float("nan"))
         return out
 
 

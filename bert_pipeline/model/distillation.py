@@ -28,7 +28,7 @@ from torch.nn import functional
 
 from bert_pipeline.data.masking import IGNORE_INDEX
 from bert_pipeline.errors import PipelineError
-from bert_pipeline.model.objectives import masked_lm_forward
+from bert_pipeline.model.objectives import masked_lm_forward, top1_hits
 
 log = logging.getLogger(__name__)
 
@@ -304,17 +304,24 @@ def task_distillation_loss(kind: str, student_logits: Any, teacher_logits: Any, 
 class DistillOutput:
     """One distillation forward pass (0-d tensors). ``loss`` is the weighted triple loss that is optimised;
     ``mlm_loss`` is the student's MLM cross-entropy and ``mlm_correct`` / ``mlm_count`` its top-1 hits and the
-    number of predicted positions, so a training loop's evaluation reads the student's MLM accuracy."""
+    number of predicted positions, so a training loop's evaluation reads the student's MLM accuracy; the hits are
+    counted from the detached logits only when read (a training step does not)."""
 
     loss: torch.Tensor
     kl_loss: torch.Tensor
     mlm_loss: torch.Tensor
     cos_loss: torch.Tensor
-    mlm_correct: torch.Tensor
     mlm_count: torch.Tensor
+    mlm_logits: torch.Tensor  # the student's (n_predicted, vocab_size) float32, detached
+    mlm_targets: torch.Tensor  # (n_predicted,) int64
     pair_loss: torch.Tensor | None = None  # no NSP/SOP objective in distillation (Sanh et al. 2019, §3)
     pair_correct: torch.Tensor | None = None
     pair_count: torch.Tensor | None = None
+
+    @property
+    def mlm_correct(self) -> torch.Tensor:
+        """The student's top-1 hits at the predicted positions (0-d int64)."""
+        return top1_hits(self.mlm_logits, self.mlm_targets)
 
 
 class DistillationModel(nn.Module):
@@ -372,10 +379,9 @@ class DistillationModel(nn.Module):
         else:
             keep = torch.ones_like(input_ids, dtype=torch.bool)
         out = distillation_loss(s_logits, t_logits, targets, s_hidden[keep], t_hidden[keep], **self.loss_kwargs)
-        correct = (s_logits.detach().argmax(-1) == targets).sum()
         count = torch.tensor(targets.numel(), device=targets.device)
-        return DistillOutput(loss=out.total, kl_loss=out.kl, mlm_loss=out.mlm, cos_loss=out.cos,
-                             mlm_correct=correct, mlm_count=count)
+        return DistillOutput(loss=out.total, kl_loss=out.kl, mlm_loss=out.mlm, cos_loss=out.cos, mlm_count=count,
+                             mlm_logits=s_logits.detach(), mlm_targets=targets)
 
 
 def load_teacher(folder: Path) -> nn.Module:

@@ -53,23 +53,42 @@ def masked_lm_forward(
     return logits, outputs, labels[predicted]
 
 
+def top1_hits(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """The 0-d int64 count of rows of ``logits`` ``(n, classes)`` whose argmax is the row's ``targets`` ``(n,)``."""
+    return (logits.argmax(-1) == targets).sum()
+
+
 @dataclass
 class PretrainOutput:
-    """Losses and counts of one pre-training forward pass (all tensors are 0-d).
+    """Losses and counts of one pre-training forward pass (the losses and counts are 0-d tensors).
 
     ``loss`` = ``mlm_loss`` + ``pair_loss`` (the sum BERT optimises, Devlin et al. 2019 Appendix A.2), or, when the
     forward was given ``mlm_normalizer``, the summed MLM cross-entropy divided by it + ``pair_loss``;
-    ``mlm_loss`` is the mean cross-entropy (nats) over this batch's predicted positions; ``*_correct``/``*_count``
-    let evaluation aggregate exact token-weighted accuracies across batches.
+    ``mlm_loss`` is the mean cross-entropy (nats) over this batch's predicted positions. ``mlm_correct`` /
+    ``pair_correct`` (top-1 hits) are computed from the detached logits only when read: evaluation reads them
+    to aggregate exact token-weighted accuracies, and a training step, which does not, skips the argmax over the
+    vocabulary (2.5% of a tiny model's step in ``bench/pretrain.py --profile``).
     """
 
     loss: torch.Tensor
     mlm_loss: torch.Tensor
-    mlm_correct: torch.Tensor
     mlm_count: torch.Tensor
+    mlm_logits: torch.Tensor  # (n_predicted, vocab_size) float32, detached
+    mlm_targets: torch.Tensor  # (n_predicted,) int64
     pair_loss: torch.Tensor | None = None
-    pair_correct: torch.Tensor | None = None
     pair_count: torch.Tensor | None = None
+    pair_logits: torch.Tensor | None = None  # (batch, 2) float32, detached
+    pair_targets: torch.Tensor | None = None  # (batch,) int64
+
+    @property
+    def mlm_correct(self) -> torch.Tensor:
+        """Top-1 hits at the predicted positions (0-d int64)."""
+        return top1_hits(self.mlm_logits, self.mlm_targets)
+
+    @property
+    def pair_correct(self) -> torch.Tensor | None:
+        """Top-1 hits of the pair (NSP/SOP) head (0-d int64), or None without a pair label."""
+        return None if self.pair_logits is None else top1_hits(self.pair_logits, self.pair_targets)
 
 
 class MaskedPositionPretrainer(nn.Module):
@@ -112,16 +131,16 @@ class MaskedPositionPretrainer(nn.Module):
         """
         logits, outputs, targets = masked_lm_forward(self.model, input_ids, labels, attention_mask, token_type_ids)
         mlm_loss = functional.cross_entropy(logits, targets)
-        mlm_correct = (logits.argmax(-1) == targets).sum()
         mlm_count = torch.tensor(targets.numel(), device=targets.device)
         loss = mlm_loss if mlm_normalizer is None else (
             functional.cross_entropy(logits, targets, reduction="sum") / mlm_normalizer)
-        out = PretrainOutput(loss=loss, mlm_loss=mlm_loss, mlm_correct=mlm_correct, mlm_count=mlm_count)
+        out = PretrainOutput(loss=loss, mlm_loss=mlm_loss, mlm_count=mlm_count, mlm_logits=logits.detach(),
+                             mlm_targets=targets)
         pair_label = next_sentence_label if next_sentence_label is not None else sentence_order_label
         if self.has_pair_head and pair_label is not None:
             pair_logits = self.model.cls.seq_relationship(outputs.pooler_output).float()  # (batch, 2)
             out.pair_loss = functional.cross_entropy(pair_logits, pair_label.view(-1))
-            out.pair_correct = (pair_logits.argmax(-1) == pair_label.view(-1)).sum()
+            out.pair_logits, out.pair_targets = pair_logits.detach(), pair_label.view(-1)
             out.pair_count = torch.tensor(pair_label.numel(), device=pair_label.device)
             out.loss = loss + out.pair_loss
         return out
