@@ -161,7 +161,7 @@ def train_family(family: str, params: Params) -> tuple[dict[str, Any], dict[str,
 
 
 def check_variants(params: Params) -> None:
-    """The member must fine-tune ``models/pretrained`` (the settings a pre-trained family member gets) and each
+    """The member must fine-tune ``models/pretrained``'s weights (the settings a pre-trained family member gets) and each
     task be a key of ``finetune.tasks``.
 
     Raises:
@@ -171,9 +171,9 @@ def check_variants(params: Params) -> None:
     if var.member not in models:
         raise PipelineError(f"params.yaml: variants.member: {var.member!r} is not a key of finetune.models "
                             f"({', '.join(sorted(models))})")
-    if Path(models[var.member].path).as_posix() != PRETRAINED:
+    if Path(models[var.member].path).as_posix() != PRETRAINED or models[var.member].init == "random":
         raise PipelineError(f"params.yaml: variants.member: {var.member!r} fine-tunes {models[var.member].path!r}; "
-                            f"expected a member of {PRETRAINED} (its fine-tuning settings serve every family)")
+                            f"expected a pre-trained member of {PRETRAINED} (its fine-tuning settings serve every family)")
     unknown = [t for t in var.tasks if t not in params.finetune.tasks]
     if unknown:
         raise PipelineError(f"params.yaml: variants.tasks: {unknown[0]!r} is not a key of finetune.tasks")

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from bert_pipeline.errors import PipelineError
@@ -14,6 +17,7 @@ from bert_pipeline.evaluation.variants import (
     variants_record,
     variants_section,
 )
+from tests.conftest import run_stage, write_params
 
 
 def _row(family, parameters, mlm, scores):
@@ -71,3 +75,30 @@ def test_section_keeps_published_figures_apart_and_speed_relative_to_bert():
 def test_section_is_empty_without_families():
     assert variants_section(None, None, "a", "b") == ""
     assert variants_section({"families": [], "tasks": []}, None, "a", "b") == ""
+
+
+def test_stage_without_families_writes_an_empty_record_and_trains_nothing(mlflow_in_tmp, capsys):
+    from stages import variants
+
+    write_params(Path.cwd())
+    code, err = run_stage(variants.main, capsys)
+    assert code == 0, err
+    record = json.loads(open("metrics/variants.json", encoding="utf-8").read())
+    assert record == {"member": "pretrained", "tasks": ["sentiment", "ner", "qa"], "seeds": record["seeds"],
+                      "families": []}
+    assert json.loads(open("metrics/variants-timing.json", encoding="utf-8").read()) == {"families": []}
+    assert not Path("checkpoints/variants").exists()
+
+
+def test_stage_refuses_a_member_that_is_not_pretrained(in_tmp, capsys):
+    from stages import variants
+
+    write_params(in_tmp, variants={"families": ["albert"], "member": "scratch"})
+    code, err = run_stage(variants.main, capsys)
+    assert code != 0
+    assert "variants.member: 'scratch' fine-tunes" in err and "expected a pre-trained member of models/pretrained" in err
+    assert not (in_tmp / "metrics/variants.json").exists()
+    write_params(in_tmp, variants={"families": ["albert"], "member": "minilm"})
+    code, err = run_stage(variants.main, capsys)
+    assert code != 0 and "variants.member: 'minilm' fine-tunes 'data/raw/minilm'" in err
+
