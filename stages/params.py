@@ -494,6 +494,26 @@ class BudgetCurveParams(Section):
         return self
 
 
+# ------------------------------------------------------------------------------------------------ variants
+class VariantsParams(Section):
+    """``variants``: BERT, RoBERTa and ALBERT pre-trained at ``pretrain``'s size and step budget from the same corpus,
+    each with its own vocabulary and pre-training data as its paper's recipe says, then fine-tuned on ``tasks`` with
+    ``finetune.models[member]``'s settings (:mod:`stages.variants`, :mod:`bert_pipeline.evaluation.variants`).
+    ``families`` empty (the default): the stage writes an empty record and trains nothing; profile ``variants``
+    lists all three.
+    """
+
+    families: list[Literal["bert", "roberta", "albert"]]
+    member: str = Field(min_length=1)
+    tasks: list[str] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _distinct(self) -> VariantsParams:
+        if len(set(self.families)) != len(self.families):
+            raise ValueError(f"variants.families: expected distinct families, got {self.families}")
+        return self
+
+
 # ------------------------------------------------------------------------------------------------- export
 class ExportParams(Section):
     """``export``: ONNX export of fine-tuned folders (:mod:`bert_pipeline.mlops.onnx_export`), checked against
@@ -624,6 +644,7 @@ class Params(Section):
     task_distill: TaskDistillParams
     export: ExportParams
     budget_curve: BudgetCurveParams
+    variants: VariantsParams
     evaluate: EvaluateParams
     orchestration: OrchestrationParams
 

@@ -15,6 +15,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from bert_pipeline.errors import PipelineError
@@ -42,6 +43,7 @@ from bert_pipeline.evaluation.report import (
     upstream_findings,
 )
 from bert_pipeline.evaluation.speed import measure_speed, size_on_disk_mb
+from bert_pipeline.evaluation.variants import variants_section
 from bert_pipeline.model.configs import count_parameters
 
 log = logging.getLogger(__name__)
@@ -233,6 +235,19 @@ class FamilyEvaluation:
     figures: list[ReportFigure] = field(default_factory=list)
 
 
+def distilled_row(index: Mapping[tuple[str, str], FinetuneResult], facts: Mapping[str, ModelFacts], student: str,
+                  reference: str, tasks: Sequence[str]) -> dict[str, Any] | None:
+    """The pipeline's own student as the variants table's DistilBERT counterpart: ``{"parameters", "scores": {task:
+    {"mean"}}, "speed"}`` (encoder parameters, the test main metric of each of ``tasks`` it was fine-tuned on, speed
+    relative to ``reference``), or None when the student has no fine-tuning metrics."""
+    if student not in facts:
+        return None
+    scores = {t: {"mean": index[(student, t)].test[index[(student, t)].main_metric]} for t in tasks
+              if (student, t) in index}
+    return {"parameters": facts[student].parameters, "scores": scores,
+            "speed": relative_speed(facts, student, reference)}
+
+
 def evaluate_family(inputs: FamilyInputs, *, teacher: str, student: str, scratch: str, speed_task: str,
                     seq_length: int, latency_examples: int, throughput_batch_size: int, warmup_runs: int,
                     timed_runs: int, num_threads: int, confusion_max_examples: int | None) -> FamilyEvaluation:
@@ -297,11 +312,15 @@ def evaluate_family(inputs: FamilyInputs, *, teacher: str, student: str, scratch
                                   inputs.sources.budget_curve, inputs.sources.budget_curve_timing)
     onnx = onnx_section(read_json(inputs.metrics_dir / "export.json"),
                         read_json(inputs.metrics_dir / "export-timing.json"), inputs.sources)
+    variants_record = read_json(inputs.metrics_dir / "variants.json")
+    variants = variants_section(variants_record, read_json(inputs.metrics_dir / "variants-timing.json"),
+                                inputs.sources.variants, inputs.sources.variants_timing,
+                                distilled_row(index, facts, student, reference, (variants_record or {}).get("tasks", ())))
     pairs = distillation_pairs(results, teacher, student, inputs.metrics_dir)
     distilled = distillation_section(pairs, index, facts, tasks, throughput_batch_size, inputs.sources)
     summary = render_summary(header, rows, lines, read_json(inputs.metrics_dir / "corpus.json"),
                              read_json(inputs.metrics_dir / "tokenizer.json"), card, inputs.sources, note, figures,
-                             sections=[budget, distilled, onnx])
+                             sections=[budget, variants, distilled, onnx])
 
     flat = flat_metrics(index, facts, models, tasks, teacher, student, scratch)
     flat.update(pair_shares(pairs, index, tasks))

@@ -58,6 +58,8 @@ class ReportSources:
     export_timing: str = ""
     budget_curve: str = "metrics/budget_curve.json"
     budget_curve_timing: str = "metrics/budget_curve-timing.json"
+    variants: str = "metrics/variants.json"
+    variants_timing: str = "metrics/variants-timing.json"
 
 
 @dataclass(frozen=True)

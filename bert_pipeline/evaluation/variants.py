@@ -1,0 +1,168 @@
+"""The BERT variants compared on our data: BERT, RoBERTa and ALBERT pre-trained at the same size and token budget
+from the same corpus, each fine-tuned on the same tasks, beside the figures their papers published.
+
+What each variant changed (the recipes :data:`RECIPES` applies, everything else shared):
+
+- BERT (Devlin et al. 2019, section 3.1): WordPiece vocabulary, MLM + next-sentence prediction, static masking.
+- RoBERTa (Liu et al. 2019, sections 4.1-4.4): byte-level BPE vocabulary, MLM only (no NSP, full sentences packed
+  to the length), dynamic masking (a fresh mask each time an instance is read), no token types.
+- ALBERT (Lan et al. 2020, section 3.1): factorised embedding (``embedding_size`` < hidden size), all encoder
+  layers sharing one set of weights, sentence-order prediction instead of NSP, a SentencePiece-style Unigram
+  vocabulary.
+
+The published columns (:data:`PUBLISHED`) are the Base models' figures as the seeds quote them (GLUE average,
+parameters, relative inference speed against BERT-Base); they are never mixed with ours: the report prints them in
+their own columns, labelled as published. DistilBERT (Sanh et al. 2019) has a published row; our counterpart is
+the pipeline's own distilled student (its own recipe and budget, said so in the table).
+
+Everything here reads records and returns Markdown; the ``variants`` stage trains the variants and writes the
+record (:func:`variants_record`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from bert_pipeline.errors import PipelineError
+from bert_pipeline.evaluation.report import markdown_table
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """What one variant changes in the shared settings.
+
+    ``tokenizer``: the ``train_tokenizer.model`` (``wordpiece``, ``bpe``, ``unigram``); ``objective`` and
+    ``masking``: the ``create_pretraining_data`` keys; ``model``: overrides of ``pretrain.model`` (``family`` and,
+    for ALBERT, ``share_layers`` and ``embedding_size``); ``lowercase``: forced tokenizer casing (byte-level BPE is
+    cased), or None to keep the pipeline's.
+    """
+
+    tokenizer: str
+    objective: str
+    masking: str
+    model: Mapping[str, Any]
+    lowercase: bool | None = None
+
+
+# ALBERT-Base factorises a 768 hidden size through E = 128 (Lan et al. 2020, Table 1): a sixth of the width; for
+# the small sizes we keep the same ratio, rounded up to 16 (the stage computes it from the size's hidden size).
+ALBERT_EMBEDDING_RATIO = 6
+RECIPES: dict[str, Recipe] = {
+    "bert": Recipe("wordpiece", "nsp", "static", {"family": "bert"}),
+    "roberta": Recipe("bpe", "none", "dynamic", {"family": "roberta"}, lowercase=False),
+    "albert": Recipe("unigram", "sop", "static", {"family": "albert", "share_layers": True}),
+}
+
+
+@dataclass(frozen=True)
+class Published:
+    """A Base model's published figures as the seeds quote them: GLUE average (points), parameters (millions),
+    inference speed relative to BERT-Base (x)."""
+
+    name: str
+    glue: float
+    parameters_m: float
+    speed: float
+
+
+PUBLISHED: dict[str, Published] = {
+    "bert": Published("BERT-Base", 79.6, 110, 1.0),
+    "roberta": Published("RoBERTa-Base", 83.7, 125, 1.0),
+    "albert": Published("ALBERT-Base", 80.1, 12, 1.7),
+    "distilled": Published("DistilBERT", 77.0, 66, 1.6),
+}
+
+
+def albert_embedding_size(hidden_size: int) -> int:
+    """ALBERT's factorised embedding size E for a hidden size H: H / :data:`ALBERT_EMBEDDING_RATIO`, rounded up to a
+    multiple of 16 and at most H (768 -> 128 as in ALBERT-Base)."""
+    size = -(-hidden_size // ALBERT_EMBEDDING_RATIO)
+    return min(hidden_size, -(-size // 16) * 16)
+
+
+def recipe_of(family: str) -> Recipe:
+    """The recipe of ``family``.
+
+    Raises:
+        PipelineError: an unknown family (one line naming the known ones).
+    """
+    try:
+        return RECIPES[family]
+    except KeyError:
+        raise PipelineError(f"variants.families: unknown family {family!r} (expected {', '.join(RECIPES)})") from None
+
+
+def variants_record(rows: Sequence[Mapping[str, Any]], *, member: str, tasks: Sequence[str],
+                    seeds: Sequence[int]) -> dict[str, Any]:
+    """The stage's quality record: ``{"member", "tasks", "seeds", "families": [row, ...]}``, each row
+    ``{"family", "recipe", "parameters", "steps", "tokens_seen", "mlm_accuracy", "scores": {task: {"metric",
+    "mean", "seeds"}}}`` (fractions, 6 decimals; no wall-clock figures, those go to the timing record)."""
+    return {"member": member, "tasks": list(tasks), "seeds": list(seeds), "families": [dict(r) for r in rows]}
+
+
+def average(scores: Mapping[str, Mapping[str, Any]], tasks: Sequence[str]) -> float | None:
+    """The mean over ``tasks`` of each task's main-metric test mean (fraction), or None when a task is missing."""
+    values = [scores[t]["mean"] for t in tasks if t in scores]
+    return sum(values) / len(values) if values and len(values) == len(tasks) else None
+
+
+def _pts(value: float | None) -> str:
+    return "" if value is None else f"{100 * value:.1f}"
+
+
+def variants_section(record: Mapping[str, Any] | None, timing: Mapping[str, Any] | None, source: str,
+                     source_timing: str, distilled: Mapping[str, Any] | None = None) -> str:
+    """The report's "BERT variants on our data" section: per family our parameters, held-out MLM accuracy, each
+    task's test main metric and their average (points), relative inference speed (``timing``:
+    ``{"families": [{"family", "examples_per_second", "pretrain_cpu_seconds", ...}]}``; BERT = 1.0x), tokens seen
+    and pre-training CPU minutes; then the published columns. ``distilled`` (``{"parameters", "scores": {task:
+    {"mean"}}, "speed"}``), the pipeline's own student, fills the DistilBERT row's "ours" cells. Empty without a
+    record or without a family.
+
+    Raises:
+        PipelineError: a record row names a family with no recipe.
+    """
+    if not record or not record.get("families"):
+        return ""
+    tasks = list(record["tasks"])
+    times = {t["family"]: t for t in (timing or {}).get("families", ())}
+    base_speed = (times.get("bert") or {}).get("examples_per_second")
+    header = ["model", "parameters", "held-out MLM acc", *tasks, "average", "relative speed", "tokens seen",
+              "pre-training CPU min", "published: model", "published: GLUE", "published: parameters",
+              "published: speed"]
+    rows = []
+    for row in record["families"]:
+        recipe_of(row["family"])
+        own = times.get(row["family"], {})
+        speed = own.get("examples_per_second")
+        relative = f"{speed / base_speed:.2f}x" if speed and base_speed else ""
+        cpu = own.get("pretrain_cpu_seconds")
+        pub = PUBLISHED[row["family"]]
+        rows.append([f"{row['family']} (ours)", f"{row['parameters'] / 1e6:.2f}M", f"{100 * row['mlm_accuracy']:.2f}%",
+                     *(_pts(row["scores"].get(t, {}).get("mean")) for t in tasks),
+                     _pts(average(row["scores"], tasks)), relative, f"{row['tokens_seen'] / 1e6:.2f}M",
+                     "" if cpu is None else f"{cpu / 60:.1f}", pub.name, f"{pub.glue:.1f}", f"{pub.parameters_m:g}M",
+                     f"{pub.speed:g}x"])
+    pub = PUBLISHED["distilled"]
+    if distilled:
+        scores = distilled.get("scores", {})
+        rows.append(["distilled (ours, the pipeline's student)", f"{distilled['parameters'] / 1e6:.2f}M", "",
+                     *(_pts(scores.get(t, {}).get("mean")) for t in tasks), _pts(average(scores, tasks)),
+                     f"{distilled['speed']:.2f}x" if distilled.get("speed") else "", "", "", pub.name,
+                     f"{pub.glue:.1f}", f"{pub.parameters_m:g}M", f"{pub.speed:g}x"])
+    recipes = "; ".join(f"{f}: {r.tokenizer} vocabulary, objective `{r.objective}`, {r.masking} masking"
+                        + (", shared layers" if r.model.get("share_layers") else "")
+                        for f, r in RECIPES.items() if any(row["family"] == f for row in record["families"]))
+    return "\n".join([
+        "## BERT variants on our data", "",
+        f"Each family pre-trained at the same size and step budget from the same corpus ({recipes}), then "
+        f"`{record['member']}`'s fine-tuning on each task: test main metric in points, the mean over seeds "
+        f"{list(record['seeds'])}. Relative speed: fine-tuned `{tasks[0]}` model's CPU inference throughput, BERT "
+        f"= 1.0x (`{source_timing}`). The published columns are the Base models' figures as the seeds quote them "
+        "(GLUE average, parameters, speed against BERT-Base), not measured here; the distilled row is the "
+        "pipeline's own student (its own recipe and budget), beside DistilBERT's published figures.", "",
+        markdown_table(header, rows),
+        f"Source: `{source}`.", "",
+    ])

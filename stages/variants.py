@@ -1,0 +1,218 @@
+"""Stage ``variants``: BERT, RoBERTa and ALBERT pre-trained at the same size and step budget from the same corpus,
+each fine-tuned on the same tasks, for the report's table beside the published figures
+(:mod:`bert_pipeline.evaluation.variants`).
+
+    python -m stages.variants        (dvc repro variants; profile `variants` lists the families)
+
+For each family of ``variants.families`` (none by default: the stage then writes an empty record and costs
+nothing), with the recipe of :data:`bert_pipeline.evaluation.variants.RECIPES`:
+
+1. its own vocabulary on ``data/corpus/`` (``train_tokenizer``'s settings, the recipe's ``model``), the same code
+   as the ``train_tokenizer`` stage;
+2. its own pre-training data (``create_pretraining_data``'s settings, the recipe's ``objective`` and
+   ``masking``), the same code as ``create_pretraining_data``;
+3. pre-training from scratch with every ``pretrain`` setting (size, steps, batch, schedule, phases) but the
+   recipe's ``pretrain.model`` overrides (``family``; ALBERT's ``share_layers`` and ``embedding_size``), one
+   process, the same code as ``pretrain``;
+4. fine-tuning on each of ``variants.tasks`` with ``finetune.models[variants.member]``'s settings at
+   ``finetune.seeds``, the same code as ``finetune``.
+
+Writes
+
+- ``metrics/variants.json``: per family its recipe, parameters, steps, tokens seen, held-out MLM accuracy and each
+  task's test main metric per seed (quality only, byte-identical on CPU);
+- ``metrics/headline/variants.json``: per family the average of the tasks' test main metrics (the DVC metric);
+- ``metrics/variants-timing.json``: per family the wall and CPU seconds of each part and the encoder's inference
+  throughput, every family timed side by side in one call (``cache: false``).
+
+A finished family is kept in ``checkpoints/variants/{family}/`` (its vocabulary, pre-trained model and
+``family.json``, fingerprinted by its params, inputs and this package's code), so a stopped run resumes at the
+next family; its pre-training resumes from its own checkpoints.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+from bert_pipeline.console import run_main
+from bert_pipeline.errors import PipelineError
+from bert_pipeline.evaluation.report import parse_finetune_metrics
+from bert_pipeline.evaluation.variants import albert_embedding_size, average, recipe_of, variants_record
+from bert_pipeline.io import atomic_dir, atomic_write_text, write_json
+from stages import require_inputs
+from stages.headline import write_headline
+from stages.params import Params, load_params
+
+log = logging.getLogger(__name__)
+
+CORPUS_DIR = Path("data/corpus")
+METRICS = Path("metrics/variants.json")
+TIMING = Path("metrics/variants-timing.json")
+WORK = Path("checkpoints/variants")
+PRETRAINED = "models/pretrained"
+# What a family's result depends on besides its params: its inputs and the code that trains and scores it.
+FAMILY_INPUTS = ("data/corpus", "data/tasks")
+CODE = ("bert_pipeline", "stages")
+
+
+def family_settings(family: str, params: Params) -> dict[str, Any]:
+    """The three sections one family trains with: ``train_tokenizer``, ``create_pretraining_data`` and
+    ``pretrain`` (pydantic models), each the pipeline's own with the family's recipe applied.
+
+    Raises:
+        PipelineError: an unknown family.
+    """
+    from bert_pipeline.model.sizes import SIZES
+
+    recipe = recipe_of(family)
+    tok_update: dict[str, Any] = {"model": recipe.tokenizer}
+    if recipe.lowercase is not None:
+        tok_update["lowercase"] = recipe.lowercase
+        if recipe.lowercase is False:
+            tok_update["strip_accents"] = False
+    tokenizer = params.train_tokenizer.model_copy(update=tok_update)
+    data = params.create_pretraining_data.model_copy(update={"objective": recipe.objective, "masking": recipe.masking})
+    pre = params.pretrain
+    model_update = dict(recipe.model)
+    if family == "albert":
+        hidden = int(pre.model.config.get("hidden_size") or SIZES[pre.model.size]["hidden_size"])
+        model_update["embedding_size"] = albert_embedding_size(hidden)
+    pretrain = pre.model_copy(update={"init": "scratch", "model": pre.model.model_copy(update=model_update),
+                                      "compute": pre.compute.model_copy(update={"num_processes": 1})})
+    return {"train_tokenizer": tokenizer, "create_pretraining_data": data, "pretrain": pretrain}
+
+
+def train_family(family: str, params: Params) -> tuple[dict[str, Any], dict[str, Any], Any]:
+    """Train ``family``'s vocabulary, data and model and fine-tune it on ``variants.tasks`` (or reuse its finished
+    ``family.json``); returns its record row, its timing row and the pre-trained encoder (for the side-by-side speed).
+
+    Raises:
+        PipelineError: a part failed (one line naming the family and the part).
+    """
+    from bert_pipeline.data.corpus import open_corpus
+    from bert_pipeline.data.shards import InstanceOptions, build_pretraining_data
+    from bert_pipeline.model.configs import count_parameters, save_model
+    from bert_pipeline.train.checkpoint import fingerprint
+    from bert_pipeline.train.precision import make_accelerator
+    from stages.finetune import train_member
+    from stages.pretrain import load_pretraining, pretrain_model
+    from stages.train_tokenizer import train_tokenizer
+    from transformers import AutoModelForMaskedLM
+
+    settings = family_settings(family, params)
+    var, fine = params.variants, params.finetune
+    folder = WORK / family
+    code = sorted(path for root in CODE for path in Path(root).rglob("*.py"))
+    key = fingerprint({**{k: v.model_dump(mode="json") for k, v in settings.items()},
+                       "finetune": fine.model_dump(mode="json"), "member": var.member, "tasks": var.tasks},
+                      [*FAMILY_INPUTS, *code])
+    done = folder / "family.json"
+    if done.is_file():
+        saved = json.loads(done.read_text(encoding="utf-8"))
+        if saved.get("fingerprint") == key:
+            log.info("variants %s: reusing %s (same params, inputs and code)", family, done)
+            return saved["row"], saved["timing"], AutoModelForMaskedLM.from_pretrained(folder / "model")
+    timing: dict[str, Any] = {"family": family}
+    clock = time.perf_counter(), time.process_time()
+
+    def lap(name: str) -> None:
+        nonlocal clock
+        timing[f"{name}_seconds"] = round(time.perf_counter() - clock[0], 1)
+        timing[f"{name}_cpu_seconds"] = round(time.process_time() - clock[1], 1)
+        clock = time.perf_counter(), time.process_time()
+
+    log.info("variants %s: %s vocabulary", family, settings["train_tokenizer"].model)
+    tok_dir = folder / "tokenizer"
+    train_tokenizer(settings["train_tokenizer"], open_corpus(CORPUS_DIR, columns=["text"]), tok_dir)
+    lap("tokenizer")
+    data_dir = folder / "pretraining"
+    pre = settings["pretrain"]
+    with atomic_dir(data_dir) as out:
+        build_pretraining_data(CORPUS_DIR, tok_dir, out, InstanceOptions(**settings["create_pretraining_data"].model_dump()),
+                               phase_lengths=[ph.max_seq_length for ph in pre.phases], init=pre.init)
+    lap("pretraining_data")
+    log.info("variants %s: pre-training %d steps", family, pre.max_steps)
+    loaded = load_pretraining(pre, data_dir=data_dir, tokenizer_path=tok_dir)
+    outcome = pretrain_model(pre, loaded, folder / "checkpoints", make_accelerator(pre.precision))
+    with atomic_dir(folder / "model") as out:
+        save_model(outcome.model, out, loaded.tokenizer)
+    lap("pretrain")
+    spec = fine.models[var.member].model_copy(update={"path": (folder / "model").as_posix()})
+    scores = {}
+    for task in var.tasks:
+        log.info("variants %s: fine-tuning %s", family, task)
+        record = train_member(f"{family}-{var.member}", spec, task, fine).metrics
+        result = parse_finetune_metrics({"model": family, "task": task, **record}, f"{folder}/{task}")
+        main = result.main_metric
+        scores[task] = {"metric": main, "mean": round(result.test[main], 6),
+                        "seeds": [round(v, 6) for v in result.test_seeds.get(main, ())]}
+    lap("finetune")
+    row = {"family": family, "recipe": {k: (v if not hasattr(v, "items") else dict(v))
+                                        for k, v in vars(recipe_of(family)).items()},
+           "parameters": count_parameters(outcome.model.base_model), "steps": int(outcome.quality["steps"]),
+           "tokens_seen": int(outcome.quality["tokens_seen"]),
+           "mlm_accuracy": round(float(outcome.quality["eval"]["mlm_accuracy"]), 6), "scores": scores}
+    atomic_write_text(done, json.dumps({"fingerprint": key, "row": row, "timing": timing}, indent=1) + "\n")
+    return row, timing, outcome.model
+
+
+def check_variants(params: Params) -> None:
+    """The member must fine-tune ``models/pretrained``'s weights (the settings a pre-trained family member gets) and each
+    task be a key of ``finetune.tasks``.
+
+    Raises:
+        PipelineError: one line naming the ``variants`` key, what was expected and the fix.
+    """
+    var, models = params.variants, params.finetune.models
+    if var.member not in models:
+        raise PipelineError(f"params.yaml: variants.member: {var.member!r} is not a key of finetune.models "
+                            f"({', '.join(sorted(models))})")
+    if Path(models[var.member].path).as_posix() != PRETRAINED or models[var.member].init == "random":
+        raise PipelineError(f"params.yaml: variants.member: {var.member!r} fine-tunes {models[var.member].path!r}; "
+                            f"expected a pre-trained member of {PRETRAINED} (its fine-tuning settings serve every family)")
+    unknown = [t for t in var.tasks if t not in params.finetune.tasks]
+    if unknown:
+        raise PipelineError(f"params.yaml: variants.tasks: {unknown[0]!r} is not a key of finetune.tasks")
+    for family in var.families:
+        recipe_of(family)
+
+
+def main() -> None:
+    require_inputs("variants")
+    params = load_params()
+    check_variants(params)
+    var = params.variants
+    from bert_pipeline.evaluation.speed import measure_throughput
+    from bert_pipeline.mlops import tracking
+
+    rows, timings, encoders = [], [], {}
+    with tracking.stage_run("variants", {"variants": var.model_dump(), "seeds": params.finetune.seeds}) as run:
+        for family in var.families:
+            row, timing, model = train_family(family, params)
+            rows.append(row)
+            timings.append(timing)
+            encoders[family] = model.base_model
+        if encoders:  # every family timed in one call, side by side (the relative speed is a paired ratio)
+            speed = measure_throughput(encoders, seq_len=params.evaluate.seq_length)
+            for timing in timings:
+                timing["examples_per_second"] = round(speed[timing["family"]]["sequences_per_second"], 1)
+        record = variants_record(rows, member=var.member, tasks=var.tasks, seeds=params.finetune.seeds)
+        write_json(METRICS, record)
+        write_headline("variants", {"variants": {f"{r['family']}_average": round(average(r["scores"], var.tasks), 6)
+                                                 for r in rows}})
+        write_json(TIMING, {"families": timings})
+        for r in rows:
+            run.log_metrics({f"{r['family']}_{t}": s["mean"] for t, s in r["scores"].items()}
+                            | {f"{r['family']}_mlm_accuracy": r["mlm_accuracy"]})
+        for path in (METRICS, TIMING):
+            run.log_artifact(path)
+    log.info("variants: %s", ", ".join(f"{r['family']} {100 * average(r['scores'], var.tasks):.1f}" for r in rows)
+             or "no families (variants.families is empty)")
+
+
+if __name__ == "__main__":
+    run_main(main)

@@ -1,0 +1,104 @@
+"""The variants comparison: recipes, record and the report's table (bert_pipeline.evaluation.variants)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bert_pipeline.errors import PipelineError
+from bert_pipeline.evaluation.variants import (
+    PUBLISHED,
+    RECIPES,
+    albert_embedding_size,
+    average,
+    recipe_of,
+    variants_record,
+    variants_section,
+)
+from tests.conftest import run_stage, write_params
+
+
+def _row(family, parameters, mlm, scores):
+    return {"family": family, "recipe": {}, "parameters": parameters, "steps": 10, "tokens_seen": 2_500_000,
+            "mlm_accuracy": mlm, "scores": {t: {"metric": "f1", "mean": v, "seeds": [v]} for t, v in scores.items()}}
+
+
+def test_recipes_follow_the_papers():
+    assert (RECIPES["bert"].tokenizer, RECIPES["bert"].objective, RECIPES["bert"].masking) == ("wordpiece", "nsp", "static")
+    assert (RECIPES["roberta"].tokenizer, RECIPES["roberta"].objective, RECIPES["roberta"].masking) == ("bpe", "none", "dynamic")
+    assert RECIPES["roberta"].lowercase is False
+    assert (RECIPES["albert"].tokenizer, RECIPES["albert"].objective) == ("unigram", "sop")
+    assert RECIPES["albert"].model["share_layers"] is True
+    with pytest.raises(PipelineError, match="variants.families: unknown family 'xlnet'"):
+        recipe_of("xlnet")
+
+
+def test_albert_embedding_size_is_a_sixth_of_the_width_rounded_to_16():
+    assert albert_embedding_size(768) == 128
+    assert albert_embedding_size(128) == 32   # ceil(128/6) = 22 -> 32
+    assert albert_embedding_size(256) == 48   # 43 -> 48
+    assert albert_embedding_size(16) == 16
+
+
+def test_average_needs_every_task():
+    scores = {"a": {"mean": 0.5}, "b": {"mean": 0.7}}
+    assert average(scores, ["a", "b"]) == pytest.approx(0.6)
+    assert average(scores, ["a", "b", "c"]) is None
+
+
+def test_section_keeps_published_figures_apart_and_speed_relative_to_bert():
+    record = variants_record([_row("bert", 4_400_000, 0.12, {"sentiment": 0.70, "ner": 0.40}),
+                              _row("albert", 1_100_000, 0.10, {"sentiment": 0.66, "ner": 0.30})],
+                             member="pretrained", tasks=["sentiment", "ner"], seeds=[42])
+    timing = {"families": [{"family": "bert", "examples_per_second": 200.0, "pretrain_cpu_seconds": 120},
+                           {"family": "albert", "examples_per_second": 300.0, "pretrain_cpu_seconds": 90}]}
+    text = variants_section(record, timing, "metrics/variants.json", "metrics/variants-timing.json",
+                            distilled={"parameters": 2_000_000, "scores": {"sentiment": {"mean": 0.6},
+                                                                         "ner": {"mean": 0.2}}, "speed": 1.9})
+    lines = [line for line in text.splitlines() if line.startswith("| ")]
+    header = [c.strip() for c in lines[0].strip("|").split("|")]
+    assert header[:6] == ["model", "parameters", "held-out MLM acc", "sentiment", "ner", "average"]
+    assert [h for h in header if h.startswith("published")] == [
+        "published: model", "published: GLUE", "published: parameters", "published: speed"]
+    bert, albert, distilled = ([c.strip() for c in line.strip("|").split("|")] for line in lines[2:5])
+    assert bert[:7] == ["bert (ours)", "4.40M", "12.00%", "70.0", "40.0", "55.0", "1.00x"]
+    assert albert[:7] == ["albert (ours)", "1.10M", "10.00%", "66.0", "30.0", "48.0", "1.50x"]
+    assert albert[8] == "1.5" and albert[-4:] == ["ALBERT-Base", "80.1", "12M", "1.7x"]
+    assert distilled[0].startswith("distilled (ours") and distilled[-4:] == ["DistilBERT", "77.0", "66M", "1.6x"]
+    assert bert[-4:] == ["BERT-Base", f"{PUBLISHED['bert'].glue:.1f}", "110M", "1x"]
+    # our cells never hold a published number: the GLUE figures appear only in the published columns
+    assert all("79.6" not in c for c in bert[:-4])
+
+
+def test_section_is_empty_without_families():
+    assert variants_section(None, None, "a", "b") == ""
+    assert variants_section({"families": [], "tasks": []}, None, "a", "b") == ""
+
+
+def test_stage_without_families_writes_an_empty_record_and_trains_nothing(mlflow_in_tmp, capsys):
+    from stages import variants
+
+    write_params(Path.cwd())
+    code, err = run_stage(variants.main, capsys)
+    assert code == 0, err
+    record = json.loads(open("metrics/variants.json", encoding="utf-8").read())
+    assert record == {"member": "pretrained", "tasks": ["sentiment", "ner", "qa"], "seeds": record["seeds"],
+                      "families": []}
+    assert json.loads(open("metrics/variants-timing.json", encoding="utf-8").read()) == {"families": []}
+    assert not Path("checkpoints/variants").exists()
+
+
+def test_stage_refuses_a_member_that_is_not_pretrained(in_tmp, capsys):
+    from stages import variants
+
+    write_params(in_tmp, variants={"families": ["albert"], "member": "scratch"})
+    code, err = run_stage(variants.main, capsys)
+    assert code != 0
+    assert "variants.member: 'scratch' fine-tunes" in err and "expected a pre-trained member of models/pretrained" in err
+    assert not (in_tmp / "metrics/variants.json").exists()
+    write_params(in_tmp, variants={"families": ["albert"], "member": "minilm"})
+    code, err = run_stage(variants.main, capsys)
+    assert code != 0 and "variants.member: 'minilm' fine-tunes 'data/raw/minilm'" in err
+
