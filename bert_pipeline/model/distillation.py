@@ -26,6 +26,7 @@ import torch
 from torch import nn
 from torch.nn import functional
 
+from bert_pipeline.data import kinds
 from bert_pipeline.data.masking import IGNORE_INDEX
 from bert_pipeline.errors import PipelineError
 from bert_pipeline.model.objectives import masked_lm_forward, top1_hits
@@ -213,7 +214,9 @@ def distillation_loss(
 
 
 # ------------------------------------------------------------------------------------- task-specific losses
-TASK_KINDS = ("classification", "ner", "qa")
+TASK_KINDS = tuple(k for k in kinds.KINDS if k != kinds.REGRESSION)
+"""The kinds task-specific distillation serves (a pair classifier's logits are one distribution per example, as
+a classifier's; regression has no distribution to match)."""
 _MASKED_LOGIT = -1.0e4  # a padded QA position: exp(-1e4 / T) is 0 in float32, and finite, so KL stays finite
 
 
@@ -224,7 +227,7 @@ def soft_target_loss(kind: str, student_logits: torch.Tensor | tuple[torch.Tenso
     al. 2015, §2; "distillation during fine-tuning", Sanh et al. 2019, §4.2), for each task head's logits.
 
     Args:
-        kind: ``classification``: logits ``(batch, num_labels)``, one distribution per example (``mask`` unused).
+        kind: ``classification`` (and ``pair_classification``): logits ``(batch, num_labels)``, one distribution per example (``mask`` unused).
             ``ner``: logits ``(batch, seq_len, num_labels)``, one distribution per position where ``mask``
             ``(batch, seq_len)`` bool is True (the positions the task scores: each word's first sub-token).
             ``qa``: a ``(start, end)`` pair of ``(batch, seq_len)`` logits, one distribution over positions per
@@ -240,7 +243,7 @@ def soft_target_loss(kind: str, student_logits: torch.Tensor | tuple[torch.Tenso
     """
     if temperature <= 0:
         raise ValueError(f"temperature: expected > 0, got {temperature}")
-    if kind == "classification":
+    if kind in kinds.LABELLED_KINDS:
         return kl_loss(student_logits, teacher_logits, temperature)
     if kind == "ner":
         return kl_loss(student_logits[mask], teacher_logits[mask], temperature)
