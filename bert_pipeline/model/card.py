@@ -30,7 +30,6 @@ from typing import Any
 import yaml
 from huggingface_hub import EvalResult, ModelCardData
 
-from bert_pipeline.data.kinds import SEQUENCE_KINDS
 from bert_pipeline.errors import PipelineError
 
 CARD_FILE = "README.md"
@@ -42,6 +41,9 @@ FILL_MASK = "fill-mask"
 PIPELINE_TAG = {"classification": "text-classification", "pair_classification": "text-classification",
                 "regression": "text-classification", "ner": "token-classification", "qa": "question-answering"}
 """The Hub's ``pipeline_tag`` per task kind (``task.json`` ``kind``); the encoders are ``fill-mask``."""
+SEQUENCE_KINDS = tuple(kind for kind, tag in PIPELINE_TAG.items() if tag == "text-classification")
+"""The kinds a sequence classifier serves (:data:`bert_pipeline.data.kinds.SEQUENCE_KINDS`; not imported, so the
+pre-training stages that write cards do not rerun when a task kind is added)."""
 METRIC_TYPE = {"accuracy": "accuracy", "macro_f1": "f1", "f1": "f1", "precision": "precision", "recall": "recall",
                "exact_match": "exact_match", "pearson": "pearsonr", "spearman": "spearmanr", "mse": "mse"}
 """Hub metric ids (https://hf.co/metrics) of the pipeline's metric names; ``f1_TYPE`` (NER per type) is ``f1``."""

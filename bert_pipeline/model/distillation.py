@@ -26,7 +26,6 @@ import torch
 from torch import nn
 from torch.nn import functional
 
-from bert_pipeline.data import kinds
 from bert_pipeline.data.masking import IGNORE_INDEX
 from bert_pipeline.errors import PipelineError
 from bert_pipeline.model.objectives import masked_lm_forward, top1_hits
@@ -214,9 +213,11 @@ def distillation_loss(
 
 
 # ------------------------------------------------------------------------------------- task-specific losses
-TASK_KINDS = tuple(k for k in kinds.KINDS if k != kinds.REGRESSION)
-"""The kinds task-specific distillation serves (a pair classifier's logits are one distribution per example, as
-a classifier's; regression has no distribution to match)."""
+TASK_KINDS = ("classification", "pair_classification", "ner", "qa")
+"""The kinds of :mod:`bert_pipeline.data.kinds` task-specific distillation serves (a pair classifier's logits are one
+distribution per example, as a classifier's; regression has no distribution to match). Spelt out here, not
+imported: pre-training and ``distill`` import this module, and their DVC stages should not rerun when a task kind
+is added."""
 _MASKED_LOGIT = -1.0e4  # a padded QA position: exp(-1e4 / T) is 0 in float32, and finite, so KL stays finite
 
 
@@ -243,7 +244,7 @@ def soft_target_loss(kind: str, student_logits: torch.Tensor | tuple[torch.Tenso
     """
     if temperature <= 0:
         raise ValueError(f"temperature: expected > 0, got {temperature}")
-    if kind in kinds.LABELLED_KINDS:
+    if kind in TASK_KINDS[:2]:  # one distribution per example
         return kl_loss(student_logits, teacher_logits, temperature)
     if kind == "ner":
         return kl_loss(student_logits[mask], teacher_logits[mask], temperature)
