@@ -14,7 +14,9 @@ from transformers import BertModel
 
 from bert_pipeline.data import kinds, tasks
 from bert_pipeline.evaluation.metrics import regression_metrics
+from bert_pipeline.errors import PipelineError
 from stages import finetune
+from stages.cli import main
 from stages.params import validate_params
 from tests.conftest import committed_params
 from tests.pretrain_fixtures import tiny_config
@@ -140,6 +142,11 @@ def test_user_regression_and_pair_files_load_and_bad_targets_are_one_line(tmp_pa
         _user_spec(name="p", kind="pair_classification", train=pairs, validation=pairs, test=pairs)
 
 
+def _predict(capsys, argv):
+    main(["predict", *argv])
+    return [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+
+
 def _save_task(root: Path, name: str, dd, info: dict) -> None:
     dd.save_to_disk(str(root / name))
     info = {**info, "silver": False, "main_metric": kinds.MAIN_METRIC[info["kind"]]}
@@ -168,7 +175,7 @@ def _ft_params(tasks_over: dict):
     return validate_params(raw).finetune
 
 
-def test_regression_learns_a_target_computable_from_the_text(workdir):
+def test_regression_learns_a_target_computable_from_the_text(workdir, capsys):
     splits = {}
     for s, (n, seed) in {"train": (256, 0), "validation": (48, 1), "test": (64, 2)}.items():
         splits[s] = _write_csv(workdir / f"{s}.csv", _length_rows(n, seed))
@@ -186,9 +193,12 @@ def test_regression_learns_a_target_computable_from_the_text(workdir):
     assert cfg["problem_type"] == "regression"
     card = (workdir / "models/finetuned/tiny-length/README.md").read_text()
     assert "Pearson" in card and "mean squared error" in card
+    out = _predict(capsys, [str(workdir / "models/finetuned/tiny-length"), "good", "the film was very good the film was very good bad"])
+    assert set(out[0]) == {"text", "value", "tokens", "truncated"}
+    assert out[0]["value"] < out[1]["value"]  # 1 word vs 11 words: target 0.1 vs 1.1
 
 
-def test_pair_task_learns_when_the_pair_decides(workdir):
+def test_pair_task_learns_when_the_pair_decides(workdir, capsys):
     """Label 1 when both texts are about the same topic (council/vote or rain/storm): only the pair decides."""
     rng = np.random.default_rng(0)
     topics = [["council", "voted", "vote"], ["rain", "fell", "storm"]]
@@ -212,3 +222,9 @@ def test_pair_task_learns_when_the_pair_decides(workdir):
     assert m["test"]["accuracy"]["mean"] >= 0.9, m["test"]
     card = (workdir / "models/finetuned/tiny-pairs/README.md").read_text()
     assert "text pair" in card
+    folder = str(workdir / "models/finetuned/tiny-pairs")
+    same = _predict(capsys, [folder, "council voted", "rain fell", "--text-pair", "the city vote council"])
+    assert [r["label"] for r in same] == ["same", "other"]
+    assert same[0]["text_pair"] == "the city vote council"
+    with pytest.raises(PipelineError, match="--text-pair is empty"):
+        _predict(capsys, [folder, "council voted", "--text-pair", " "])
