@@ -228,3 +228,23 @@ def test_pair_task_learns_when_the_pair_decides(workdir, capsys):
     assert same[0]["text_pair"] == "the city vote council"
     with pytest.raises(PipelineError, match="--text-pair is empty"):
         _predict(capsys, [folder, "council voted", "--text-pair", " "])
+
+
+def test_report_shows_pair_accuracy_f1_and_regression_correlations():
+    from bert_pipeline.evaluation.report import parse_finetune_metrics, pair_regression_section
+
+    def rec(model, task, kind, main, test):
+        return parse_finetune_metrics({"model": model, "task": task, "kind": kind, "main_metric": main,
+                                       "test": {k: {"mean": v, "seeds": [v]} for k, v in test.items()}}, f"{model}-{task}")
+
+    results = [rec("pretrained", "headline_match", "pair_classification", "accuracy",
+                   {"accuracy": 0.815, "macro_f1": 0.8}),
+               rec("minilm", "headline_match", "pair_classification", "accuracy", {"accuracy": 0.97, "macro_f1": 0.969}),
+               rec("pretrained", "length", "regression", "pearson", {"pearson": 0.912, "spearman": 0.88, "mse": 0.0123}),
+               rec("pretrained", "sentiment", "classification", "accuracy", {"accuracy": 0.7, "macro_f1": 0.7})]
+    text = pair_regression_section(results, ["pretrained", "minilm"])
+    assert "| pretrained | 81.5 | 80.0 |" in text and "| minilm | 97.0 | 96.9 |" in text
+    assert "| pretrained | 91.2 | 88.0 | 0.0123 |" in text
+    assert "sentiment" not in text
+    assert text.index("headline_match") < text.index("length")
+    assert pair_regression_section(results[3:], ["pretrained"]) == ""
