@@ -220,9 +220,12 @@ def predict_lines(args: argparse.Namespace, texts: list[str]) -> list[dict]:
         PipelineError: a QA model without ``--context``, ``--context`` for another model, or a folder that is not a
             fine-tuned model.
     """
-    from bert_pipeline.evaluation.predictor import answer, classify, entities, load_predictor
+    from bert_pipeline.evaluation.predictor import answer, classify, entities, load_predictor, reads_pairs
 
     pred = load_predictor(args.model_dir)
+    if getattr(args, "text_pair", None) is None and reads_pairs(pred):
+        raise PipelineError(f"{args.model_dir}: a sentence-pair classifier needs --text-pair \"SECOND TEXT\" "
+                            "(each input is the first text of a pair)")
     if args.context is not None and pred.kind != "question-answering":
         raise PipelineError(f"--context: {args.model_dir} is a {pred.kind} model, which reads texts only; "
                             "--context is for a question-answering model (leave it out)")
@@ -343,6 +346,10 @@ def run_export(args: argparse.Namespace) -> None:
 
     kind = model_kind(args.model_dir)
     examples = read_check_inputs(args.check_texts, kind) if args.check_texts else SAMPLE_INPUTS[kind]
+    cfg = json.loads((Path(args.model_dir) / "config.json").read_text(encoding="utf-8"))
+    if cfg.get("task_kind") == "pair_classification" and not args.check_texts:  # a pair classifier reads two texts
+        examples = [{**ex, "text_pair": _LONG if i % 2 else "The committee met in London."}
+                    for i, ex in enumerate(examples)]
     out_dir = args.out_dir or ONNX_DIR / Path(args.model_dir).resolve().name
     if out_dir.is_dir() and any(out_dir.iterdir()) and not (out_dir / FACTS_FILE).is_file():
         raise PipelineError(f"-o {out_dir}: the folder exists and holds files that are not an ONNX export (no "

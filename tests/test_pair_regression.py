@@ -15,6 +15,7 @@ from transformers import BertModel
 from bert_pipeline.data import kinds, tasks
 from bert_pipeline.evaluation.metrics import regression_metrics
 from bert_pipeline.errors import PipelineError
+from bert_pipeline.evaluation.predictor import load_predictor
 from stages import finetune
 from stages.cli import main
 from stages.params import validate_params
@@ -228,6 +229,19 @@ def test_pair_task_learns_when_the_pair_decides(workdir, capsys):
     assert same[0]["text_pair"] == "the city vote council"
     with pytest.raises(PipelineError, match="--text-pair is empty"):
         _predict(capsys, [folder, "council voted", "--text-pair", " "])
+    with pytest.raises(PipelineError, match="needs --text-pair"):
+        _predict(capsys, [folder, "council voted"])
+    from bert_pipeline.mlops import onnx_export as ox
+    from bert_pipeline.mlops.registry import serving_flavour
+    assert serving_flavour(Path(folder)) == "pyfunc"  # pairs in: the transformers flavour reads one text
+    rows = list(dd["test"].select(range(6)))
+    report = ox.export_folder(Path(folder), workdir / "onnx", rows, max_seq_length=16, runs=1, warmup=0,
+                              latency_examples=2)
+    assert "token_type_ids" in report.inputs
+    assert report.parity.agreement == 1.0 and max(report.parity.max_abs_diff.values()) < 1e-4
+    enc = ox.encode_examples(load_predictor(Path(folder)), rows[:1], 16)
+    types = enc.features[0]["token_type_ids"]
+    assert types[0] == 0 and types[-1] == 1  # the pair reached the graph as a pair
 
 
 def test_report_shows_pair_accuracy_f1_and_regression_correlations():

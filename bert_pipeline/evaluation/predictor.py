@@ -111,6 +111,12 @@ def token_counts(pred: Predictor, texts: Sequence[str], text_pairs: Sequence[str
     return [len(ids) for ids in pred.tokenizer(*args, truncation=False, verbose=False)["input_ids"]]
 
 
+def reads_pairs(pred: Predictor) -> bool:
+    """True for a sentence-pair classifier: ``config.task_kind`` is ``pair_classification`` (``finetune`` writes it
+    for the pair and regression kinds)."""
+    return getattr(pred.model.config, "task_kind", None) == "pair_classification"
+
+
 def is_regression(pred: Predictor) -> bool:
     """True for a regression head (one output, ``problem_type="regression"``: ``finetune``'s ``regression`` kind)."""
     cfg = pred.model.config

@@ -146,6 +146,8 @@ def build_model(
         config = AutoConfig.from_pretrained(path, **label_kw)
     if kinds.is_sequence_kind(kind):
         config.classifier_pooling = pooling
+        if kind != kinds.CLASSIFICATION:  # serving reads it (pairs in, or a value out); classifiers' configs unchanged
+            config.task_kind = kind
         cls = heads.sequence_classifier_class(pooling, config.model_type)
     elif kind == "ner":
         cls = AutoModelForTokenClassification
