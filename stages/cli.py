@@ -14,7 +14,9 @@ folder: sentiment ``{"text", "label", "probability", "tokens", "truncated"}`` (`
 ``--max-seq-length`` tokens and was classified on its beginning); NER ``{"text", "entities": [{"type", "text",
 "start", "end", "score"}]}`` (character offsets; a long text is tagged whole, in overlapping windows); QA
 (``--context`` required, each input a question) ``{"question", "answer", "start", "end", "score", "logit_sum",
-"windows", "question_truncated"}``: ``score`` is the answer's probability as Hugging Face's question-answering
+"windows", "question_truncated"}``; a pair classifier (``--text-pair PASSAGE``, each input the first text)
+``{"text", "text_pair", "label", "probability", "tokens", "truncated"}``; a regression head ``{"text", "value",
+"tokens", "truncated"}``. For QA, ``score`` is the answer's probability as Hugging Face's question-answering
 pipeline reports it (a softmax of the start and of the end logits over the answer's window, multiplied), and
 ``logit_sum`` the start + end logit the decoder ranks spans by (unnormalised). Texts come from the arguments, else
 one per line on stdin; an empty or blank text is refused by position, and so is a terminal on stdin (nothing piped).
@@ -218,15 +220,26 @@ def predict_lines(args: argparse.Namespace, texts: list[str]) -> list[dict]:
         PipelineError: a QA model without ``--context``, ``--context`` for another model, or a folder that is not a
             fine-tuned model.
     """
-    from bert_pipeline.evaluation.predictor import answer, classify, entities, load_predictor
+    from bert_pipeline.evaluation.predictor import answer, classify, entities, load_predictor, reads_pairs
 
     pred = load_predictor(args.model_dir)
+    if getattr(args, "text_pair", None) is None and reads_pairs(pred):
+        raise PipelineError(f"{args.model_dir}: a sentence-pair classifier needs --text-pair \"SECOND TEXT\" "
+                            "(each input is the first text of a pair)")
     if args.context is not None and pred.kind != "question-answering":
         raise PipelineError(f"--context: {args.model_dir} is a {pred.kind} model, which reads texts only; "
                             "--context is for a question-answering model (leave it out)")
+    pair = getattr(args, "text_pair", None)
+    if pair is not None and pred.kind != "sequence-classification":
+        raise PipelineError(f"--text-pair: {args.model_dir} is a {pred.kind} model; --text-pair is for a "
+                            "sentence-pair classifier (leave it out)")
+    if pair is not None and not pair.strip():
+        raise PipelineError("predict: --text-pair is empty: expected the second text of each pair")
     if pred.kind == "sequence-classification":
-        return [{"text": t, **r} for t, r in zip(texts, classify(pred, texts, max_seq_length=args.max_seq_length),
-                                                  strict=True)]
+        pairs = [pair] * len(texts) if pair is not None else None
+        found = classify(pred, texts, max_seq_length=args.max_seq_length, text_pairs=pairs)
+        return [{"text": t, **({"text_pair": pair} if pair is not None else {}), **r}
+                for t, r in zip(texts, found, strict=True)]
     if pred.kind == "token-classification":
         found = entities(pred, texts, args.max_seq_length, args.doc_stride)
         return [{"text": t, "entities": e} for t, e in zip(texts, found, strict=True)]
@@ -333,6 +346,10 @@ def run_export(args: argparse.Namespace) -> None:
 
     kind = model_kind(args.model_dir)
     examples = read_check_inputs(args.check_texts, kind) if args.check_texts else SAMPLE_INPUTS[kind]
+    cfg = json.loads((Path(args.model_dir) / "config.json").read_text(encoding="utf-8"))
+    if cfg.get("task_kind") == "pair_classification" and not args.check_texts:  # a pair classifier reads two texts
+        examples = [{**ex, "text_pair": _LONG if i % 2 else "The committee met in London."}
+                    for i, ex in enumerate(examples)]
     out_dir = args.out_dir or ONNX_DIR / Path(args.model_dir).resolve().name
     if out_dir.is_dir() and any(out_dir.iterdir()) and not (out_dir / FACTS_FILE).is_file():
         raise PipelineError(f"-o {out_dir}: the folder exists and holds files that are not an ONNX export (no "
@@ -417,6 +434,8 @@ def parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     pred.add_argument("texts", nargs="*", help="texts (QA: questions), none blank; read from stdin, one per line, "
                       "when absent (stdin must then be a pipe or a file, not a terminal)")
     pred.add_argument("--context", help="the passage QA answers from (required for a QA model)")
+    pred.add_argument("--text-pair", help="the second text of every pair (a sentence-pair classifier, e.g. "
+                      "headline_match: the texts are headlines, --text-pair the article passage); output adds text_pair")
     _window_options(pred)
     exp = sub.add_parser("export", help="a fine-tuned folder as ONNX, checked against PyTorch; one JSON line",
                          description="Export a fine-tuned folder to ONNX (dynamic batch and sequence axes), check "

@@ -359,12 +359,23 @@ class QaTaskParams(Section):
     placeholder: str = Field(min_length=1)
 
 
+class HeadlineMatchParams(Section):
+    """``prepare_tasks.headline_match``: sentence pairs (news title, body passage), half from the same article,
+    half from another one (:func:`bert_pipeline.data.tasks.build_headline_match`). ``passage_words``: the body
+    passage's most words; ``pairs``: most pairs per split (even: half positive)."""
+
+    passage_words: Annotated[int, annotated_types.Ge(10)]
+    pairs: SplitSizes
+
+
 class UserTask(Section):
-    """A user task. ``kind``: classification (CSV/JSONL with ``text_column``/``label_column``), ner (CoNLL-2003
-    files), qa (SQuAD v1.1 JSON); files per split, or ``hf_dataset`` (+ ``hf_config``) instead of files."""
+    """A user task. ``kind``: classification (CSV/JSONL with ``text_column``/``label_column``), pair_classification
+    (also ``text_pair_column``), regression (a float ``label_column``; ``text_pair_column`` optional), ner
+    (CoNLL-2003 files), qa (SQuAD v1.1 JSON); files per split, or ``hf_dataset`` (+ ``hf_config``) instead of
+    files."""
 
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
-    kind: Literal["classification", "ner", "qa"]
+    kind: Literal["classification", "pair_classification", "regression", "ner", "qa"]
     train: str | None = None
     validation: str | None = None
     test: str | None = None
@@ -372,6 +383,14 @@ class UserTask(Section):
     hf_config: str | None = None
     text_column: str = "text"
     label_column: str = "label"
+    text_pair_column: str | None = None
+
+    @model_validator(mode="after")
+    def _pair_column(self) -> UserTask:
+        if self.kind == "pair_classification" and not self.text_pair_column and not self.hf_dataset:
+            raise ValueError(f"prepare_tasks.user_tasks[{self.name}].text_pair_column: required for a "
+                             f"pair_classification task (the second text's column), got null")
+        return self
 
 
 class PrepareTasksParams(Section):
@@ -383,6 +402,7 @@ class PrepareTasksParams(Section):
     sentiment: SentimentTaskParams
     ner: NerTaskParams
     qa: QaTaskParams
+    headline_match: HeadlineMatchParams
     user_tasks: list[UserTask]
 
 

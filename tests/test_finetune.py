@@ -54,6 +54,7 @@ def _params(**over):
         "sentiment": {"max_train_examples": 48, "max_length": 16, "epochs": 4, "batch_size": 8},
         "ner": {"max_length": 16, "doc_stride": 4, "epochs": 1, "batch_size": 4},
         "qa": {"max_length": 24, "doc_stride": 8, "epochs": 1, "batch_size": 4, "n_best": 20, "max_answer_length": 5},
+        "headline_match": {"max_length": 24, "epochs": 1, "batch_size": 4},  # task_distill names every task
     }
     ft.update(over)
     return validate_params(raw).finetune

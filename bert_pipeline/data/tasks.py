@@ -1,8 +1,10 @@
-"""Building the labelled task sets: sentiment (real labels), silver NER, cloze QA, and user task loaders.
+"""Building the labelled task sets: sentiment (real labels), silver NER, cloze QA, headline match (sentence pairs),
+and user task loaders (classification, pair classification, regression, NER, QA).
 
 Every builder returns a ``datasets.DatasetDict`` with ``train``/``validation``/``test`` in the layouts of
 ARCHITECTURE.md: sentiment ``text``, ``label`` (ClassLabel); NER ``tokens``, ``ner_tags`` (Sequence of ClassLabel,
-BIO); QA SQuAD v1.1 layout ``id``, ``context``, ``question``, ``answers{text, answer_start}``.
+BIO); QA SQuAD v1.1 layout ``id``, ``context``, ``question``, ``answers{text, answer_start}``; pairs ``text``,
+``text_pair``, ``label`` (ClassLabel); regression ``text`` (, ``text_pair``), ``label`` (float32).
 
 Splits are made by *group* (film for sentiment, article for NER and QA) so no group is in two splits. NER and
 QA take validation and test examples only from documents that the corpus put in its validation split, so
@@ -27,6 +29,7 @@ import numpy as np
 from datasets import ClassLabel, Dataset, DatasetDict, Features, Value
 from datasets import Sequence as HFSequence
 
+from bert_pipeline.data import kinds
 from bert_pipeline.data.corpus import fix_news_mojibake
 from bert_pipeline.data.sources import NEWS_ARTICLES, ROTTEN_TOMATOES, SPACY_MODEL
 from bert_pipeline.errors import PipelineError
@@ -46,6 +49,12 @@ class TaskDataError(ValueError):
 def classification_features(label_names: Sequence[str]) -> Features:
     """Features of a sentence-classification set: ``text`` (str), ``label`` (ClassLabel)."""
     return Features({"text": Value("string"), "label": ClassLabel(names=list(label_names))})
+
+
+def pair_features(label_names: Sequence[str]) -> Features:
+    """Features of a sentence-pair set: ``text``, ``text_pair`` (str), ``label`` (ClassLabel)."""
+    return Features({"text": Value("string"), "text_pair": Value("string"),
+                     "label": ClassLabel(names=list(label_names))})
 
 
 def ner_label_names(entity_types: Sequence[str]) -> list[str]:
@@ -407,17 +416,85 @@ def build_cloze_qa(
     return DatasetDict(out), {"answer_types": dict(sorted(type_counts.items()))}
 
 
-# ------------------------------------------------------------------------------------------ user tasks
-def load_classification_file(path: str | Path, text_column: str = "text", label_column: str = "label") -> Dataset:
-    """Load a user sentence-classification file: CSV (header row) or JSONL (one object a line).
+# ------------------------------------------------------------------------------------- headline match
+HEADLINE_MATCH = "headline_match"
+"""The built-in sentence-pair task's name."""
 
-    Labels become a ClassLabel with the sorted distinct values as names.
+HEADLINE_LABELS = ("other_article", "same_article")
+
+
+def build_headline_match(
+    docs: Sequence[Document], headlines: dict[str, list[str]], passage_words: int, sizes: dict[str, int],
+    heldout_validation_fraction: float, seed: int,
+) -> tuple[DatasetDict, dict[str, Any]]:
+    """Sentence-pair classification: does this headline belong to this article body?
+
+    Each article gives a headline (its ``title``, the first entry of ``headlines[doc_id]``) and a body passage
+    (its first :func:`passages` passage of at most ``passage_words`` words). Per split, ``sizes[split] // 2``
+    articles are drawn with ``seed``; each gives one positive pair (its title, its own passage; label
+    ``same_article``) and one negative (its title, the passage of another article of the *same split* drawn with
+    ``seed``; ``other_article``), so every split is balanced and no passage leaks across splits. Train pairs come
+    from corpus-train articles; validation and test from corpus-validation articles, halved as
+    :func:`build_silver_ner` does, so pre-training never saw a scored body. Articles without a title are skipped.
+
+    Returns:
+        (DatasetDict with ``text`` (headline), ``text_pair`` (passage), ``label`` (ClassLabel), ``doc_id``,
+        ``pair_doc_id`` (the passage's article); info with ``label_names``).
+    Raises:
+        TaskDataError: a split with fewer than two titled articles (no negative can be drawn).
+    """
+    heldout = [d.doc_id for d in docs if d.split == "validation"]
+    val_docs, _ = halve_groups(heldout, heldout_validation_fraction, seed)
+    pools: dict[str, list[tuple[str, str, str]]] = {s: [] for s in SPLITS}
+    for d in docs:
+        title = (headlines.get(d.doc_id) or [""])[0].strip()
+        body = passages(d.sentences, passage_words)
+        if not title or not body:
+            continue
+        split = "train" if d.split == "train" else ("validation" if d.doc_id in val_docs else "test")
+        pools[split].append((d.doc_id, " ".join(title.split()), body[0]))
+    rng = np.random.default_rng(seed)
+    feats = pair_features(HEADLINE_LABELS)
+    feats["doc_id"] = Value("string")
+    feats["pair_doc_id"] = Value("string")
+    out = {}
+    for split in SPLITS:
+        pool = pools[split]
+        if len(pool) < 2:
+            raise TaskDataError(f"headline_match: split {split!r} has {len(pool)} titled article(s); expected at "
+                                f"least 2 (check the corpus and prepare_tasks.heldout_validation_fraction)")
+        n = min(sizes[split] // 2, len(pool))
+        chosen = sorted(rng.choice(len(pool), size=n, replace=False).tolist())
+        rows: dict[str, list[Any]] = {"text": [], "text_pair": [], "label": [], "doc_id": [], "pair_doc_id": []}
+        for i in chosen:
+            other = int(rng.integers(len(pool) - 1))
+            other += other >= i  # any article but this one
+            doc_id, title, body = pool[i]
+            for label, j in ((1, i), (0, other)):
+                rows["text"].append(title)
+                rows["text_pair"].append(pool[j][2])
+                rows["label"].append(label)
+                rows["doc_id"].append(doc_id)
+                rows["pair_doc_id"].append(pool[j][0])
+        out[split] = Dataset.from_dict(rows, features=feats)
+    return DatasetDict(out), {"label_names": list(HEADLINE_LABELS)}
+
+
+# ------------------------------------------------------------------------------------------ user tasks
+def load_classification_file(path: str | Path, text_column: str = "text", label_column: str = "label",
+                             text_pair_column: str | None = None, regression: bool = False) -> Dataset:
+    """Load a user sequence-task file: CSV (header row) or JSONL (one object a line).
+
+    Columns ``text`` (from ``text_column``), ``text_pair`` (from ``text_pair_column``, for pair tasks) and
+    ``label``: a ClassLabel with the sorted distinct values as names, or with ``regression`` a float32 target.
 
     Raises:
-        TaskDataError: unreadable row, missing column, empty text, or fewer than two classes.
+        TaskDataError: unreadable row, missing column, empty text, a label that is not a number (regression), or
+            fewer than two classes (classification).
     """
     path = Path(path)
-    rows: list[tuple[int, Any, Any]] = []
+    columns = [text_column] + ([text_pair_column] if text_pair_column else []) + [label_column]
+    rows: list[tuple[int, list[Any]]] = []
     if path.suffix.lower() in (".jsonl", ".json"):
         with open(path, encoding="utf-8") as fh:
             for i, line in enumerate(fh, start=1):
@@ -427,24 +504,42 @@ def load_classification_file(path: str | Path, text_column: str = "text", label_
                     obj = json.loads(line)
                 except json.JSONDecodeError as exc:
                     raise TaskDataError(f"{path}: line {i}: invalid JSON ({exc.msg})") from None
-                if not isinstance(obj, dict) or text_column not in obj or label_column not in obj:
-                    raise TaskDataError(f"{path}: line {i}: expected an object with {text_column!r} and {label_column!r}")
-                rows.append((i, obj[text_column], obj[label_column]))
+                if not isinstance(obj, dict) or any(c not in obj for c in columns):
+                    raise TaskDataError(f"{path}: line {i}: expected an object with {' and '.join(map(repr, columns))}")
+                rows.append((i, [obj[c] for c in columns]))
     else:
         with open(path, encoding="utf-8", newline="") as fh:
             reader = csv.DictReader(fh)
-            for col in (text_column, label_column):
+            for col in columns:
                 if col not in (reader.fieldnames or []):
                     raise TaskDataError(f"{path}: column {col!r} missing (header: {', '.join(reader.fieldnames or [])})")
             for i, rec in enumerate(reader, start=2):
-                rows.append((i, rec[text_column], rec[label_column]))
+                rows.append((i, [rec[c] for c in columns]))
     unit = "line" if path.suffix.lower() in (".jsonl", ".json") else "row"
-    for i, text, label in rows:
-        if not isinstance(text, str) or not text.strip():
-            raise TaskDataError(f"{path}: {unit} {i}: empty or non-text {text_column!r}")
+    for i, values in rows:
+        for col, text in zip(columns[:-1], values[:-1], strict=True):
+            if not isinstance(text, str) or not text.strip():
+                raise TaskDataError(f"{path}: {unit} {i}: empty or non-text {col!r}")
+        label = values[-1]
         if label is None or str(label).strip() == "":
             raise TaskDataError(f"{path}: {unit} {i}: empty {label_column!r}")
-    classes = sorted({str(lb) for _, _, lb in rows})
+        if regression:
+            try:
+                target = float(label)
+            except (TypeError, ValueError):
+                raise TaskDataError(f"{path}: {unit} {i}: {label_column!r} is {label!r}; expected a number "
+                                    f"(a regression target)") from None
+            if not np.isfinite(target):
+                raise TaskDataError(f"{path}: {unit} {i}: {label_column!r} is {label!r}; expected a finite number")
+    data: dict[str, list[Any]] = {"text": [v[0] for _, v in rows]}
+    if text_pair_column:
+        data["text_pair"] = [v[1] for _, v in rows]
+    if regression:
+        data["label"] = [float(v[-1]) for _, v in rows]
+        feats = {"text": Value("string"), **({"text_pair": Value("string")} if text_pair_column else {}),
+                 "label": Value("float32")}
+        return Dataset.from_dict(data, features=Features(feats))
+    classes = sorted({str(v[-1]) for _, v in rows})
     if len(classes) < 2:
         first = rows[0][0] if rows else 0
         last = rows[-1][0] if rows else 0
@@ -452,10 +547,9 @@ def load_classification_file(path: str | Path, text_column: str = "text", label_
         raise TaskDataError(
             f"{path}: {unit}s {first}-{last}: column {label_column!r} holds one class ({only}); expected at least 2"
         )
-    return Dataset.from_dict(
-        {"text": [t for _, t, _ in rows], "label": [classes.index(str(lb)) for _, _, lb in rows]},
-        features=classification_features(classes),
-    )
+    data["label"] = [classes.index(str(v[-1])) for _, v in rows]
+    feats = pair_features(classes) if text_pair_column else classification_features(classes)
+    return Dataset.from_dict(data, features=feats)
 
 
 _BIO = re.compile(r"^(O|[BI]-\S+)$")
@@ -575,8 +669,8 @@ def label_counts(ds: Dataset, column: str) -> dict[str, int]:
 NEWS_SOURCE = "news_articles"
 """The corpus source NER and QA are built from."""
 
-MAIN_METRIC = {"classification": "accuracy", "ner": "f1", "qa": "f1"}
-"""The metric early stopping, the report and the registry rank by, per task kind."""
+MAIN_METRIC = kinds.MAIN_METRIC
+"""The metric early stopping, the report and the registry rank by, per task kind (:mod:`bert_pipeline.data.kinds`)."""
 
 
 def read_corpus_documents(path: Path, source: str) -> list[Document]:
@@ -638,15 +732,19 @@ def build_user_task(spec: Any) -> tuple[DatasetDict, dict[str, Any]]:
         info: dict[str, Any] = {}
         if spec.kind == "ner":
             info["label_names"] = dd["train"].features["ner_tags"].feature.names
-        elif spec.kind == "classification":
+        elif spec.kind in kinds.LABELLED_KINDS:
             info["label_names"] = dd["train"].features[spec.label_column].names
         return dd, info
     paths = {s: getattr(spec, s) for s in SPLITS}
     for split, p in paths.items():
         if not p or not Path(p).exists():
             raise PipelineError(f"prepare_tasks.user_tasks[{spec.name}].{split}: file {p!r} not found")
-    if spec.kind == "classification":
-        parts = {s: load_classification_file(p, spec.text_column, spec.label_column) for s, p in paths.items()}
+    if spec.kind == kinds.REGRESSION:
+        return DatasetDict({s: load_classification_file(p, spec.text_column, spec.label_column, spec.text_pair_column,
+                                                        regression=True) for s, p in paths.items()}), {}
+    if spec.kind in kinds.LABELLED_KINDS:
+        pair = spec.text_pair_column if spec.kind == kinds.PAIR_CLASSIFICATION else None
+        parts = {s: load_classification_file(p, spec.text_column, spec.label_column, pair) for s, p in paths.items()}
         names = sorted({n for d in parts.values() for n in d.features["label"].names})
         for s, d in parts.items():
             if d.features["label"].names != names:
@@ -664,9 +762,16 @@ def describe(dd: DatasetDict, kind: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for split, ds in dd.items():
         entry: dict[str, Any] = {"examples": len(ds)}
-        if kind == "classification":
+        if kind in kinds.LABELLED_KINDS:
             entry["label_counts"] = label_counts(ds, "label")
+        if kind == kinds.REGRESSION:
+            targets = np.asarray(ds["label"], dtype=np.float64)
+            entry["label_mean"] = round(float(targets.mean()), 4) if len(targets) else 0.0
+            entry["label_std"] = round(float(targets.std()), 4) if len(targets) else 0.0
+        if kinds.is_sequence_kind(kind):
             lens = [len(t.split()) for t in ds["text"]]
+            if "text_pair" in ds.column_names:
+                entry["avg_pair_words"] = round(sum(len(t.split()) for t in ds["text_pair"]) / max(len(ds), 1), 2)
         elif kind == "ner":
             entry["label_counts"] = label_counts(ds, "ner_tags")
             lens = [len(t) for t in ds["tokens"]]
@@ -717,6 +822,13 @@ def build_all(p: Any, raw: Path, corpus: Path) -> dict[str, tuple[DatasetDict, d
         built["qa"] = (qa, {"kind": "qa", "silver": False, "cloze": True, "source": f"{NEWS_ARTICLES} + {corpus}",
                             **info})
         log.info("qa (cloze): %s", {k: len(v) for k, v in qa.items()})
+
+        hm = p.headline_match
+        pairs, info = build_headline_match(docs, heads, hm.passage_words, hm.pairs.model_dump(),
+                                           p.heldout_validation_fraction, p.seed)
+        built[HEADLINE_MATCH] = (pairs, {"kind": kinds.PAIR_CLASSIFICATION, "silver": False,
+                                         "source": f"{NEWS_ARTICLES} titles + {corpus} bodies", **info})
+        log.info("headline_match (pairs): %s", {k: len(v) for k, v in pairs.items()})
 
         for spec in p.user_tasks:
             if spec.name in built:

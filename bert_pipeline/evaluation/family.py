@@ -35,6 +35,7 @@ from bert_pipeline.evaluation.report import (
     findings,
     load_finetune_results,
     onnx_section,
+    pair_regression_section,
     relative_speed,
     render_summary,
     table,
@@ -320,7 +321,7 @@ def evaluate_family(inputs: FamilyInputs, *, teacher: str, student: str, scratch
     distilled = distillation_section(pairs, index, facts, tasks, throughput_batch_size, inputs.sources)
     summary = render_summary(header, rows, lines, read_json(inputs.metrics_dir / "corpus.json"),
                              read_json(inputs.metrics_dir / "tokenizer.json"), card, inputs.sources, note, figures,
-                             sections=[budget, variants, distilled, onnx])
+                             sections=[pair_regression_section(results, models), budget, variants, distilled, onnx])
 
     flat = flat_metrics(index, facts, models, tasks, teacher, student, scratch)
     flat.update(pair_shares(pairs, index, tasks))

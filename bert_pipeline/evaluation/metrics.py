@@ -1,6 +1,6 @@
-"""Per-task metrics: accuracy and macro-F1, seqeval entity-level P/R/F1, SQuAD v1.1 exact match and F1.
+"""Per-task metrics: accuracy and macro-F1, regression Pearson/Spearman/MSE, seqeval entity-level P/R/F1, SQuAD v1.1 EM and F1.
 
-All scores are fractions in ``[0, 1]`` (not percentages).
+All scores are fractions in ``[0, 1]`` (not percentages), except the correlations (``[-1, 1]``) and MSE (label units squared).
 """
 
 from __future__ import annotations
@@ -9,6 +9,8 @@ import collections
 import re
 import string
 from collections.abc import Sequence
+
+import numpy as np
 
 
 def classification_metrics(labels: Sequence[int], preds: Sequence[int], num_labels: int) -> dict[str, float]:
@@ -32,6 +34,26 @@ def classification_metrics(labels: Sequence[int], preds: Sequence[int], num_labe
             continue
         f1s.append(2 * tp / (2 * tp + fp + fn))
     return {"accuracy": correct / len(labels), "macro_f1": sum(f1s) / len(f1s) if f1s else 0.0}
+
+
+def regression_metrics(labels: Sequence[float], preds: Sequence[float]) -> dict[str, float]:
+    """Pearson and Spearman correlation (``scipy.stats``) and mean squared error of float predictions, as GLUE
+    scores STS-B (Wang et al. 2019). A constant prediction or target has no correlation: 0.0 is reported.
+
+    Returns:
+        ``{"pearson", "spearman", "mse"}``.
+    Raises:
+        ValueError: empty or unequal inputs.
+    """
+    from scipy.stats import pearsonr, spearmanr
+
+    if not labels or len(labels) != len(preds):
+        raise ValueError(f"need equal, non-empty label and prediction lists, got {len(labels)} and {len(preds)}")
+    y, p = np.asarray(labels, dtype=np.float64), np.asarray(preds, dtype=np.float64)
+    constant = len(y) < 2 or np.ptp(y) == 0 or np.ptp(p) == 0
+    pearson = 0.0 if constant else float(pearsonr(y, p)[0])
+    spearman = 0.0 if constant else float(spearmanr(y, p)[0])
+    return {"pearson": pearson, "spearman": spearman, "mse": float(np.mean((y - p) ** 2))}
 
 
 def ner_metrics(gold: list[list[str]], pred: list[list[str]]) -> dict[str, float]:

@@ -103,10 +103,44 @@ def max_length(pred: Predictor, requested: int) -> int:
     return min(requested, limit) if limit else requested
 
 
-def token_counts(pred: Predictor, texts: Sequence[str]) -> list[int]:
-    """Tokens of each text with the model's special tokens (what a window must hold to see it whole)."""
+def token_counts(pred: Predictor, texts: Sequence[str], text_pairs: Sequence[str] | None = None) -> list[int]:
+    """Tokens of each text (or pair, with ``text_pairs``) with the model's special tokens (what a window must hold
+    to see it whole)."""
     # verbose=False: a text longer than the model is what is being measured, not a mistake to warn about
-    return [len(ids) for ids in pred.tokenizer(list(texts), truncation=False, verbose=False)["input_ids"]]
+    args = (list(texts),) if text_pairs is None else (list(texts), list(text_pairs))
+    return [len(ids) for ids in pred.tokenizer(*args, truncation=False, verbose=False)["input_ids"]]
+
+
+def reads_pairs(pred: Predictor) -> bool:
+    """True for a sentence-pair classifier: ``config.task_kind`` is ``pair_classification`` (``finetune`` writes it
+    for the pair and regression kinds)."""
+    return getattr(pred.model.config, "task_kind", None) == "pair_classification"
+
+
+def is_regression(pred: Predictor) -> bool:
+    """True for a regression head (one output, ``problem_type="regression"``: ``finetune``'s ``regression`` kind)."""
+    cfg = pred.model.config
+    return cfg.problem_type == "regression" or cfg.num_labels == 1
+
+
+@torch.no_grad()
+def sequence_outputs(pred: Predictor, texts: Sequence[str], batch_size: int = 32, max_seq_length: int = 128,
+                     text_pairs: Sequence[str] | None = None) -> torch.Tensor:
+    """Raw head outputs ``(len(texts), num_labels)`` float32 in the order of ``texts``: logits, or a regression
+    head's predicted values (``num_labels`` 1). With ``text_pairs`` each example is the pair ``(texts[i],
+    text_pairs[i])``, encoded as fine-tuning encoded it (:func:`bert_pipeline.data.kinds.encode_sequences`:
+    ``token_type_ids`` 0 then 1, the longer segment truncated first). Batched by length as
+    :func:`class_probabilities`."""
+    lengths = [len(t) + (len(text_pairs[i]) if text_pairs is not None else 0) for i, t in enumerate(texts)]
+    order = sorted(range(len(texts)), key=lambda i: lengths[i])
+    out = torch.zeros(len(texts), pred.model.config.num_labels)
+    for i in range(0, len(order), batch_size):
+        idx = order[i:i + batch_size]
+        args = ([texts[j] for j in idx],) + (([text_pairs[j] for j in idx],) if text_pairs is not None else ())
+        enc = pred.tokenizer(*args, padding=True, truncation="longest_first" if text_pairs is not None else True,
+                             max_length=max_length(pred, max_seq_length), return_tensors="pt")
+        out[idx] = pred.model(**enc).logits.float()
+    return out
 
 
 @torch.no_grad()
@@ -129,15 +163,27 @@ def class_probabilities(pred: Predictor, texts: Sequence[str], batch_size: int =
     return probs
 
 
-def classify(pred: Predictor, texts: Sequence[str], batch_size: int = 32, max_seq_length: int = 128) -> list[dict]:
+def classify(pred: Predictor, texts: Sequence[str], batch_size: int = 32, max_seq_length: int = 128,
+             text_pairs: Sequence[str] | None = None) -> list[dict]:
     """``[{"label", "probability", "tokens", "truncated"}]`` per text: the arg-max class, its softmax probability,
     the text's length in tokens and whether the model read only its first ``max_seq_length`` tokens (capped at the
-    model's ``max_position_embeddings``): a long text is classified on its beginning, and the output says so."""
-    probs = class_probabilities(pred, texts, batch_size, max_seq_length)
-    id2label = pred.model.config.id2label
+    model's ``max_position_embeddings``): a long text is classified on its beginning, and the output says so.
+
+    With ``text_pairs`` (a pair classifier) each input is the pair ``(texts[i], text_pairs[i])``; a regression
+    head gives ``{"value", "tokens", "truncated"}`` (the predicted float) instead of a label."""
     limit = max_length(pred, max_seq_length)
+    counts = token_counts(pred, texts, text_pairs)
+    if text_pairs is not None or is_regression(pred):
+        outputs = sequence_outputs(pred, texts, batch_size, max_seq_length, text_pairs)
+        if is_regression(pred):
+            return [{"value": round(float(o[0]), 4), "tokens": n, "truncated": n > limit}
+                    for o, n in zip(outputs, counts, strict=True)]
+        probs = torch.softmax(outputs, dim=-1)
+    else:
+        probs = class_probabilities(pred, texts, batch_size, max_seq_length)
+    id2label = pred.model.config.id2label
     return [{"label": id2label[int(p.argmax())], "probability": round(float(p.max()), 4), "tokens": n,
-             "truncated": n > limit} for p, n in zip(probs, token_counts(pred, texts), strict=True)]
+             "truncated": n > limit} for p, n in zip(probs, counts, strict=True)]
 
 
 def tagging_windows(pred: Predictor, max_seq_length: int = 384, doc_stride: int = 128) -> tuple[Any, int]:

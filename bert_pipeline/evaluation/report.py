@@ -29,7 +29,7 @@ if TYPE_CHECKING:  # typing only: the report is plain text and needs no matplotl
 log = logging.getLogger(__name__)
 
 # Tasks in table order; others follow alphabetically. NER scores are agreement with spaCy's silver labels.
-TASK_ORDER = ("sentiment", "ner", "qa")
+TASK_ORDER = ("sentiment", "ner", "qa", "headline_match")
 SILVER_TASKS = frozenset({"ner"})
 
 
@@ -90,6 +90,8 @@ class FinetuneResult:
     low_resource_test_seeds: Mapping[str, Sequence[float]] = field(default_factory=dict)
     source: str = ""
     teacher: str | None = None
+    kind: str | None = None
+    """The task kind (:mod:`bert_pipeline.data.kinds`) the metrics file names, None in older files."""
 
     @property
     def score(self) -> float:
@@ -159,6 +161,7 @@ def parse_finetune_metrics(raw: Mapping[str, Any], source: str) -> FinetuneResul
         low_resource_test_seeds=low_seeds,
         source=source,
         teacher=str(raw["teacher"]) if raw.get("teacher") else None,
+        kind=str(raw["kind"]) if raw.get("kind") else None,
     )
 
 
@@ -512,6 +515,37 @@ def distillation_section(pairs: Sequence[DistillationPair], index: Mapping[tuple
         "Each student against the teacher it learned from, on the same test sets; speed on the same inputs and CPU "
         f"threads as the family table (`{sources.evaluate_timing}`); scores from `{sources.finetune_metrics}`.", "",
         *blocks]).rstrip() + "\n"
+
+
+PAIR_REGRESSION_METRICS = {"pair_classification": (("accuracy", "accuracy"), ("macro_f1", "macro F1")),
+                           "regression": (("pearson", "Pearson r"), ("spearman", "Spearman rho"), ("mse", "MSE"))}
+"""The test metrics the pair and regression table shows per kind (key, column label)."""
+
+
+def pair_regression_section(results: Sequence[FinetuneResult], models: Sequence[str]) -> str:
+    """The sentence-pair and regression tasks' test metrics (Markdown), ``""`` when there is none: per task one
+    table, a row per family member (in ``models`` order), pair classification's accuracy and macro-F1 in points,
+    regression's Pearson and Spearman correlation (x 100, as GLUE reports STS-B) and MSE (label units squared)."""
+    by_task: dict[str, dict[str, FinetuneResult]] = {}
+    for r in results:
+        if r.kind in PAIR_REGRESSION_METRICS:
+            by_task.setdefault(r.task, {})[r.model] = r
+    if not by_task:
+        return ""
+    blocks = []
+    for task in task_order(by_task):
+        members = by_task[task]
+        kind = next(iter(members.values())).kind
+        cols = PAIR_REGRESSION_METRICS[kind]
+        rows = []
+        for m in [m for m in models if m in members] + sorted(set(members) - set(models)):
+            test = members[m].test
+            rows.append([m, *("–" if key not in test else (f"{test[key]:.4f}" if key == "mse" else fmt_score(test[key]))
+                              for key, _ in cols)])
+        what = "sentence pairs (`text`, `text_pair`)" if kind == "pair_classification" else "regression (float label)"
+        blocks += [f"### {task}: {what}", "", markdown_table(["model", *(label for _, label in cols)], rows), ""]
+    return "\n".join(["## Sentence-pair and regression tasks", "",
+                      "Test means over seeds; the main metric is also in the family table.", "", *blocks]).rstrip() + "\n"
 
 
 def onnx_section(parity: Mapping[str, Any] | None, timing: Mapping[str, Any] | None, sources: ReportSources) -> str:

@@ -193,8 +193,8 @@ INPUT_COLUMNS = {"sequence-classification": ("text",), "token-classification": (
 
 def encode_examples(pred: Predictor, examples: Sequence[Mapping[str, Any]], max_seq_length: int,
                     doc_stride: int | None = None) -> Encoded:
-    """Encode ``examples`` (mappings with the task data contract's columns: ``text``; ``tokens``, a list of words;
-    ``question`` and ``context``) the way fine-tuning's evaluator encodes the test split: one window of at most
+    """Encode ``examples`` (mappings with the task data contract's columns: ``text`` (and ``text_pair`` for a
+    sentence-pair classifier, encoded as a pair); ``tokens``, a list of words; ``question`` and ``context``) the way fine-tuning's evaluator encodes the test split: one window of at most
     ``max_seq_length`` tokens per text (capped at the model's ``max_position_embeddings``); NER and QA inputs
     longer than that in windows overlapping by ``doc_stride`` tokens.
 
@@ -212,7 +212,13 @@ def encode_examples(pred: Predictor, examples: Sequence[Mapping[str, Any]], max_
     tok, length = pred.tokenizer, max_length(pred, max_seq_length)
     names = input_names(pred)
     if pred.kind == "sequence-classification":
-        enc = tok([str(ex["text"]) for ex in examples], truncation=True, max_length=length)
+        pairs = [str(ex["text_pair"]) for ex in examples] if any("text_pair" in ex for ex in examples) else None
+        if pairs is not None and not all("text_pair" in ex for ex in examples):
+            raise PipelineError("check inputs: some have text_pair and some do not; a pair classifier reads "
+                                "text and text_pair in every input")
+        # pairs as fine-tuning encodes them (bert_pipeline.data.kinds.encode_sequences): token_type_ids 0 then 1
+        enc = (tok([str(ex["text"]) for ex in examples], pairs, truncation="longest_first", max_length=length)
+               if pairs is not None else tok([str(ex["text"]) for ex in examples], truncation=True, max_length=length))
         features = [{k: enc[k][i] for k in names} for i in range(len(examples))]
         return Encoded(pred.kind, features, len(examples))
     stride = 128 if doc_stride is None else doc_stride

@@ -8,7 +8,8 @@ fine-tuned folder as artifact ``model`` and the ``bert_pipeline`` package as cod
 nothing imports it.
 
 Input (a list, or ``{"inputs": [...]}`` when served): sentence classification and NER take texts; QA takes
-``{"question", "context"}`` rows. The class is chosen by the ``kind`` in the logged ``model_config``. Output per row, as
+``{"question", "context"}`` rows; a sentence-pair classifier ``{"text", "text_pair"}`` rows (a regression head
+takes texts and returns ``{"value", "tokens", "truncated"}``). The class is chosen by the ``kind`` in the logged ``model_config``. Output per row, as
 :mod:`bert_pipeline.evaluation.predictor`: ``{"label", "probability", "tokens", "truncated"}``; ``{"entities": [...]}``
 with character offsets (a long text tagged whole, in windows); ``{"answer", "start", "end", "score", "logit_sum",
 "windows", "question_truncated"}`` (``score``: the answer's probability, as Hugging Face's question-answering
@@ -53,6 +54,18 @@ class FinetunedQAModel(FinetunedTextModel):
         return [answer(self.pred, str(row["question"]), str(row["context"])) for row in model_input]
 
 
+class FinetunedPairModel(FinetunedTextModel):
+    """Serve a fine-tuned sentence-pair classifier: ``{"text", "text_pair"}`` rows in, ``{"label", "probability",
+    "tokens", "truncated"}`` per row (the pair encoded as fine-tuning encoded it, ``token_type_ids`` 0 then 1)."""
+
+    def predict(self, context, model_input: list[dict[str, str]], params=None):
+        from bert_pipeline.evaluation.predictor import classify
+
+        return classify(self.pred, [str(row["text"]) for row in model_input],
+                        text_pairs=[str(row["text_pair"]) for row in model_input])
+
+
 # The registry logs this file with model_config {"kind": ...}; MLflow runs it to build the model.
 _KIND = (mlflow.models.ModelConfig(development_config={"kind": "text"}).get("kind"))
-mlflow.models.set_model(FinetunedQAModel() if _KIND == "question-answering" else FinetunedTextModel())
+mlflow.models.set_model(FinetunedQAModel() if _KIND == "question-answering"
+                        else FinetunedPairModel() if _KIND == "sentence-pair-classification" else FinetunedTextModel())

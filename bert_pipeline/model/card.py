@@ -38,13 +38,18 @@ LICENSE = "apache-2.0"
 LANGUAGE = ["en"]
 LIBRARY = "transformers"
 FILL_MASK = "fill-mask"
-PIPELINE_TAG = {"classification": "text-classification", "ner": "token-classification", "qa": "question-answering"}
+PIPELINE_TAG = {"classification": "text-classification", "pair_classification": "text-classification",
+                "regression": "text-classification", "ner": "token-classification", "qa": "question-answering"}
 """The Hub's ``pipeline_tag`` per task kind (``task.json`` ``kind``); the encoders are ``fill-mask``."""
+SEQUENCE_KINDS = tuple(kind for kind, tag in PIPELINE_TAG.items() if tag == "text-classification")
+"""The kinds a sequence classifier serves (:data:`bert_pipeline.data.kinds.SEQUENCE_KINDS`; not imported, so the
+pre-training stages that write cards do not rerun when a task kind is added)."""
 METRIC_TYPE = {"accuracy": "accuracy", "macro_f1": "f1", "f1": "f1", "precision": "precision", "recall": "recall",
-               "exact_match": "exact_match"}
+               "exact_match": "exact_match", "pearson": "pearsonr", "spearman": "spearmanr", "mse": "mse"}
 """Hub metric ids (https://hf.co/metrics) of the pipeline's metric names; ``f1_TYPE`` (NER per type) is ``f1``."""
 METRIC_NAME = {"accuracy": "accuracy", "macro_f1": "macro F1", "f1": "F1", "precision": "precision",
-               "recall": "recall", "exact_match": "exact match"}
+               "recall": "recall", "exact_match": "exact match", "pearson": "Pearson r", "spearman": "Spearman rho",
+               "mse": "MSE"}
 PRECISION = {"no": "fp32", "fp32": "fp32", "bf16": "bf16 autocast", "fp16": "fp16 autocast"}
 """Resolved precision (accelerate's ``mixed_precision`` or the pipeline's name) as the card writes it."""
 PAIR_OBJECTIVE = {"nsp": "masked LM + next-sentence prediction (Devlin et al. 2019)",
@@ -487,6 +492,14 @@ def _task_text(task: str, info: Mapping[str, Any], record: Mapping[str, Any]) ->
             "validation articles only. " + sizes),
             ["- Cloze questions are headlines with an entity blanked, not natural questions; answers are always "
              "entity names, and an entity that occurs twice in a passage can make a question ambiguous."])
+    if kind == "pair_classification" and task == "headline_match":
+        return ("Headline match from news articles", (
+            "Sentence pairs built from the news articles (`prepare_tasks`): a title with its own article's first "
+            "body passage (`same_article`) or with another article's (`other_article`, drawn with the seed), "
+            "balanced; train pairs from the corpus's train articles, validation and test from its validation "
+            "articles only. " + sizes),
+            ["- Titles paired with opening passages of news articles; a negative is a random other article, so "
+             "topic overlap alone often decides it."])
     name = f"user task {task}"
     return (name, f"A user task from `{source}` (kind {kind}). " + sizes, [])
 
@@ -504,6 +517,11 @@ def _caveat(info: Mapping[str, Any], record: Mapping[str, Any]) -> str:
 
 
 def _head_text(kind: str, pooling: str | None, labels: Sequence[str]) -> str:
+    if kind in ("pair_classification", "regression"):
+        pool = "mean of the last hidden states" if pooling == "mean" else "the `[CLS]` pooler output"
+        what = "one float (regression)" if kind == "regression" else f"{len(labels)} labels"
+        inputs = "a text pair (`token_type_ids` 0/1 where the tokenizer has them)" if kind != "regression" else "a text"
+        return f"sequence classification of {inputs}: {pool} -> linear over {what}"
     if kind == "classification":
         pool = "mean of the last hidden states" if pooling == "mean" else "the `[CLS]` pooler output"
         return f"sequence classification: {pool} -> linear over {len(labels)} labels"
@@ -513,20 +531,25 @@ def _head_text(kind: str, pooling: str | None, labels: Sequence[str]) -> str:
 
 
 def _finetuned_load(folder: str, kind: str, pooling: str | None) -> str:
-    if kind == "classification" and pooling == "mean":
+    if kind in SEQUENCE_KINDS and pooling == "mean":
         code = ("from transformers import AutoTokenizer\n\nfrom bert_pipeline.model.heads import load_sequence_classifier\n\n"
                 f'tokenizer = AutoTokenizer.from_pretrained("{folder}")\n'
                 f'model = load_sequence_classifier("{folder}")  # mean pooling: AutoModelForSequenceClassification '
                 "would load the [CLS]-pooled class and give other scores")
     else:
-        cls = {"classification": "AutoModelForSequenceClassification", "ner": "AutoModelForTokenClassification",
+        cls = {"classification": "AutoModelForSequenceClassification",
+               "pair_classification": "AutoModelForSequenceClassification",
+               "regression": "AutoModelForSequenceClassification", "ner": "AutoModelForTokenClassification",
                "qa": "AutoModelForQuestionAnswering"}[kind]
         code = (f"from transformers import {cls}, AutoTokenizer\n\n"
                 f'tokenizer = AutoTokenizer.from_pretrained("{folder}")\nmodel = {cls}.from_pretrained("{folder}")')
     example = {"classification": '"a gripping, beautifully acted film"',
+               "pair_classification": '--text-pair "The city council voted on Monday." "Council votes"',
+               "regression": '"a gripping, beautifully acted film"',
                "ner": '"Alice Smith flew from Paris to London on Monday."',
                "qa": '--context "Alice Smith flew from Paris to London on Monday." "@placeholder flew to London"'}[kind]
-    note = {"classification": "label and probability",
+    note = {"classification": "label and probability", "pair_classification": "label and probability",
+            "regression": "the predicted value",
             "ner": "entities with character offsets, long texts tagged in overlapping windows",
             "qa": "the answer span, decoded by the n-best decoder that scored the test split"}[kind]
     return (f"```python\n{code}\n```\n\nOr with the pipeline's command line ({note}; one JSON line per input):\n\n"
@@ -562,7 +585,7 @@ def finetuned_card(*, name: str, task: str, record: Mapping[str, Any], task_info
     folder = folder or f"models/finetuned/{name}-{task}"
     scratch = member.get("init") == "random"
     labels = list(task_info.get("label_names") or [])
-    pooling = member.get("pooling") if kind == "classification" else None
+    pooling = member.get("pooling") if kind in SEQUENCE_KINDS else None
     dataset_name, task_text, task_limits = _task_text(task, task_info, record)
     facts = base.facts
     if scratch:
@@ -625,6 +648,8 @@ def finetuned_card(*, name: str, task: str, record: Mapping[str, Any], task_info
     runs = record.get("runs", [])
     steps = ", ".join(f"seed {r.get('seed')}: {r.get('steps')} steps, best at step {r.get('best_step')}" for r in runs)
     objective = {"classification": "cross-entropy over the labels",
+                 "pair_classification": "cross-entropy over the labels",
+                 "regression": "mean squared error",
                  "ner": "per-token cross-entropy (labels on each word's first sub-token)",
                  "qa": "cross-entropy of the answer's start and end positions"}[kind]
     initialisation = "random (no pre-training)" if scratch else f"`{base.path}`, new head"

@@ -213,7 +213,11 @@ def distillation_loss(
 
 
 # ------------------------------------------------------------------------------------- task-specific losses
-TASK_KINDS = ("classification", "ner", "qa")
+TASK_KINDS = ("classification", "pair_classification", "ner", "qa")
+"""The kinds of :mod:`bert_pipeline.data.kinds` task-specific distillation serves (a pair classifier's logits are one
+distribution per example, as a classifier's; regression has no distribution to match). Spelt out here, not
+imported: pre-training and ``distill`` import this module, and their DVC stages should not rerun when a task kind
+is added."""
 _MASKED_LOGIT = -1.0e4  # a padded QA position: exp(-1e4 / T) is 0 in float32, and finite, so KL stays finite
 
 
@@ -224,7 +228,7 @@ def soft_target_loss(kind: str, student_logits: torch.Tensor | tuple[torch.Tenso
     al. 2015, §2; "distillation during fine-tuning", Sanh et al. 2019, §4.2), for each task head's logits.
 
     Args:
-        kind: ``classification``: logits ``(batch, num_labels)``, one distribution per example (``mask`` unused).
+        kind: ``classification`` (and ``pair_classification``): logits ``(batch, num_labels)``, one distribution per example (``mask`` unused).
             ``ner``: logits ``(batch, seq_len, num_labels)``, one distribution per position where ``mask``
             ``(batch, seq_len)`` bool is True (the positions the task scores: each word's first sub-token).
             ``qa``: a ``(start, end)`` pair of ``(batch, seq_len)`` logits, one distribution over positions per
@@ -240,7 +244,7 @@ def soft_target_loss(kind: str, student_logits: torch.Tensor | tuple[torch.Tenso
     """
     if temperature <= 0:
         raise ValueError(f"temperature: expected > 0, got {temperature}")
-    if kind == "classification":
+    if kind in TASK_KINDS[:2]:  # one distribution per example
         return kl_loss(student_logits, teacher_logits, temperature)
     if kind == "ner":
         return kl_loss(student_logits[mask], teacher_logits[mask], temperature)

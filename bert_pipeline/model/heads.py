@@ -267,7 +267,8 @@ class MeanPoolingBertForSequenceClassification(BertForSequenceClassification):
     """``BertForSequenceClassification`` whose sentence vector is the mean of the last hidden states over
     real tokens (``attention_mask`` 1) instead of the ``[CLS]`` pooler (as Sentence-BERT, Reimers & Gurevych
     2019, §3). Same weights as the standard class; ``config.classifier_pooling = "mean"`` records the choice
-    so :func:`load_sequence_classifier` restores it."""
+    so :func:`load_sequence_classifier` restores it. One label (``num_labels == 1``, regression): MSE loss, as
+    the standard class with ``problem_type="regression"``."""
 
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, labels=None, **kwargs):
         out = self.bert(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
@@ -278,7 +279,9 @@ class MeanPoolingBertForSequenceClassification(BertForSequenceClassification):
         pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1.0)
         logits = self.classifier(self.dropout(pooled))
         loss = None
-        if labels is not None:
+        if labels is not None and self.num_labels == 1:  # regression (problem_type "regression"): MSE, as HF's
+            loss = torch.nn.functional.mse_loss(logits.view(-1), labels.view(-1).to(logits.dtype))
+        elif labels is not None:
             loss = torch.nn.functional.cross_entropy(logits.view(-1, self.num_labels), labels.view(-1))
         return SequenceClassifierOutput(loss=loss, logits=logits)
 

@@ -30,6 +30,7 @@ from transformers import (
     get_linear_schedule_with_warmup,
 )
 
+from bert_pipeline.data import kinds
 from bert_pipeline.evaluation import metrics as task_metrics
 from bert_pipeline.model import heads
 from bert_pipeline.model.configs import build_config, load_weights
@@ -124,14 +125,17 @@ def build_model(
     kind: str, path: str, init: str, size: str | None, pooling: str, label_names: Sequence[str] | None,
     vocab_size: int, seed: int,
 ):
-    """The model for ``kind`` (classification | ner | qa) from ``path``.
+    """The model for ``kind`` (:data:`bert_pipeline.data.kinds.KINDS`) from ``path``; regression: one output,
+    ``problem_type="regression"`` (MSE loss), ``label_names`` None.
 
     ``init == "pretrained"``: its weights, new head. ``"random"``: its config (or the named ``size``, with
     ``vocab_size``) with every weight drawn afresh under ``seed`` (the no-pre-training baseline).
     """
     torch.manual_seed(seed)
     label_kw: dict[str, Any] = {}
-    if label_names is not None:
+    if kind == kinds.REGRESSION:
+        label_kw = {"num_labels": 1, "problem_type": kinds.PROBLEM_TYPE[kind]}
+    elif label_names is not None:
         label_kw = {"num_labels": len(label_names), "id2label": dict(enumerate(label_names)),
                     "label2id": {n: i for i, n in enumerate(label_names)}}
     if init == "random" and size is not None:
@@ -140,8 +144,10 @@ def build_model(
             setattr(config, key, value)
     else:
         config = AutoConfig.from_pretrained(path, **label_kw)
-    if kind == "classification":
+    if kinds.is_sequence_kind(kind):
         config.classifier_pooling = pooling
+        if kind != kinds.CLASSIFICATION:  # serving reads it (pairs in, or a value out); classifiers' configs unchanged
+            config.task_kind = kind
         cls = heads.sequence_classifier_class(pooling, config.model_type)
     elif kind == "ner":
         cls = AutoModelForTokenClassification
@@ -159,9 +165,9 @@ def encode_train(kind: str, tokenizer, ds: Dataset, task: dict[str, Any]) -> lis
     Raises:
         ValueError: windows that ``task``'s ``max_length`` / ``doc_stride`` cannot build.
     """
-    if kind == "classification":
-        enc = tokenizer(list(ds["text"]), truncation=True, max_length=task["max_length"])
-        enc["labels"] = list(ds["label"])
+    if kinds.is_sequence_kind(kind):
+        enc = encode_sequence_split(kind, tokenizer, ds, task["max_length"])
+        enc["labels"] = [float(x) for x in ds["label"]] if kind == kinds.REGRESSION else list(ds["label"])
     elif kind == "ner":
         return heads.tokenize_ner(tokenizer, list(ds["tokens"]), list(ds["ner_tags"]), task["max_length"],
                                   task["doc_stride"]).features
@@ -170,6 +176,13 @@ def encode_train(kind: str, tokenizer, ds: Dataset, task: dict[str, Any]) -> lis
                                         task["max_length"], task["doc_stride"])
     keys = [k for k in MODEL_KEYS if k in enc]
     return [{k: enc[k][i] for k in keys} for i in range(len(enc["input_ids"]))]
+
+
+def encode_sequence_split(kind: str, tokenizer, ds: Dataset, max_length: int):
+    """One split of a sequence kind encoded (:func:`bert_pipeline.data.kinds.encode_sequences`): pairs when
+    :func:`bert_pipeline.data.kinds.has_pair` says so, else single texts."""
+    pairs = list(ds["text_pair"]) if kinds.has_pair(kind, ds.column_names) else None
+    return kinds.encode_sequences(tokenizer, list(ds["text"]), pairs, max_length)
 
 
 def collator(kind: str, tokenizer):
@@ -226,8 +239,17 @@ def make_evaluator(kind: str, tokenizer, ds: Dataset, task: dict[str, Any], labe
                    batch_size: int, device, autocast) -> Callable[[Any], dict[str, float]]:
     """A function ``model -> metrics`` on ``ds`` (features are encoded once)."""
     collate = DataCollatorWithPadding(tokenizer, return_tensors="pt")
-    if kind == "classification":
-        enc = tokenizer(list(ds["text"]), truncation=True, max_length=task["max_length"])
+    if kind == kinds.REGRESSION:
+        enc = encode_sequence_split(kind, tokenizer, ds, task["max_length"])
+        feats = [{k: enc[k][i] for k in enc} for i in range(len(ds))]
+        targets = [float(x) for x in ds["label"]]
+
+        def run_regression(model):
+            out = forward_all(model, feats, collate, batch_size, device, autocast)
+            return task_metrics.regression_metrics(targets, [float(x[0]) for x in out])
+        return run_regression
+    if kinds.is_sequence_kind(kind):
+        enc = encode_sequence_split(kind, tokenizer, ds, task["max_length"])
         feats = [{k: enc[k][i] for k in enc} for i in range(len(ds))]
         labels = list(ds["label"])
 

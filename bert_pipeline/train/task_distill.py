@@ -29,6 +29,7 @@ import numpy as np
 import torch
 from datasets import Dataset
 
+from bert_pipeline.data import kinds
 from bert_pipeline.data.masking import IGNORE_INDEX
 from bert_pipeline.model import distillation
 from bert_pipeline.train.finetune import (
@@ -177,7 +178,7 @@ def load_teacher_logits(folder: Path) -> TeacherLogits:
         raise FinetuneError(f"{array}: {flat.shape[0]} rows, but {INDEX_FILE} lists {sum(lengths)}; rerun "
                             f"`dvc repro teacher_logits@{folder.name}`")
     cuts = np.cumsum([0, *lengths])
-    single = record["kind"] == "classification"
+    single = record["kind"] in kinds.LABELLED_KINDS
     return TeacherLogits([flat[a] if single else flat[a:b] for a, b in zip(cuts[:-1], cuts[1:], strict=True)], record)
 
 
@@ -223,7 +224,7 @@ def teacher_batch(kind: str, cached: Sequence[np.ndarray], scored: Sequence[Sequ
         classification ``(batch, num_labels)``; NER ``(batch, seq_len, num_labels)``; QA a ``(start, end)`` pair of
         ``(batch, seq_len)``; float32.
     """
-    if kind == "classification":
+    if kind in kinds.LABELLED_KINDS:
         return torch.from_numpy(np.stack([cached[i] for i in indices])), None
     width = cached[indices[0]].shape[-1]
     out = np.zeros((len(indices), seq_len, width), dtype=np.float32)
@@ -315,7 +316,7 @@ def distill_task(
     tokenizer = teacher.tokenizer
     with task_windows(task_dir):
         features = transfer_features(kind, tokenizer, dd["train"], rows, task)
-    lengths = [1 if kind == "classification" else len(f["input_ids"]) for f in features.features]
+    lengths = [1 if kind in kinds.LABELLED_KINDS else len(f["input_ids"]) for f in features.features]
     if lengths != cache.record["lengths"]:
         raise FinetuneError(f"{logits_dir}: the cached teacher logits do not match the transfer set's features "
                             f"({len(cache.logits)} cached, {len(lengths)} now); rerun `dvc repro teacher_logits@"
