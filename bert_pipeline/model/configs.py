@@ -103,10 +103,10 @@ def check_max_seq_length(config: PretrainedConfig, max_seq_length: int | None, k
     offset = FAMILIES[config.model_type].position_offset(config) if config.model_type in FAMILIES else 0
     usable = config.max_position_embeddings - offset
     if max_seq_length is not None and max_seq_length > usable:
-        raise ModelConfigError(
-            f"{key}: max_seq_length {max_seq_length} exceeds the model's {usable} positions "
-            f"(max_position_embeddings {config.max_position_embeddings})"
-        )
+        table = (f"{usable} positions (max_position_embeddings {config.max_position_embeddings}, the first {offset} "
+                 "rows before the first position)" if offset else
+                 f"max_position_embeddings {config.max_position_embeddings}")
+        raise ModelConfigError(f"{key}: max_seq_length {max_seq_length} exceeds the model's {table}")
 
 
 def check_vocab(config: BertConfig, vocab_size: int, where: str) -> None:
