@@ -32,7 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from bert_pipeline.errors import PipelineError
 from bert_pipeline.io import flatten
-from bert_pipeline.model.sizes import SIZES
+from bert_pipeline.model.sizes import FAMILY_OBJECTIVES, SIZES
 
 DEFAULT_PARAMS = Path("params.yaml")
 
@@ -193,10 +193,26 @@ class PretrainModelParams(Section):
     """``pretrain.model``: ``size`` by name (:data:`bert_pipeline.model.sizes.SIZES`: tiny, mini, small, medium as in Turc et al.
     2019; base, large as in Devlin et al. 2019) and any ``BertConfig`` field in ``config`` (``vocab_size`` comes from
     the tokenizer). Ignored except for ``config`` dropout fields when ``pretrain.init`` is a checkpoint.
+
+    ``family`` (:mod:`bert_pipeline.model.families`): ``bert``, ``roberta`` (``RobertaForMaskedLM``: objective
+    ``none``, one token type; Liu et al. 2019) or ``albert`` (``AlbertForPreTraining``: SOP or none; Lan et al.
+    2020), each at the size's layers, width, heads and FFN. ALBERT's own: ``embedding_size`` (the factorised
+    embedding E; null: the hidden size) and ``share_layers`` (one set of layer weights for every layer).
     """
 
     size: SizeName
     config: dict[str, Any]
+    family: Literal["bert", "roberta", "albert"] = "bert"
+    embedding_size: Annotated[int, annotated_types.Ge(1)] | None = None
+    share_layers: bool = False
+
+    @model_validator(mode="after")
+    def _albert_fields(self) -> PretrainModelParams:
+        if self.family != "albert" and (self.embedding_size is not None or self.share_layers):
+            key = "embedding_size" if self.embedding_size is not None else "share_layers"
+            raise ValueError(f"pretrain.model.{key}: ALBERT's (family albert); family {self.family!r} takes "
+                             f"{'null' if key == 'embedding_size' else 'false'}")
+        return self
 
 
 class PretrainPhase(Section):
@@ -670,6 +686,10 @@ class Params(Section):
 
     @model_validator(mode="after")
     def _cross_checks(self) -> Params:
+        family, objective = self.pretrain.model.family, self.create_pretraining_data.objective
+        if self.pretrain.init == "scratch" and objective not in FAMILY_OBJECTIVES[family]:
+            raise ValueError(f"create_pretraining_data.objective: {objective!r} does not fit pretrain.model.family "
+                             f"{family!r} (expected one of {', '.join(FAMILY_OBJECTIVES[family])})")
         names = [s if isinstance(s, str) else s.name for s in self.prepare_corpus.sources]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:

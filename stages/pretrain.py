@@ -150,9 +150,10 @@ class Loaded:
     fingerprint: str
 
 
-def load_pretraining(p: PretrainParams) -> Loaded:
-    """Open the tokenizer and ``data/pretraining/`` and build the model that ``p`` (a ``pretrain`` section)
-    describes, before any run or output is started.
+def load_pretraining(p: PretrainParams, *, data_dir: Path = DATA_DIR, tokenizer_path: Path | None = None) -> Loaded:
+    """Open the tokenizer and ``data_dir`` (``data/pretraining/``) and build the model that ``p`` (a ``pretrain``
+    section) describes, before any run or output is started. ``tokenizer_path`` (default ``p.tokenizer_path``, the
+    one ``pretrain.init`` decides) lets the ``variants`` stage pre-train a family on its own vocabulary and data.
 
     Raises:
         PipelineError: the tokenizer or data is missing or malformed, or the size/config is not valid.
@@ -161,13 +162,15 @@ def load_pretraining(p: PretrainParams) -> Loaded:
     from bert_pipeline.train import pretrain as pretraining
     from bert_pipeline.train.checkpoint import fingerprint
 
-    tokenizer = load_tokenizer(p.tokenizer_path, hint=f"the tokenizer that pretrain.init={p.init!r} decides")
+    tokenizer_path = Path(tokenizer_path or p.tokenizer_path)
+    tokenizer = load_tokenizer(tokenizer_path, hint=f"the tokenizer that pretrain.init={p.init!r} decides")
     data = pretraining.open_pretraining_data(
-        DATA_DIR, tokenizer, init=p.init, phases=[pretraining.PhaseSpec(**ph.model_dump()) for ph in p.phases],
+        Path(data_dir), tokenizer, init=p.init, phases=[pretraining.PhaseSpec(**ph.model_dump()) for ph in p.phases],
         max_steps=p.max_steps, batch_size=p.batch_size, num_processes=p.compute.num_processes, seed=p.seed)
     model = pretraining.build_pretraining_model(
         p.init, size=p.model.size, config=p.model.config, tokenizer=tokenizer, max_seq_length=data.max_seq_length,
-        with_pair_head=data.pair_key is not None, seed=p.seed)
+        with_pair_head=data.pair_key is not None, seed=p.seed, family=p.model.family,
+        embedding_size=p.model.embedding_size, share_layers=p.model.share_layers)
     if p.dropout is not None:
         from bert_pipeline.model.configs import set_dropout
 
@@ -178,7 +181,7 @@ def load_pretraining(p: PretrainParams) -> Loaded:
                 "objective": data.objective}
     if p.compute.num_processes > 1:  # the global batch is batch_size x num_processes (one process: as before)
         settings["num_processes"] = p.compute.num_processes
-    fp = fingerprint(settings, [p.tokenizer_path, *data.folders])
+    fp = fingerprint(settings, [tokenizer_path, *data.folders])
     return Loaded(tokenizer, data, model, fp)
 
 

@@ -139,7 +139,7 @@ def test_mean_pooling_ignores_padding_and_cls_head_differs(tokenizer):
     assert torch.allclose(a, b, atol=1e-5)
     assert out.loss.item() == pytest.approx(torch.nn.functional.cross_entropy(a, torch.tensor([1])).item(), rel=1e-5)
     with pytest.raises(ValueError, match="mean"):
-        heads.sequence_classifier_class("mean", "roberta")
+        heads.sequence_classifier_class("mean", "distilbert")
 
 
 # --------------------------------------------------------------------------------------------- metrics

@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 from torch import nn
-from transformers import BertConfig, BertForMaskedLM, BertForPreTraining, PreTrainedModel
+from transformers import BertConfig, BertForMaskedLM, BertForPreTraining, PretrainedConfig, PreTrainedModel
 
 from bert_pipeline.model.sizes import SIZES
 
@@ -37,8 +37,13 @@ def build_config(
     max_seq_length: int | None = None,
     pad_token_id: int = 0,
     key: str = "pretrain.model",
-) -> BertConfig:
-    """A ``BertConfig`` of the named size with the tokenizer's vocabulary size and any field overridden.
+    family: str = "bert",
+    embedding_size: int | None = None,
+    share_layers: bool = False,
+) -> PretrainedConfig:
+    """A config of the named size with the tokenizer's vocabulary size and any field overridden: ``BertConfig``,
+    or for ``family`` ``roberta`` / ``albert`` that family's (:func:`bert_pipeline.model.families.family_config`:
+    the same layers, width, heads and FFN, so a ``tiny`` RoBERTa has BERT-tiny's shape).
 
     Args:
         size: a key of :data:`SIZES`.
@@ -48,25 +53,39 @@ def build_config(
         max_seq_length: the longest instance the model will see; must be <= ``max_position_embeddings``.
         pad_token_id: the tokenizer's ``[PAD]`` id.
         key: the params key named in error messages.
+        family, embedding_size, share_layers: the encoder family and ALBERT's factorised embedding size (None: the
+            hidden size) and cross-layer sharing.
 
     Raises:
-        ModelConfigError: unknown size, unknown field, vocab_size mismatch, max_seq_length too long, or hidden
-            size not divisible by the number of heads.
+        ModelConfigError: unknown size, unknown field, vocab_size mismatch, max_seq_length too long, hidden
+            size not divisible by the number of heads, or ALBERT's fields for another family.
     """
+    from bert_pipeline.model.families import family_config, family_of
+
     if size not in SIZES:
         raise ModelConfigError(f"{key}.size: unknown size {size!r}, expected one of {', '.join(SIZES)}")
+    try:
+        spec = family_of(family)
+    except ValueError as exc:
+        raise ModelConfigError(f"{key}.family: {exc}") from None
     overrides = dict(overrides or {})
-    known = set(BertConfig().to_dict())
+    known = set(spec.config_class().to_dict())
     unknown = sorted(k for k in overrides if k not in known)
     if unknown:
-        raise ModelConfigError(f"{key}.config.{unknown[0]}: not a BertConfig field")
+        raise ModelConfigError(f"{key}.config.{unknown[0]}: not a {spec.config_class.__name__} field")
     if "vocab_size" in overrides and overrides["vocab_size"] != vocab_size:
         raise ModelConfigError(
             f"{key}.config.vocab_size: {overrides['vocab_size']} does not match the tokenizer's vocabulary "
             f"of {vocab_size} tokens (leave it out: vocab_size comes from the tokenizer)"
         )
     fields = {**SIZES[size], "pad_token_id": pad_token_id, **overrides, "vocab_size": vocab_size}
-    config = BertConfig(**fields)
+    if spec.name == "bert" and embedding_size is None and not share_layers:
+        config = BertConfig(**fields)
+    else:
+        try:
+            config = family_config(spec.name, fields, embedding_size=embedding_size, share_layers=share_layers)
+        except ValueError as exc:
+            raise ModelConfigError(str(exc)) from None
     if config.hidden_size % config.num_attention_heads:
         raise ModelConfigError(
             f"{key}: hidden_size {config.hidden_size} is not a multiple of num_attention_heads "
@@ -76,13 +95,18 @@ def build_config(
     return config
 
 
-def check_max_seq_length(config: BertConfig, max_seq_length: int | None, key: str = "pretrain") -> None:
-    """Raise :class:`ModelConfigError` when instances are longer than the model's position table."""
-    if max_seq_length is not None and max_seq_length > config.max_position_embeddings:
-        raise ModelConfigError(
-            f"{key}: max_seq_length {max_seq_length} exceeds the model's max_position_embeddings "
-            f"{config.max_position_embeddings}"
-        )
+def check_max_seq_length(config: PretrainedConfig, max_seq_length: int | None, key: str = "pretrain") -> None:
+    """Raise :class:`ModelConfigError` when instances are longer than the model's position table (RoBERTa's
+    first ``pad_token_id + 1`` rows hold no position)."""
+    from bert_pipeline.model.families import FAMILIES
+
+    offset = FAMILIES[config.model_type].position_offset(config) if config.model_type in FAMILIES else 0
+    usable = config.max_position_embeddings - offset
+    if max_seq_length is not None and max_seq_length > usable:
+        table = (f"{usable} positions (max_position_embeddings {config.max_position_embeddings}, the first {offset} "
+                 "rows before the first position)" if offset else
+                 f"max_position_embeddings {config.max_position_embeddings}")
+        raise ModelConfigError(f"{key}: max_seq_length {max_seq_length} exceeds the model's {table}")
 
 
 def check_vocab(config: BertConfig, vocab_size: int, where: str) -> None:
@@ -93,38 +117,56 @@ def check_vocab(config: BertConfig, vocab_size: int, where: str) -> None:
         )
 
 
-def new_pretraining_model(config: BertConfig, with_pair_head: bool, seed: int) -> PreTrainedModel:
-    """A freshly initialised ``BertForPreTraining`` (``with_pair_head``) or ``BertForMaskedLM``, SDPA attention.
+def new_pretraining_model(config: PretrainedConfig, with_pair_head: bool, seed: int) -> PreTrainedModel:
+    """A freshly initialised pre-training model of the config's family (:mod:`bert_pipeline.model.families`):
+    ``BertForPreTraining`` / ``AlbertForPreTraining`` (``with_pair_head``) or ``BertForMaskedLM`` /
+    ``RobertaForMaskedLM`` / ``AlbertForMaskedLM``, SDPA attention.
 
     The initial weights depend only on ``config`` and ``seed`` (the global torch RNG is seeded here).
+
+    Raises:
+        ModelConfigError: a pair head for a family without one (RoBERTa).
     """
+    from bert_pipeline.model.families import family_of
+
+    family = family_of(config)
+    try:
+        cls = family.model_class(with_pair_head)
+    except ValueError as exc:
+        raise ModelConfigError(str(exc)) from None
     torch.manual_seed(seed)
-    config = BertConfig.from_dict(config.to_dict())
+    config = type(config).from_dict(config.to_dict())
     config._attn_implementation = "sdpa"
-    cls = BertForPreTraining if with_pair_head else BertForMaskedLM
     return cls(config)
 
 
 def load_pretraining_model(folder: str | Path, with_pair_head: bool, seed: int) -> PreTrainedModel:
-    """Load a BERT checkpoint (folder or hub name) as ``BertForPreTraining`` / ``BertForMaskedLM`` for DAPT.
+    """Load a checkpoint (folder or hub name) of any family (:mod:`bert_pipeline.model.families`) as its
+    pre-training class (``BertForPreTraining`` / ``BertForMaskedLM``, ...) for DAPT.
 
     Heads missing from the checkpoint (e.g. a sentence-embedding BERT such as MiniLM has no MLM head) are freshly
     initialised with the torch RNG seeded by ``seed``, and the log names them (Gururangan et al. 2020 continue
     a model's pre-training on domain text the same way).
 
     Raises:
-        ModelConfigError: the checkpoint is not a BERT model.
+        ModelConfigError: the checkpoint is not of a family the pipeline builds, or a pair head for one without.
     """
     from transformers import AutoConfig
+
+    from bert_pipeline.model.families import FAMILIES
 
     try:
         config = AutoConfig.from_pretrained(str(folder))
     except (OSError, ValueError) as exc:
         raise ModelConfigError(f"pretrain.init: cannot load a model config from {folder!s} ({exc})") from None
-    if config.model_type != "bert":
-        raise ModelConfigError(f"pretrain.init: {folder!s} is a {config.model_type!r} model, expected 'bert'")
+    if config.model_type not in FAMILIES:
+        raise ModelConfigError(f"pretrain.init: {folder!s} is a {config.model_type!r} model, expected one of "
+                               f"{', '.join(repr(f) for f in FAMILIES)}")
+    try:
+        cls = FAMILIES[config.model_type].model_class(with_pair_head)
+    except ValueError as exc:
+        raise ModelConfigError(str(exc)) from None
     torch.manual_seed(seed)
-    cls = BertForPreTraining if with_pair_head else BertForMaskedLM
     model, info = load_weights(cls, folder, attn_implementation="sdpa")
     missing = sorted(k for k in info.get("missing_keys", ()) if "decoder.weight" not in k)
     if missing:

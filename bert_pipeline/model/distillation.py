@@ -74,12 +74,16 @@ def layer_map(teacher_layers: int, student_layers: int) -> list[int]:
     return [(i * teacher_layers) // student_layers for i in range(student_layers)]
 
 
-def _remap_key(key: str, mapping: dict[int, int]) -> str | None:
+# ALBERT keeps its layers in groups (one group when every layer shares weights, else one per layer).
+_ALBERT_LAYER_PREFIX = "encoder.albert_layer_groups."
+
+
+def _remap_key(key: str, mapping: dict[int, int], prefix: str = _LAYER_PREFIX) -> str | None:
     """Rename a teacher state-dict key for the student; None for a teacher layer the student does not take."""
-    at = key.find(_LAYER_PREFIX)
+    at = key.find(prefix)
     if at < 0:
         return key
-    start = at + len(_LAYER_PREFIX)
+    start = at + len(prefix)
     index, _, rest = key[start:].partition(".")
     teacher_index = int(index)
     if teacher_index not in mapping:
@@ -95,8 +99,9 @@ def build_student(teacher: nn.Module, student_layers: int) -> tuple[nn.Module, l
     ``layer_map(L, student_layers)[i]``. The teacher is not modified.
 
     Args:
-        teacher: a Hugging Face BERT-family model with ``config.num_hidden_layers`` and ``encoder.layer.N`` weights
-            (e.g. ``BertForPreTraining``).
+        teacher: a pre-training model of any family (:mod:`bert_pipeline.model.families`; the student is of the
+            same family and class): ``encoder.layer.N`` weights for BERT and RoBERTa; for ALBERT with shared layers
+            the one shared layer (the student runs it ``student_layers`` times), else one group per layer.
         student_layers: depth of the student, 1 <= student_layers <= teacher layers.
 
     Returns:
@@ -110,11 +115,19 @@ def build_student(teacher: nn.Module, student_layers: int) -> tuple[nn.Module, l
     mapping = layer_map(teacher_layers, student_layers)
     config = copy.deepcopy(teacher.config)
     config.num_hidden_layers = student_layers
+    prefix = _LAYER_PREFIX
+    if config.model_type == "albert":
+        prefix = _ALBERT_LAYER_PREFIX
+        if config.num_hidden_groups == 1:  # shared layers: the student runs the same one layer fewer times
+            mapping = [0] * student_layers
+        else:  # one group per layer (Lan et al. 2020, §3.1 sharing off): groups follow the layers
+            config.num_hidden_groups = student_layers
     student = type(teacher)(config)
-    by_teacher = {t: s for s, t in enumerate(mapping)}
+    by_teacher = {0: 0} if prefix == _ALBERT_LAYER_PREFIX and config.num_hidden_groups == 1 else {
+        t: s for s, t in enumerate(mapping)}
     state = {}
     for key, value in teacher.state_dict().items():
-        new_key = _remap_key(key, by_teacher)
+        new_key = _remap_key(key, by_teacher, prefix)
         if new_key is not None:
             state[new_key] = value.detach().clone()
     student.load_state_dict(state, strict=True)
@@ -389,19 +402,22 @@ class DistillationModel(nn.Module):
 
 
 def load_teacher(folder: Path) -> nn.Module:
-    """The teacher as the stock class its config names (``BertForPreTraining`` or ``BertForMaskedLM``), in eval mode.
+    """The teacher as the stock pre-training class its config names (``BertForPreTraining``,
+    ``RobertaForMaskedLM``, ``AlbertForPreTraining``, ...: :data:`bert_pipeline.model.families.PRETRAINING_CLASSES`),
+    in eval mode. The student :func:`build_student` makes from it is of the same family.
 
     Raises:
-        PipelineError: no model in ``folder`` or not a BERT pre-training model.
+        PipelineError: no model in ``folder`` or not a pre-training model of a family the pipeline builds.
     """
-    from transformers import AutoConfig, BertForMaskedLM, BertForPreTraining
+    from transformers import AutoConfig
+
+    from bert_pipeline.model.families import PRETRAINING_CLASSES
 
     if not (folder / "config.json").is_file():
         raise PipelineError(f"{folder}: no config.json: expected the pretrain stage's model (run `dvc repro pretrain`)")
     config = AutoConfig.from_pretrained(str(folder))
-    classes = {"BertForPreTraining": BertForPreTraining, "BertForMaskedLM": BertForMaskedLM}
     arch = (config.architectures or ["BertForPreTraining"])[0]
-    if config.model_type != "bert" or arch not in classes:
-        raise PipelineError(f"{folder}: expected a BertForPreTraining or BertForMaskedLM teacher, got {arch}")
-    teacher = classes[arch].from_pretrained(str(folder), attn_implementation="sdpa")
+    if arch not in PRETRAINING_CLASSES or PRETRAINING_CLASSES[arch][0].name != config.model_type:
+        raise PipelineError(f"{folder}: expected a pre-training teacher ({', '.join(PRETRAINING_CLASSES)}), got {arch}")
+    teacher = PRETRAINING_CLASSES[arch][1].from_pretrained(str(folder), attn_implementation="sdpa")
     return teacher.eval()

@@ -13,7 +13,12 @@ from typing import Any, NamedTuple
 
 import numpy as np
 import torch
-from transformers import AutoModelForSequenceClassification, BertForSequenceClassification
+from transformers import (
+    AlbertForSequenceClassification,
+    AutoModelForSequenceClassification,
+    BertForSequenceClassification,
+    RobertaForSequenceClassification,
+)
 from transformers.modeling_outputs import SequenceClassifierOutput
 
 from bert_pipeline.data.masking import IGNORE_INDEX
@@ -263,21 +268,32 @@ def decode_qa(
 
 
 # -------------------------------------------------------------------------------------------- pooling
-class MeanPoolingBertForSequenceClassification(BertForSequenceClassification):
-    """``BertForSequenceClassification`` whose sentence vector is the mean of the last hidden states over
-    real tokens (``attention_mask`` 1) instead of the ``[CLS]`` pooler (as Sentence-BERT, Reimers & Gurevych
-    2019, §3). Same weights as the standard class; ``config.classifier_pooling = "mean"`` records the choice
-    so :func:`load_sequence_classifier` restores it. One label (``num_labels == 1``, regression): MSE loss, as
-    the standard class with ``problem_type="regression"``."""
+class _MeanPooling:
+    """The forward of a mean-pooling sentence classifier, for any family of
+    :mod:`bert_pipeline.model.families`: the sentence vector is the mean of the last hidden states over real tokens
+    (``attention_mask`` 1) instead of the ``[CLS]`` pooler (as Sentence-BERT, Reimers & Gurevych 2019, §3). Same
+    weights as the family's standard class; ``config.classifier_pooling = "mean"`` records the choice so
+    :func:`load_sequence_classifier` restores it. One label (``num_labels == 1``, regression): MSE loss, as the
+    standard class with ``problem_type="regression"``. RoBERTa's head (dense, tanh, projection) reads position 0 of
+    its input, so the mean vector is given as a one-position sequence."""
 
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, labels=None, **kwargs):
-        out = self.bert(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
+        from bert_pipeline.model.families import family_of
+
+        family = family_of(self.config)
+        if not family.token_types:
+            token_type_ids = None
+        out = getattr(self, family.encoder)(input_ids=input_ids, attention_mask=attention_mask,
+                                            token_type_ids=token_type_ids)
         hidden = out[0]  # (batch, seq_len, hidden)
         if attention_mask is None:
             attention_mask = torch.ones(hidden.shape[:2], dtype=hidden.dtype, device=hidden.device)
         mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
         pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1.0)
-        logits = self.classifier(self.dropout(pooled))
+        if isinstance(self.classifier, torch.nn.Linear):  # BERT, ALBERT: dropout then Linear
+            logits = self.classifier(self.dropout(pooled))
+        else:  # RoBERTa's classification head
+            logits = self.classifier(pooled.unsqueeze(1))
         loss = None
         if labels is not None and self.num_labels == 1:  # regression (problem_type "regression"): MSE, as HF's
             loss = torch.nn.functional.mse_loss(logits.view(-1), labels.view(-1).to(logits.dtype))
@@ -286,18 +302,36 @@ class MeanPoolingBertForSequenceClassification(BertForSequenceClassification):
         return SequenceClassifierOutput(loss=loss, logits=logits)
 
 
+class MeanPoolingBertForSequenceClassification(_MeanPooling, BertForSequenceClassification):
+    """``BertForSequenceClassification`` with mean pooling (:class:`_MeanPooling`)."""
+
+
+class MeanPoolingRobertaForSequenceClassification(_MeanPooling, RobertaForSequenceClassification):
+    """``RobertaForSequenceClassification`` with mean pooling (:class:`_MeanPooling`)."""
+
+
+class MeanPoolingAlbertForSequenceClassification(_MeanPooling, AlbertForSequenceClassification):
+    """``AlbertForSequenceClassification`` with mean pooling (:class:`_MeanPooling`)."""
+
+
+MEAN_POOLING_CLASSES = {"bert": MeanPoolingBertForSequenceClassification,
+                        "roberta": MeanPoolingRobertaForSequenceClassification,
+                        "albert": MeanPoolingAlbertForSequenceClassification}
+
+
 def sequence_classifier_class(pooling: str, model_type: str):
     """The model class for ``pooling`` (``cls`` or ``mean``).
 
     Raises:
-        ValueError: ``mean`` for a model that is not BERT-family (``model_type`` other than ``bert``).
+        ValueError: ``mean`` for a model of another family than :data:`MEAN_POOLING_CLASSES`.
     """
     if pooling == "cls":
         return AutoModelForSequenceClassification
     if pooling == "mean":
-        if model_type != "bert":
-            raise ValueError(f"pooling 'mean' is implemented for BERT models, got model_type {model_type!r}")
-        return MeanPoolingBertForSequenceClassification
+        if model_type not in MEAN_POOLING_CLASSES:
+            raise ValueError(f"pooling 'mean' is implemented for {', '.join(MEAN_POOLING_CLASSES)} models, got "
+                             f"model_type {model_type!r}")
+        return MEAN_POOLING_CLASSES[model_type]
     raise ValueError(f"pooling: expected cls or mean, got {pooling!r}")
 
 

@@ -1,4 +1,5 @@
-"""BERT's pre-training objectives: MLM with the decoder on the masked positions only, plus NSP or SOP.
+"""BERT's pre-training objectives: MLM with the decoder on the masked positions only, plus NSP or SOP; for every
+family of :mod:`bert_pipeline.model.families` (RoBERTa: MLM only; ALBERT: MLM + SOP, Lan et al. 2020, §4.6).
 
 - :func:`masked_lm_forward`: the encoder on every token and the MLM head (transform + vocabulary projection) only
   on the positions that carry a label, as ``masked_lm_positions`` in Google's BERT code and NVIDIA's; the one
@@ -17,9 +18,10 @@ from typing import Any
 import torch
 from torch import nn
 from torch.nn import functional
-from transformers import BertForMaskedLM, BertForPreTraining, PreTrainedModel
+from transformers import PreTrainedModel
 
 from bert_pipeline.data.masking import IGNORE_INDEX
+from bert_pipeline.model.families import PRETRAINING_CLASSES, family_of
 
 
 def masked_lm_forward(
@@ -37,7 +39,8 @@ def masked_lm_forward(
     not ``IGNORE_INDEX`` before the head runs.
 
     Args:
-        model: a ``BertForPreTraining`` / ``BertForMaskedLM`` (``.bert`` encoder, ``.cls.predictions`` head).
+        model: a pre-training model of any family (:data:`bert_pipeline.model.families.FAMILIES`: its encoder
+            and MLM head, e.g. ``.bert`` and ``.cls.predictions``; token types dropped for RoBERTa).
         input_ids, labels, attention_mask, token_type_ids: ``(batch, seq_len)`` int64; ``labels`` holds the
             original id where a prediction is made and ``IGNORE_INDEX`` (-100) elsewhere.
 
@@ -46,10 +49,13 @@ def masked_lm_forward(
         predicted positions, the encoder's outputs (``last_hidden_state`` ``(batch, seq_len, hidden)``,
         ``pooler_output`` ``(batch, hidden)``), and the ``(n_predicted,)`` int64 target ids.
     """
-    outputs = model.bert(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
-                         return_dict=True)
+    family = family_of(model)
+    if not family.token_types:  # RoBERTa has one token type: the data's 0/1 segments are not inputs
+        token_type_ids = None
+    outputs = getattr(model, family.encoder)(input_ids=input_ids, attention_mask=attention_mask,
+                                             token_type_ids=token_type_ids, return_dict=True)
     predicted = labels != IGNORE_INDEX  # (batch, seq_len) bool
-    logits = model.cls.predictions(outputs.last_hidden_state[predicted]).float()  # (n_predicted, vocab)
+    logits = family.mlm_head(model)(outputs.last_hidden_state[predicted]).float()  # (n_predicted, vocab)
     return logits, outputs, labels[predicted]
 
 
@@ -97,15 +103,17 @@ class MaskedPositionPretrainer(nn.Module):
     plus the pair (NSP/SOP) cross-entropy when the model has the pair head.
 
     Args:
-        model: a ``BertForPreTraining`` (MLM + NSP/SOP head) or ``BertForMaskedLM`` (MLM only).
+        model: a ``BertForPreTraining`` / ``AlbertForPreTraining`` (MLM + NSP/SOP head) or a ``*ForMaskedLM``
+            of any family (MLM only; :mod:`bert_pipeline.model.families`).
     """
 
     def __init__(self, model: PreTrainedModel):
         super().__init__()
-        if not isinstance(model, (BertForPreTraining, BertForMaskedLM)):
-            raise TypeError(f"expected BertForPreTraining or BertForMaskedLM, got {type(model).__name__}")
+        if type(model).__name__ not in PRETRAINING_CLASSES:
+            raise TypeError(f"expected one of {', '.join(PRETRAINING_CLASSES)}, got {type(model).__name__}")
         self.model = model
-        self.has_pair_head = isinstance(model, BertForPreTraining)
+        self.family = family_of(model)
+        self.has_pair_head = type(model) is self.family.pretraining_class
 
     def forward(
         self,
@@ -138,7 +146,7 @@ class MaskedPositionPretrainer(nn.Module):
                              mlm_targets=targets)
         pair_label = next_sentence_label if next_sentence_label is not None else sentence_order_label
         if self.has_pair_head and pair_label is not None:
-            pair_logits = self.model.cls.seq_relationship(outputs.pooler_output).float()  # (batch, 2)
+            pair_logits = self.family.pair_head(self.model)(outputs.pooler_output).float()  # (batch, 2)
             out.pair_loss = functional.cross_entropy(pair_logits, pair_label.view(-1))
             out.pair_logits, out.pair_targets = pair_logits.detach(), pair_label.view(-1)
             out.pair_count = torch.tensor(pair_label.numel(), device=pair_label.device)

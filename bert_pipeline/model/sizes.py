@@ -17,3 +17,12 @@ SIZES: dict[str, dict[str, int]] = {
     "base": {"num_hidden_layers": 12, "hidden_size": 768, "num_attention_heads": 12, "intermediate_size": 3072},
     "large": {"num_hidden_layers": 24, "hidden_size": 1024, "num_attention_heads": 16, "intermediate_size": 4096},
 }
+
+
+# The pre-training objectives each encoder family takes (bert_pipeline.model.families holds the rest of the table):
+# RoBERTa dropped NSP (Liu et al. 2019, §4.2); ALBERT replaced it with SOP (Lan et al. 2020, §3.1).
+FAMILY_OBJECTIVES: dict[str, tuple[str, ...]] = {
+    "bert": ("nsp", "sop", "none"),
+    "roberta": ("none",),
+    "albert": ("sop", "none"),
+}

@@ -174,9 +174,13 @@ def open_pretraining_data(data_dir: Path, tokenizer: Any, *, init: str, phases: 
 
 
 def build_pretraining_model(init: str, *, size: str, config: dict[str, Any], tokenizer: Any, max_seq_length: int,
-                            with_pair_head: bool, seed: int) -> Any:
+                            with_pair_head: bool, seed: int, family: str = "bert", embedding_size: int | None = None,
+                            share_layers: bool = False) -> Any:
     """A new model of ``size`` (``init == "scratch"``, ``config`` fields overridden) or the checkpoint ``init``, as
-    ``BertForPreTraining`` (``with_pair_head``) or ``BertForMaskedLM``.
+    the family's pre-training class (:mod:`bert_pipeline.model.families`): ``BertForPreTraining`` /
+    ``AlbertForPreTraining`` (``with_pair_head``) or ``BertForMaskedLM`` / ``RobertaForMaskedLM`` /
+    ``AlbertForMaskedLM``. ``family``, ``embedding_size``, ``share_layers`` shape a new model (a checkpoint keeps
+    its own).
 
     Raises:
         PipelineError: a shape that cannot work, or a checkpoint that does not fit the tokenizer or the data.
@@ -184,7 +188,8 @@ def build_pretraining_model(init: str, *, size: str, config: dict[str, Any], tok
     try:
         if init == "scratch":
             bert_config = configs.build_config(size, len(tokenizer), dict(config), max_seq_length=max_seq_length,
-                                               pad_token_id=tokenizer.pad_token_id)
+                                               pad_token_id=tokenizer.pad_token_id, family=family,
+                                               embedding_size=embedding_size, share_layers=share_layers)
             return configs.new_pretraining_model(bert_config, with_pair_head=with_pair_head, seed=seed)
         if config:
             log.warning("pretrain.model.config is ignored when pretrain.init is a checkpoint (%s)", init)
