@@ -110,6 +110,11 @@ class Architecture:
         ]
 
 
+# The encoder families' names as their papers write them (bert_pipeline.model.families holds the classes).
+FAMILY_NAMES = {"bert": "BERT", "roberta": "RoBERTa", "albert": "ALBERT"}
+CLASS_PREFIXES = {"bert": "Bert", "roberta": "Roberta", "albert": "Albert"}
+
+
 def portable_path(path: str, root: str | Path) -> str:
     """``path`` as a card may name it: a hub name or relative path unchanged, an absolute path relative to ``root``
     (the repository) when under it, else only its last component (a card names no absolute path: same inputs,
@@ -352,20 +357,22 @@ def pretrained_card(*, quality: Mapping[str, Any], settings: Mapping[str, Any], 
     head = {"nsp": "MLM + next-sentence head", "sop": "MLM + sentence-order head"}.get(objective, "MLM head")
     ev, first = quality.get("eval", {}), quality.get("first_eval", {})
     role = "pre-trained teacher (from scratch)" if scratch else f"continued pre-training of `{init}` (domain-adaptive)"
-    shape = f"BERT-{architecture.size}" if architecture.size else "BERT"
+    family = FAMILY_NAMES.get(architecture.model_type, architecture.model_type)
+    shape = f"{family}-{architecture.size}" if architecture.size else family
     title = (f"{shape} pre-trained from scratch: the pipeline's teacher" if scratch
              else f"{shape} pre-trained further from {init} on the pipeline's corpus")
     datasets = sorted((corpus or {}).get("per_source", {})) or None
     data = ModelCardData(
         language=LANGUAGE, license=LICENSE, library_name=LIBRARY, pipeline_tag=FILL_MASK,
-        tags=["bert", "masked-lm", objective if objective != "none" else "mlm-only", "bert-pipeline"],
+        tags=[architecture.model_type, "masked-lm", objective if objective != "none" else "mlm-only", "bert-pipeline"],
         datasets=datasets, metrics=["accuracy", "perplexity"], base_model=None if scratch else init,
         bert_pipeline={"role": "teacher", "init": init, "size": architecture.size,
                        "parameters": architecture.parameters, "tokens_seen": quality.get("tokens_seen"),
                        "steps": quality.get("steps"), "objective": objective},
     )
     description = (
-        f"A BERT encoder with its {head} ({'`BertForPreTraining`' if objective != 'none' else '`BertForMaskedLM`'}), "
+        f"A {family} encoder with its {head} (`{CLASS_PREFIXES.get(architecture.model_type, 'Bert')}"
+        f"For{'PreTraining' if objective != 'none' else 'MaskedLM'}`), "
         + ("pre-trained from random weights" if scratch else f"pre-trained further from `{init}`")
         + " by this repository's DVC pipeline (stage `pretrain`). It is the family's teacher: `models/distilled` "
         "is distilled from it and `models/finetuned/pretrained-*` are fine-tuned from it.\n\n"
