@@ -78,6 +78,22 @@ def test_stage_outputs(stage_dir, module_mlflow_uri):
     assert runs[0].data.tags["tokenizer_path"] == "models/tokenizer"
 
 
+@pytest.mark.parametrize(("model", "files", "cls_id"), [
+    ("bpe", ["merges.txt", "special_tokens_map.json", "tokenizer.json", "tokenizer_config.json", "vocab.json"], 0),
+    ("unigram", ["special_tokens_map.json", "tokenizer.json", "tokenizer_config.json"], 2),
+])
+def test_stage_trains_the_model_params_name(stage_dir, model, files, cls_id):
+    _params(stage_dir, model=model, lowercase=model != "bpe", bert_id_layout=False)
+    train_tokenizer.main()
+    folder = stage_dir / "models/tokenizer"
+    assert sorted(p.name for p in folder.iterdir()) == files
+    hf = AutoTokenizer.from_pretrained(str(folder))
+    assert hf("Overplaying markets")["input_ids"][0] == cls_id == hf.cls_token_id
+    metrics = json.loads((stage_dir / "metrics/tokenizer.json").read_text())
+    assert metrics["unk_rate"] == 0.0 if model == "bpe" else metrics["unk_rate"] < 0.05
+    assert 0.0 < metrics["continuation_share"] < 1.0
+
+
 def test_stage_rerun_is_byte_identical(stage_dir):
     train_tokenizer.main()
     first = {p.name: p.read_bytes() for p in (stage_dir / "models/tokenizer").iterdir()}

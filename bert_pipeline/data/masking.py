@@ -101,6 +101,35 @@ class MaskingRules:
         }
 
 
+def continuation_rule(tokenizer: Any) -> tuple[str, str | None]:
+    """How ``tokenizer``'s pieces mark a word's continuation, read from its ``tokenizers`` pipeline.
+
+    Returns:
+        ``(prefix, word_start)``: WordPiece (or a BPE with a continuing-subword prefix): ``(prefix, None)``, a
+        piece starting with ``prefix`` (``##``) continues a word; byte-level BPE: ``("##", "Ġ")`` and Unigram /
+        Metaspace: ``("##", "▁")``, a piece *not* starting with ``word_start`` continues a word.
+    """
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None:
+        return "##", None
+    model = backend.model
+    if getattr(model, "continuing_subword_prefix", None):
+        return model.continuing_subword_prefix, None
+    pipeline = json.loads(backend.to_str())
+
+    def kinds(part: dict | None) -> list[str]:
+        if not part:
+            return []
+        return [part.get("type", "")] + [k for p in part.get("pretokenizers", []) for k in kinds(p)]
+
+    pre = kinds(pipeline.get("pre_tokenizer"))
+    if "ByteLevel" in pre:
+        return "##", "\u0120"
+    if "Metaspace" in pre or pipeline["model"].get("type") == "Unigram":
+        return "##", "\u2581"
+    return "##", None
+
+
 @dataclass(frozen=True, eq=False)
 class VocabInfo:
     """What masking needs to know about a vocabulary.
@@ -111,7 +140,8 @@ class VocabInfo:
         is_special: ``(vocab_size,)`` bool, ids never chosen for masking (all special tokens, ``[UNK]`` included).
         random_ids: ``(n,)`` int64, the ids a random replacement draws from uniformly (non-special, not
             ``[unusedN]``).
-        is_continuation: ``(vocab_size,)`` bool, WordPiece continuation pieces (``##ing``), for whole-word masking.
+        is_continuation: ``(vocab_size,)`` bool, pieces that continue a word (WordPiece ``##ing``; byte-level BPE
+            and Unigram: no leading ``Ġ`` / ``▁``; :func:`continuation_rule`), for whole-word masking.
     """
 
     vocab_size: int
@@ -140,11 +170,9 @@ class VocabInfo:
             ids[name] = int(value)
         vocab = tokenizer.get_vocab()
         size = max(len(tokenizer), max(vocab.values()) + 1)
-        prefix = "##"
-        model = getattr(getattr(tokenizer, "backend_tokenizer", None), "model", None)
-        if model is not None and getattr(model, "continuing_subword_prefix", None):
-            prefix = model.continuing_subword_prefix
-        return cls.from_vocab(vocab, size=size, special_ids=tokenizer.all_special_ids, prefix=prefix, **ids)
+        prefix, word_start = continuation_rule(tokenizer)
+        return cls.from_vocab(vocab, size=size, special_ids=tokenizer.all_special_ids, prefix=prefix,
+                              word_start=word_start, **ids)
 
     @classmethod
     def from_vocab(
@@ -158,8 +186,12 @@ class VocabInfo:
         mask_token_id: int,
         size: int | None = None,
         prefix: str = "##",
+        word_start: str | None = None,
     ) -> VocabInfo:
         """Build from a token -> id mapping (tests use small synthetic vocabularies).
+
+        The continuation rule: with ``word_start`` (byte-level BPE ``Ġ``, Unigram ``▁``) a non-special piece
+        that does not start with it continues a word; without, a piece starting with ``prefix`` (WordPiece ``##``).
 
         Raises:
             ValueError: an id out of range or no id left for random replacement.
@@ -176,7 +208,10 @@ class VocabInfo:
         known = np.zeros(size, dtype=bool)
         for token, i in vocab.items():
             known[i] = True
-            if prefix and token.startswith(prefix) and len(token) > len(prefix):
+            if word_start is not None:
+                if not token.startswith(word_start) and not is_special[i]:
+                    is_continuation[i] = True
+            elif prefix and token.startswith(prefix) and len(token) > len(prefix):
                 is_continuation[i] = True
             if _UNUSED.match(token):
                 unused[i] = True

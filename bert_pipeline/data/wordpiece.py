@@ -386,27 +386,42 @@ def check_roundtrip(folder: str | Path, tokenizer: Tokenizer, texts: list[str]) 
     for a, b in [(t, None) for t in texts] + pairs:
         want = tokenizer.encode(a, b) if b is not None else tokenizer.encode(a)
         got = hf(a, b, verbose=False) if b is not None else hf(a, verbose=False)
-        if got["input_ids"] != want.ids or got["token_type_ids"] != want.type_ids:
+        # token_type_ids only where the tokenizer returns them (RoBERTa's model_input_names leave them out)
+        if got["input_ids"] != want.ids or got.get("token_type_ids", want.type_ids) != want.type_ids:
             raise ValueError(f"{folder}: AutoTokenizer gives other ids than the trained tokenizer on {a[:60]!r}")
 
 
-def fertility(tokenizer: Tokenizer, batches: Iterable[list[str]]) -> tuple[dict[str, Any], dict[int, int]]:
+def is_wordpiece_continuation(token: str) -> bool:
+    """WordPiece's continuation rule: a piece that goes on the word before it starts with ``##``."""
+    return token.startswith(CONTINUATION_PREFIX)
+
+
+def fertility(
+    tokenizer: Tokenizer,
+    batches: Iterable[list[str]],
+    *,
+    unk_token: str = UNK,
+    is_continuation: Callable[[str], bool] = is_wordpiece_continuation,
+) -> tuple[dict[str, Any], dict[int, int]]:
     """Tokenization statistics of ``tokenizer`` on texts.
 
-    A *word* is a unit of BERT's pre-tokenizer: a whitespace-separated run without punctuation, a single
-    punctuation character, or a single CJK ideograph (with ``handle_chinese_chars``).
+    A *word* is a unit of the tokenizer's pre-tokenizer (BERT's: a whitespace-separated run without punctuation,
+    a single punctuation character, or a single CJK ideograph with ``handle_chinese_chars``).
 
     Args:
-        tokenizer: a WordPiece tokenizer (special tokens are not added).
+        tokenizer: a trained tokenizer (special tokens are not added).
         batches: lists of texts.
+        unk_token: the unknown token counted by ``unk_rate``.
+        is_continuation: the model's continuation rule on a token string (WordPiece ``##``; byte-level BPE: no
+            leading ``Ġ``; Unigram: no leading ``▁``), counted by ``continuation_share``.
 
     Returns:
         ``(metrics, histogram)``. ``metrics``: ``vocab_size``, ``documents``, ``words``, ``tokens``,
-        ``fertility`` (tokens per word), ``unk_rate`` (share of tokens that are ``[UNK]``), ``continuation_share``
-        (share of tokens that are ``##`` pieces), ``whole_word_share`` (share of words that are one known token);
+        ``fertility`` (tokens per word), ``unk_rate`` (share of tokens that are ``unk_token``), ``continuation_share``
+        (share of tokens that are continuation pieces), ``whole_word_share`` (share of words that are one known token);
         floats rounded to 6 decimals. ``histogram``: tokens per word -> number of words.
     """
-    unk_id = tokenizer.token_to_id(UNK)
+    unk_id = tokenizer.token_to_id(unk_token)
     hist: Counter[int] = Counter()
     docs = tokens = unks = cont = whole = 0
     for batch in batches:
@@ -416,7 +431,7 @@ def fertility(tokenizer: Tokenizer, batches: Iterable[list[str]]) -> tuple[dict[
             hist.update(per_word.values())
             tokens += len(enc.ids)
             unks += sum(1 for i in enc.ids if i == unk_id)
-            cont += sum(1 for t in enc.tokens if t.startswith(CONTINUATION_PREFIX))
+            cont += sum(1 for t in enc.tokens if is_continuation(t))
             single = {w for w, n in per_word.items() if n == 1}
             whole += sum(1 for w, i in zip(enc.word_ids, enc.ids, strict=True) if w in single and i != unk_id)
     words = sum(hist.values())
@@ -489,28 +504,73 @@ def train_tokenizer_folder(
         EmptyTrainingDataError: no word in the train split.
         ValueError: the saved folder does not reload to the same ids.
     """
-    import time
-
-    train = corpus["train"]
     options = {"lowercase": lowercase, "strip_accents": strip_accents, "handle_chinese_chars": handle_chinese_chars}
-    start = time.perf_counter()
-    with rust_parallelism(True):  # nothing forks while the trainer runs; results do not depend on it
-        tokenizer = train_wordpiece(
-            lambda: iter_text_batches(train, text_column, batch_size), vocab_size=vocab_size,
-            min_frequency=min_frequency, limit_alphabet=limit_alphabet,
-            max_input_chars_per_word=max_input_chars_per_word, bert_id_layout=bert_id_layout, length=len(train),
+
+    def train(texts: Callable[[], Iterator[list[str]]], length: int) -> Tokenizer:
+        return train_wordpiece(
+            texts, vocab_size=vocab_size, min_frequency=min_frequency, limit_alphabet=limit_alphabet,
+            max_input_chars_per_word=max_input_chars_per_word, bert_id_layout=bert_id_layout, length=length,
             show_progress=sys.stderr.isatty(), **options,
         )
+
+    return train_measure_publish(
+        corpus, out_dir, train=train,
+        save=lambda tokenizer, folder: save_tokenizer(tokenizer, folder, model_max_length=model_max_length, **options),
+        batch_size=batch_size, text_column=text_column,
+    )
+
+
+def train_measure_publish(
+    corpus: Any,
+    out_dir: str | Path,
+    *,
+    train: Callable[[Callable[[], Iterator[list[str]]], int], Tokenizer],
+    save: Callable[[Tokenizer, Path], None],
+    batch_size: int,
+    text_column: str = "text",
+    unk_token: str = UNK,
+    is_continuation: Callable[[str], bool] = is_wordpiece_continuation,
+) -> tuple[dict[str, Any], dict[int, int], dict[str, float | None]]:
+    """The publishing path every vocabulary model shares: train on ``corpus["train"]``, measure on
+    ``corpus["validation"]`` (:func:`fertility`), save into a temporary folder, check that ``AutoTokenizer``
+    reloads it to the same ids (:func:`check_roundtrip`), then publish ``out_dir`` atomically.
+
+    Args:
+        corpus: a ``DatasetDict`` with ``train`` and ``validation`` splits holding ``text_column``.
+        out_dir: the tokenizer folder to publish.
+        train: ``train(texts, length)`` -> the trained pipeline; ``texts()`` yields batches of train texts anew
+            on each call, ``length`` is the number of train texts.
+        save: ``save(tokenizer, folder)`` writes the folder's files into an existing empty directory.
+        batch_size: texts per batch streamed from Arrow (bounded memory).
+        unk_token, is_continuation: see :func:`fertility`.
+
+    Returns:
+        ``(metrics, histogram, timing)`` as :func:`train_tokenizer_folder`.
+
+    Raises:
+        ValueError: the saved folder does not reload to the same ids; whatever ``train`` raises.
+    """
+    import time
+
+    train_split = corpus["train"]
+    start = time.perf_counter()
+    with rust_parallelism(True):  # nothing forks while the trainer runs; results do not depend on it
+        tokenizer = train(lambda: iter_text_batches(train_split, text_column, batch_size), len(train_split))
     train_seconds = time.perf_counter() - start
-    train_bytes = sum(len(t.encode("utf-8")) for b in iter_text_batches(train, text_column, batch_size) for t in b)
+    train_bytes = sum(
+        len(t.encode("utf-8")) for b in iter_text_batches(train_split, text_column, batch_size) for t in b
+    )
     log.info("trained %d entries on %.1f MB in %.1f s", tokenizer.get_vocab_size(), train_bytes / 1e6, train_seconds)
 
     validation = corpus["validation"]
     with rust_parallelism(True):
-        metrics, histogram = fertility(tokenizer, iter_text_batches(validation, text_column, batch_size))
+        metrics, histogram = fertility(
+            tokenizer, iter_text_batches(validation, text_column, batch_size), unk_token=unk_token,
+            is_continuation=is_continuation,
+        )
     probe = validation.select(range(min(ROUNDTRIP_TEXTS, len(validation))))[text_column]
     with atomic_dir(out_dir) as tmp:
-        save_tokenizer(tokenizer, tmp, model_max_length=model_max_length, **options)
+        save(tokenizer, Path(tmp))
         try:
             check_roundtrip(tmp, tokenizer, list(probe))
         except ValueError as exc:

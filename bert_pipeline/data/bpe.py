@@ -1,0 +1,156 @@
+"""RoBERTa's byte-level BPE tokenizer built from Hugging Face ``tokenizers`` parts: train it, save it.
+
+The pipeline is RoBERTa's (Liu et al. 2019, §4.4), itself GPT-2's byte-level BPE (Radford et al. 2019, §2.2;
+BPE: Sennrich et al. 2016):
+
+- no normaliser (the vocabulary is cased and keeps every character);
+- pre-tokenizer ``ByteLevel(add_prefix_space=True)``: GPT-2's split regex, every UTF-8 byte mapped to one of 256
+  printable characters, a space prepended so the first word is tokenised like any other (``Ġ`` marks a word that
+  follows a space);
+- model ``BPE`` over those 256 byte characters, so any text encodes without an unknown token and decodes back;
+- decoder ``ByteLevel`` and RoBERTa's post-processor ``<s> A </s>`` / ``<s> A </s></s> B </s>`` with
+  ``trim_offsets`` (character offsets never cover the leading space).
+
+Special tokens ``<s> <pad> </s> <unk> <mask>`` take ids 0..4, as in RoBERTa's released vocabulary. The folder
+loads with ``AutoTokenizer`` as ``transformers``' RoBERTa tokenizer (``vocab.json`` + ``merges.txt`` beside
+``tokenizer.json``).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from tokenizers import AddedToken, Tokenizer, decoders, pre_tokenizers, processors
+from tokenizers.models import BPE
+from tokenizers.trainers import BpeTrainer
+
+from bert_pipeline.data.wordpiece import train_measure_publish
+
+BOS, PAD, EOS, UNK, MASK = "<s>", "<pad>", "</s>", "<unk>", "<mask>"
+SPECIAL_TOKENS = (BOS, PAD, EOS, UNK, MASK)
+"""In id order (0..4), RoBERTa's layout."""
+SPECIAL_TOKENS_MAP = {
+    "bos_token": BOS, "eos_token": EOS, "cls_token": BOS, "sep_token": EOS, "pad_token": PAD, "unk_token": UNK,
+    "mask_token": MASK,
+}
+WORD_START = "\u0120"  # "Ġ": the byte-level character of a space, so a piece starting with it starts a word
+BYTE_ALPHABET_SIZE = 256
+MIN_VOCAB_SIZE = len(SPECIAL_TOKENS) + BYTE_ALPHABET_SIZE
+MODEL_INPUT_NAMES = ("input_ids", "attention_mask")  # RoBERTa takes no token types
+
+
+def is_bpe_continuation(token: str) -> bool:
+    """Byte-level BPE's continuation rule: a piece that does not start with ``Ġ`` goes on the piece before it."""
+    return not token.startswith(WORD_START)
+
+
+def _finish(tokenizer: Tokenizer) -> Tokenizer:
+    """Register the special tokens and RoBERTa's post-processor on a trained byte-level BPE pipeline."""
+    vocab = tokenizer.get_vocab(with_added_tokens=True)
+    # <mask> swallows the space before it, as RoBERTa's tokenizer declares (lstrip)
+    tokenizer.add_special_tokens([AddedToken(t, special=True, normalized=False, lstrip=t == MASK)
+                                  for t in SPECIAL_TOKENS])
+    tokenizer.post_processor = processors.RobertaProcessing(
+        (EOS, vocab[EOS]), (BOS, vocab[BOS]), trim_offsets=True, add_prefix_space=True
+    )
+    return tokenizer
+
+
+def train_bpe(
+    texts: Callable[[], Iterable[str] | Iterable[list[str]]],
+    *,
+    vocab_size: int,
+    min_frequency: int = 2,
+    length: int | None = None,
+    show_progress: bool = False,
+) -> Tokenizer:
+    """Learn a byte-level BPE vocabulary (RoBERTa's tokenizer) on texts.
+
+    Args:
+        texts: called once; yields texts or lists of texts (e.g. :func:`bert_pipeline.data.wordpiece.iter_text_batches`).
+        vocab_size: entries including the 5 special tokens and the 256 byte characters (RoBERTa: 50,265).
+        min_frequency: a pair must occur this often to be merged.
+        length: number of items ``texts()`` yields (progress bar only).
+        show_progress: the trainer's progress bar.
+
+    Returns:
+        The ``tokenizers.Tokenizer``; ``<s>``=0, ``<pad>``=1, ``</s>``=2, ``<unk>``=3, ``<mask>``=4.
+
+    Raises:
+        ValueError: ``vocab_size`` below 261 (special tokens + byte alphabet).
+    """
+    if vocab_size < MIN_VOCAB_SIZE:
+        raise ValueError(f"expected >= {MIN_VOCAB_SIZE} (5 special tokens + 256 bytes), got {vocab_size}")
+    tokenizer = Tokenizer(BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = BpeTrainer(
+        vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=list(SPECIAL_TOKENS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=show_progress,
+    )
+    tokenizer.train_from_iterator(texts(), trainer=trainer, length=length)
+    return _finish(tokenizer)
+
+
+def save_bpe_tokenizer(tokenizer: Tokenizer, folder: str | Path, *, model_max_length: int = 512) -> None:
+    """Write ``tokenizer.json``, ``vocab.json``, ``merges.txt``, ``tokenizer_config.json`` (RoBERTa's tokenizer
+    class, ``add_prefix_space``, ``trim_offsets``) and ``special_tokens_map.json`` into the existing, empty
+    ``folder``.
+
+    Args:
+        tokenizer: a pipeline from :func:`train_bpe`.
+        folder: an existing, empty directory.
+        model_max_length: the longest sequence (tokens) the models will take.
+    """
+    from transformers import RobertaTokenizerFast
+
+    folder = Path(folder)
+    hf = RobertaTokenizerFast(
+        tokenizer_object=tokenizer, add_prefix_space=True, trim_offsets=True, model_max_length=model_max_length,
+        model_input_names=list(MODEL_INPUT_NAMES), **SPECIAL_TOKENS_MAP,
+    )
+    hf.save_pretrained(str(folder))
+    config_path = folder / "tokenizer_config.json"
+    config = json.loads(config_path.read_text(encoding="utf-8"))
+    config["tokenizer_class"] = "RobertaTokenizerFast"
+    config_path.write_text(json.dumps(config, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
+    tokenizer.model.save(str(folder))  # vocab.json + merges.txt, the files RoBERTa's slow tokenizer reads
+    (folder / "special_tokens_map.json").write_text(
+        json.dumps(SPECIAL_TOKENS_MAP, indent=2, sort_keys=True) + "\n", encoding="utf-8"
+    )
+
+
+def train_bpe_folder(
+    corpus: Any,
+    out_dir: str | Path,
+    *,
+    vocab_size: int,
+    min_frequency: int,
+    model_max_length: int,
+    batch_size: int,
+    text_column: str = "text",
+) -> tuple[dict[str, Any], dict[int, int], dict[str, float | None]]:
+    """Train byte-level BPE on ``corpus["train"]``, measure it on ``corpus["validation"]`` and publish ``out_dir``
+    atomically once ``AutoTokenizer`` reloads it to the same ids
+    (:func:`bert_pipeline.data.wordpiece.train_measure_publish`).
+
+    Returns:
+        ``(metrics, histogram, timing)``; ``continuation_share`` counts pieces without a leading ``Ġ``.
+
+    Raises:
+        ValueError: ``vocab_size`` too small; the saved folder does not reload to the same ids.
+    """
+
+    def train(texts: Callable[[], Iterator[list[str]]], length: int) -> Tokenizer:
+        return train_bpe(texts, vocab_size=vocab_size, min_frequency=min_frequency, length=length,
+                         show_progress=sys.stderr.isatty())
+
+    return train_measure_publish(
+        corpus, out_dir, train=train,
+        save=lambda tokenizer, folder: save_bpe_tokenizer(tokenizer, folder, model_max_length=model_max_length),
+        batch_size=batch_size, text_column=text_column, unk_token=UNK, is_continuation=is_bpe_continuation,
+    )
