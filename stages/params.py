@@ -32,7 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from bert_pipeline.errors import PipelineError
 from bert_pipeline.io import flatten
-from bert_pipeline.model.sizes import FAMILY_OBJECTIVES, SIZES
+from bert_pipeline.model.sizes import FAMILY_OBJECTIVES, FAMILY_VOCABULARIES, SIZES
 
 DEFAULT_PARAMS = Path("params.yaml")
 
@@ -702,6 +702,10 @@ class Params(Section):
         if self.pretrain.init == "scratch" and objective not in FAMILY_OBJECTIVES[family]:
             raise ValueError(f"create_pretraining_data.objective: {objective!r} does not fit pretrain.model.family "
                              f"{family!r} (expected one of {', '.join(FAMILY_OBJECTIVES[family])})")
+        vocabulary = FAMILY_VOCABULARIES[family]
+        if self.pretrain.init == "scratch" and self.train_tokenizer.model != vocabulary:
+            raise ValueError(f"train_tokenizer.model: {self.train_tokenizer.model!r} does not fit pretrain.model.family "
+                             f"{family!r} (expected {vocabulary!r}, the vocabulary its paper trains)")
         names = [s if isinstance(s, str) else s.name for s in self.prepare_corpus.sources]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:

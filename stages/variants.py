@@ -68,21 +68,26 @@ def family_settings(family: str, params: Params) -> dict[str, Any]:
     """
     from bert_pipeline.model.sizes import SIZES
 
+    from stages.params import CreatePretrainingDataParams, PretrainParams, TrainTokenizerParams
+
     recipe = recipe_of(family)
     tok_update: dict[str, Any] = {"model": recipe.tokenizer}
     if recipe.lowercase is not None:
         tok_update["lowercase"] = recipe.lowercase
-        if recipe.lowercase is False:
-            tok_update["strip_accents"] = False
-    tokenizer = params.train_tokenizer.model_copy(update=tok_update)
-    data = params.create_pretraining_data.model_copy(update={"objective": recipe.objective, "masking": recipe.masking})
+    if recipe.tokenizer != "wordpiece":
+        tok_update["bert_id_layout"] = False  # BERT's [unused] ids are WordPiece's layout
+    # validated again: a recipe over the user's settings must pass the same schema as params.yaml
+    tokenizer = TrainTokenizerParams.model_validate({**params.train_tokenizer.model_dump(), **tok_update})
+    data = CreatePretrainingDataParams.model_validate({**params.create_pretraining_data.model_dump(),
+                                                       "objective": recipe.objective, "masking": recipe.masking})
     pre = params.pretrain
     model_update = dict(recipe.model)
     if family == "albert":
         hidden = int(pre.model.config.get("hidden_size") or SIZES[pre.model.size]["hidden_size"])
         model_update["embedding_size"] = albert_embedding_size(hidden)
-    pretrain = pre.model_copy(update={"init": "scratch", "model": pre.model.model_copy(update=model_update),
-                                      "compute": pre.compute.model_copy(update={"num_processes": 1})})
+    dumped = pre.model_dump()
+    pretrain = PretrainParams.model_validate({**dumped, "init": "scratch", "model": {**dumped["model"], **model_update},
+                                              "compute": {**dumped["compute"], "num_processes": 1}})
     return {"train_tokenizer": tokenizer, "create_pretraining_data": data, "pretrain": pretrain}
 
 
@@ -127,7 +132,7 @@ def train_family(family: str, params: Params) -> tuple[dict[str, Any], dict[str,
 
     log.info("variants %s: %s vocabulary", family, settings["train_tokenizer"].model)
     tok_dir = folder / "tokenizer"
-    train_tokenizer(settings["train_tokenizer"], open_corpus(CORPUS_DIR, columns=["text"]), tok_dir)
+    train_tokenizer(settings["train_tokenizer"], open_corpus(CORPUS_DIR, columns=["text"]), tok_dir)  # atomic
     lap("tokenizer")
     data_dir = folder / "pretraining"
     pre = settings["pretrain"]

@@ -508,3 +508,27 @@ def test_distill_outputs(smoke_run):
     assert runs[0].info.status == "FINISHED"
     assert runs[0].data.tags["model_dvc_md5"] == md5["models/distilled"]
     assert runs[0].data.tags["teacher_dvc_md5"] == md5["models/pretrained"]
+
+
+def test_variants_outputs(smoke_run):
+    """The smoke profile's second, smaller run per family: RoBERTa and ALBERT, each with its own vocabulary, data and
+    pre-training at the smoke size, fine-tuned on sentiment and NER, in the record, headline and report."""
+    record = json.loads((smoke_run / "metrics/variants.json").read_text())
+    assert [r["family"] for r in record["families"]] == ["roberta", "albert"]
+    assert record["tasks"] == ["sentiment", "ner"]
+    rows = {r["family"]: r for r in record["families"]}
+    assert rows["roberta"]["recipe"]["tokenizer"] == "bpe" and rows["roberta"]["recipe"]["objective"] == "none"
+    assert rows["albert"]["recipe"]["tokenizer"] == "unigram" and rows["albert"]["recipe"]["objective"] == "sop"
+    # ALBERT shares its layers and factorises its embedding: fewer parameters than RoBERTa at the same size
+    assert 0 < rows["albert"]["parameters"] < rows["roberta"]["parameters"]
+    for row in rows.values():
+        assert row["steps"] == 6 and row["tokens_seen"] > 0 and 0.0 <= row["mlm_accuracy"] <= 1.0
+        assert sorted(row["scores"]) == ["ner", "sentiment"]
+        assert all(0.0 <= s["mean"] <= 1.0 and len(s["seeds"]) == 1 for s in row["scores"].values())
+    headline = json.loads((smoke_run / "metrics/headline/variants.json").read_text())["variants"]
+    assert headline == {f"{f}_average": round((r["scores"]["sentiment"]["mean"] + r["scores"]["ner"]["mean"]) / 2, 6)
+                        for f, r in rows.items()}
+    summary = (smoke_run / "reports/summary.md").read_text()
+    section = summary[summary.index("## BERT variants on our data"):]
+    assert "| roberta (ours) |" in section and "| albert (ours) |" in section
+    assert "published: GLUE" in section and "| ALBERT-Base | 80.1 | 12M | 1.7x |" in section

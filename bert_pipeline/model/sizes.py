@@ -26,3 +26,6 @@ FAMILY_OBJECTIVES: dict[str, tuple[str, ...]] = {
     "roberta": ("none",),
     "albert": ("sop", "none"),
 }
+# The vocabulary each family's paper trains (the train_tokenizer stage's ``model``): WordPiece (Devlin et al. 2019),
+# byte-level BPE (Liu et al. 2019, §4.4), a SentencePiece-style Unigram model (Lan et al. 2020, §4.1).
+FAMILY_VOCABULARIES: dict[str, str] = {"bert": "wordpiece", "roberta": "bpe", "albert": "unigram"}
