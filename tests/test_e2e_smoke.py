@@ -72,7 +72,7 @@ def test_profile_output_is_quiet(smoke_run):
                   "Writing model shards", "Add type hints"):
         assert noise not in out, noise
     assert out.count("DVC found no dvc.lock entry for") == 1
-    assert out.count("Running stage 'finetune@") == 12
+    assert out.count("Running stage 'finetune@") == 16  # 4 members x 4 tasks
     assert "INFO bert_pipeline.model.configs: " in out  # the one-line summary of a task head's new weights
 
 
@@ -89,7 +89,7 @@ def test_headline_metrics_are_few_unique_and_all_load(smoke_run):
             yield from keys(v, f"{prefix}{k}.") if isinstance(v, dict) else [f"{prefix}{k}"]
 
     names = [k for entry in files.values() for k in keys(entry["data"])]
-    assert len(names) == len(set(names)) <= 40
+    assert len(names) == len(set(names)) <= 48
     assert {"pretrain.mlm_accuracy", "distill.mlm_accuracy", "pretrained.sentiment", "minilm.qa",
             "scratch.average"} <= set(names)
     shown = _run(["dvc", "exp", "show", "--no-pager", "--only-changed", "--hide-workspace"], smoke_run,
@@ -221,9 +221,9 @@ def test_prepare_tasks_outputs(smoke_run):
     corpus = datasets.load_from_disk(str(smoke_run / "data/corpus"))
     heldout = set(corpus["validation"]["doc_id"])
     metrics = json.loads((smoke_run / "metrics/tasks.json").read_text())
-    assert set(metrics) == {"sentiment", "ner", "qa"}
+    assert set(metrics) == {"sentiment", "ner", "qa", "headline_match"}
     assert metrics["ner"]["silver"] is True
-    for name in ("sentiment", "ner", "qa"):
+    for name in ("sentiment", "ner", "qa", "headline_match"):
         dd = datasets.load_from_disk(str(smoke_run / "data/tasks" / name))
         info = json.loads((smoke_run / "data/tasks" / name / "task.json").read_text())
         assert info["main_metric"] in ("accuracy", "f1")
@@ -241,7 +241,14 @@ def test_prepare_tasks_outputs(smoke_run):
         assert arts["test"] <= heldout
         assert not arts["train"] & heldout
         assert not arts["validation"] & arts["test"]
-        if name == "ner":
+        if name == "headline_match":  # balanced pairs; the passage's article is held out with the headline's
+            for split in ("train", "validation", "test"):
+                labels = dd[split]["label"]
+                assert 2 * sum(labels) == len(labels)
+                assert set(dd[split]["pair_doc_id"]) <= (heldout if split != "train" else set(corpus["train"]["doc_id"]))
+                assert all((a == b) == bool(y) for a, b, y in zip(dd[split]["doc_id"], dd[split]["pair_doc_id"],
+                                                                  labels, strict=True))
+        elif name == "ner":
             names = dd["train"].features["ner_tags"].feature.names
             assert names[0] == "O"
             assert all(n[:2] in ("B-", "I-") for n in names[1:])
@@ -258,9 +265,10 @@ def test_finetune_outputs(smoke_run):
     files = sorted((smoke_run / "metrics/finetune").glob("*.json"))
     combos = {p.stem for p in files}
     family = ("pretrained", "distilled", "scratch", "minilm", "minilm_student")
-    assert combos == {f"{m}-{t}" for m in family for t in ("sentiment", "ner", "qa")}
+    assert combos == {f"{m}-{t}" for m in family for t in ("sentiment", "ner", "qa", "headline_match")}
     teacher = AutoConfig.from_pretrained(smoke_run / "models/pretrained")
-    expected = {"sentiment": {"accuracy", "macro_f1"}, "qa": {"exact_match", "f1"}}
+    expected = {"sentiment": {"accuracy", "macro_f1"}, "qa": {"exact_match", "f1"},
+                "headline_match": {"accuracy", "macro_f1"}}
     for path in files:
         m = json.loads(path.read_text())
         assert f"{m['model']}-{m['task']}" == path.stem
@@ -277,7 +285,7 @@ def test_finetune_outputs(smoke_run):
         assert (folder / "model.safetensors").exists()
         assert (folder / "tokenizer.json").exists()
         if m["task"] != "qa":
-            assert cfg.num_labels == (2 if m["task"] == "sentiment" else len(cfg.id2label)) > 1
+            assert cfg.num_labels == (2 if m["task"] in ("sentiment", "headline_match") else len(cfg.id2label)) > 1
         if m["model"] in ("pretrained", "scratch"):  # scratch: the teacher's architecture, weights drawn afresh
             assert (cfg.num_hidden_layers, cfg.hidden_size) == (teacher.num_hidden_layers, teacher.hidden_size)
         if m["model"] == "distilled":
