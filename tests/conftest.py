@@ -66,6 +66,19 @@ def write_params(root: Path, raw: dict[str, Any] | None = None, **sections: dict
     return path
 
 
+def family_params(family: str) -> dict[str, Any]:
+    """The committed params with ``pretrain.model.family`` set to ``family`` and the objective and vocabulary model
+    the schema's cross-checks expect for it (RoBERTa: BPE and no NSP; ALBERT: Unigram and SOP)."""
+    from bert_pipeline.model.sizes import FAMILY_OBJECTIVES, FAMILY_VOCABULARIES
+
+    params = committed_params()
+    params["pretrain"]["model"]["family"] = family
+    if params["create_pretraining_data"]["objective"] not in FAMILY_OBJECTIVES[family]:
+        params["create_pretraining_data"]["objective"] = FAMILY_OBJECTIVES[family][0]
+    params["train_tokenizer"]["model"] = FAMILY_VOCABULARIES[family]
+    return params
+
+
 def params_error(raw: dict[str, Any]) -> str:
     """The schema's message for an invalid ``raw`` params mapping; asserts it is one line."""
     from stages.params import ParamsError, validate_params

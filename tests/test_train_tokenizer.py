@@ -12,7 +12,7 @@ from transformers import AutoTokenizer
 
 from bert_pipeline.errors import PipelineError
 from stages import train_tokenizer
-from tests.conftest import synthetic_texts, write_params
+from tests.conftest import family_params, synthetic_texts, write_params
 
 
 def _corpus(path, train_texts, validation_texts):
@@ -31,7 +31,8 @@ def _corpus(path, train_texts, validation_texts):
 
 
 def _params(tmp, **section):
-    write_params(tmp, train_tokenizer={"vocab_size": 300, "batch_size": 7, **section})
+    family = {"bpe": "roberta", "unigram": "albert"}.get(section.get("model", "wordpiece"), "bert")
+    write_params(tmp, family_params(family), train_tokenizer={"vocab_size": 300, "batch_size": 7, **section})
 
 
 @pytest.fixture

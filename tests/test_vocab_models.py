@@ -20,7 +20,7 @@ from bert_pipeline.model.heads import IGNORE_INDEX, decode_qa, prepare_qa_featur
 from stages.params import ParamsError, TrainTokenizerParams, load_params
 from stages.train_tokenizer import train_tokenizer
 from tests import test_create_pretraining_data as cpd
-from tests.conftest import synthetic_texts, write_params
+from tests.conftest import family_params, synthetic_texts, write_params
 
 # words the NER/QA checks need whole ("Hello", "world", "cat") next to synthetic text that splits rarer words
 COMMON = ["Hello world, the cat sat on the mat.", "The cat and the world said hello.", "Hello, the cat is here."]
@@ -224,5 +224,6 @@ def test_bad_tokenizer_params_are_one_line(tmp_path, changes, message):
 
 def test_default_model_is_wordpiece_and_bert_id_layout_binds_wordpiece_only(tmp_path):
     assert load_params().train_tokenizer.model == "wordpiece"
-    write_params(tmp_path, train_tokenizer=dict(model="unigram", bert_id_layout=True, vocab_size=50))
+    write_params(tmp_path, family_params("albert"), train_tokenizer=dict(model="unigram", bert_id_layout=True,
+                                                                         vocab_size=50))
     assert load_params(tmp_path / "params.yaml").train_tokenizer.vocab_size == 50  # 5 special tokens, not 104
