@@ -542,6 +542,27 @@ class BudgetCurveParams(Section):
         return self
 
 
+# ----------------------------------------------------------------------------------------------- retrieval
+class RetrievalParams(Section):
+    """``retrieval``: sentence embeddings (mean pooling) of each of ``members`` (keys of ``finetune.models``) scored
+    on headline-to-article retrieval over at most ``test_articles`` of the headline_match test split, zero-shot and
+    after ``epochs`` of in-batch-negatives fine-tuning on at most ``train_pairs`` training pairs at
+    ``learning_rate`` (``learning_rates``: per member), similarities times ``scale``, texts cut at ``max_length``
+    tokens (:mod:`stages.retrieval`, :mod:`bert_pipeline.evaluation.retrieval`).
+    """
+
+    members: list[str] = Field(min_length=1)
+    test_articles: Annotated[int, annotated_types.Ge(2)] | None
+    train_pairs: Annotated[int, annotated_types.Ge(2)] | None
+    epochs: Annotated[int, annotated_types.Ge(1)]
+    batch_size: Annotated[int, annotated_types.Ge(2)]
+    learning_rate: Annotated[float, annotated_types.Gt(0.0)]
+    learning_rates: dict[str, Annotated[float, annotated_types.Gt(0.0)]]
+    scale: Annotated[float, annotated_types.Gt(0.0)]
+    max_length: Annotated[int, annotated_types.Ge(8)]
+    seed: int
+
+
 # ------------------------------------------------------------------------------------------------ variants
 class VariantsParams(Section):
     """``variants``: BERT, RoBERTa and ALBERT pre-trained at ``pretrain``'s size and step budget from the same corpus,
@@ -693,11 +714,15 @@ class Params(Section):
     export: ExportParams
     budget_curve: BudgetCurveParams
     variants: VariantsParams
+    retrieval: RetrievalParams
     evaluate: EvaluateParams
     orchestration: OrchestrationParams
 
     @model_validator(mode="after")
     def _cross_checks(self) -> Params:
+        unknown = [m for m in [*self.retrieval.members, *self.retrieval.learning_rates] if m not in self.finetune.models]
+        if unknown:
+            raise ValueError(f"retrieval.members: {unknown[0]!r} is not a key of finetune.models")
         family, objective = self.pretrain.model.family, self.create_pretraining_data.objective
         if self.pretrain.init == "scratch" and objective not in FAMILY_OBJECTIVES[family]:
             raise ValueError(f"create_pretraining_data.objective: {objective!r} does not fit pretrain.model.family "

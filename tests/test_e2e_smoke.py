@@ -89,7 +89,7 @@ def test_headline_metrics_are_few_unique_and_all_load(smoke_run):
             yield from keys(v, f"{prefix}{k}.") if isinstance(v, dict) else [f"{prefix}{k}"]
 
     names = [k for entry in files.values() for k in keys(entry["data"])]
-    assert len(names) == len(set(names)) <= 48
+    assert len(names) == len(set(names)) <= 52
     assert {"pretrain.mlm_accuracy", "distill.mlm_accuracy", "pretrained.sentiment", "minilm.qa",
             "scratch.average"} <= set(names)
     shown = _run(["dvc", "exp", "show", "--no-pager", "--only-changed", "--hide-workspace"], smoke_run,
@@ -540,3 +540,19 @@ def test_variants_outputs(smoke_run):
     section = summary[summary.index("## BERT variants on our data"):]
     assert "| roberta (ours) |" in section and "| albert (ours) |" in section
     assert "published: GLUE" in section and "| ALBERT-Base | 80.1 | 12M | 1.7x |" in section
+
+
+def test_retrieval_outputs(smoke_run):
+    """Every member's sentence embeddings scored on headline-to-article retrieval, zero-shot and fine-tuned."""
+    record = json.loads((smoke_run / "metrics/retrieval.json").read_text())
+    assert list(record["members"]) == ["pretrained", "distilled", "scratch", "minilm"]
+    assert 2 <= record["test_articles"] <= 8 and 2 <= record["train_pairs"] <= 16
+    for scores in record["members"].values():
+        for when in ("zero_shot", "fine_tuned"):
+            assert set(scores[when]) == {"recall_at_1", "recall_at_10", "mrr"}
+            assert all(0.0 <= v <= 1.0 for v in scores[when].values())
+            assert scores[when]["recall_at_1"] <= scores[when]["mrr"] <= 1.0
+    # with at most 8 candidates every article is in the first ten
+    assert all(s[w]["recall_at_10"] == 1.0 for s in record["members"].values() for w in ("zero_shot", "fine_tuned"))
+    summary = (smoke_run / "reports/summary.md").read_text()
+    assert "## Sentence embeddings: retrieval" in summary and "| minilm (reference) |" in summary

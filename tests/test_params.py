@@ -121,7 +121,7 @@ def test_misspelt_section_is_named_first_with_the_close_match(raw):
     raw["extras"] = {}  # nothing close: every section it takes
     assert params_error(raw) == ("params.yaml: unknown section 'extras' (expected one of fetch_data, prepare_corpus, "
                                  "train_tokenizer, create_pretraining_data, pretrain, distill, prepare_tasks, "
-                                 "finetune, task_distill, export, budget_curve, variants, evaluate, orchestration)")
+                                 "finetune, task_distill, export, budget_curve, variants, retrieval, evaluate, orchestration)")
 
 
 def test_floats_are_read_as_yaml_1_2_and_dvc_read_them(tmp_path):

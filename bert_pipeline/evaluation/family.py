@@ -44,6 +44,7 @@ from bert_pipeline.evaluation.report import (
     upstream_findings,
 )
 from bert_pipeline.evaluation.speed import measure_speed, size_on_disk_mb
+from bert_pipeline.evaluation.retrieval import retrieval_section
 from bert_pipeline.evaluation.variants import variants_section
 from bert_pipeline.model.configs import count_parameters
 
@@ -313,6 +314,7 @@ def evaluate_family(inputs: FamilyInputs, *, teacher: str, student: str, scratch
                                   inputs.sources.budget_curve, inputs.sources.budget_curve_timing)
     onnx = onnx_section(read_json(inputs.metrics_dir / "export.json"),
                         read_json(inputs.metrics_dir / "export-timing.json"), inputs.sources)
+    retrieval = retrieval_section(read_json(inputs.metrics_dir / "retrieval.json"), inputs.sources.retrieval)
     variants_record = read_json(inputs.metrics_dir / "variants.json")
     variants = variants_section(variants_record, read_json(inputs.metrics_dir / "variants-timing.json"),
                                 inputs.sources.variants, inputs.sources.variants_timing,
@@ -321,7 +323,8 @@ def evaluate_family(inputs: FamilyInputs, *, teacher: str, student: str, scratch
     distilled = distillation_section(pairs, index, facts, tasks, throughput_batch_size, inputs.sources)
     summary = render_summary(header, rows, lines, read_json(inputs.metrics_dir / "corpus.json"),
                              read_json(inputs.metrics_dir / "tokenizer.json"), card, inputs.sources, note, figures,
-                             sections=[pair_regression_section(results, models), budget, variants, distilled, onnx])
+                             sections=[pair_regression_section(results, models), retrieval, budget, variants, distilled,
+                                       onnx])
 
     flat = flat_metrics(index, facts, models, tasks, teacher, student, scratch)
     flat.update(pair_shares(pairs, index, tasks))

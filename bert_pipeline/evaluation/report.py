@@ -60,6 +60,7 @@ class ReportSources:
     budget_curve_timing: str = "metrics/budget_curve-timing.json"
     variants: str = "metrics/variants.json"
     variants_timing: str = "metrics/variants-timing.json"
+    retrieval: str = "metrics/retrieval.json"
 
 
 @dataclass(frozen=True)

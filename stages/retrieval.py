@@ -1,0 +1,127 @@
+"""Stage ``retrieval``: sentence embeddings of each family member, scored on headline-to-article retrieval.
+
+    python -m stages.retrieval        (dvc repro retrieval)
+
+The pairs are the ``headline_match`` task's positive pairs (a headline and its own article's first passage):
+the test split's (corpus-validation articles only) are the retrieval benchmark, the train split's (at most
+``retrieval.train_pairs``) the fine-tuning set. For each of ``retrieval.members`` (keys of ``finetune.models``:
+its folder, or for ``init: random`` that folder's config with weights drawn under ``retrieval.seed``), the bare
+encoder is scored zero-shot, then fine-tuned with in-batch negatives and scored again
+(:mod:`bert_pipeline.evaluation.retrieval`). Writes
+
+- ``metrics/retrieval.json``: per member ``zero_shot`` and ``fine_tuned`` recall@1, recall@10 and MRR, the test
+  articles and training pairs counts (quality only, byte-identical on CPU);
+- ``metrics/headline/retrieval.json``: each member's fine-tuned recall@1 (the DVC metric);
+- ``metrics/retrieval-timing.json``: wall and CPU seconds per member (``cache: false``).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from bert_pipeline.console import run_main
+from bert_pipeline.errors import PipelineError
+from bert_pipeline.io import write_json
+from stages import require_inputs
+from stages.headline import write_headline
+from stages.params import Params, load_params
+
+log = logging.getLogger(__name__)
+
+PAIRS = Path("data/tasks/headline_match")
+METRICS = Path("metrics/retrieval.json")
+TIMING = Path("metrics/retrieval-timing.json")
+
+
+def positive_pairs(split: Any, limit: int | None) -> tuple[list[str], list[str]]:
+    """The (headline, passage) texts of a headline_match split's positive rows (label ``same_article``), in
+    order, at most ``limit``."""
+    names = split.features["label"].names
+    same = names.index("same_article")
+    rows = [(t, p) for t, p, y in zip(split["text"], split["text_pair"], split["label"], strict=True) if y == same]
+    rows = rows[:limit] if limit is not None else rows
+    return [t for t, _ in rows], [p for _, p in rows]
+
+
+def load_encoder(name: str, params: Params) -> tuple[Any, Any]:
+    """The bare encoder (``AutoModel``) and tokenizer of the ``finetune.models`` entry ``name``.
+
+    Raises:
+        PipelineError: not a key of finetune.models, or its folder is missing.
+    """
+    from transformers import AutoConfig, AutoModel
+
+    from bert_pipeline.data.tokenizer import load_tokenizer
+    from bert_pipeline.model.configs import load_weights
+
+    models = params.finetune.models
+    if name not in models:
+        raise PipelineError(f"params.yaml: retrieval.members: {name!r} is not a key of finetune.models "
+                            f"({', '.join(sorted(models))})")
+    spec = models[name]
+    if not (Path(spec.path) / "config.json").is_file():
+        raise PipelineError(f"{spec.path}: model folder not found (finetune.models.{name}.path; run the stage that "
+                            "writes it)")
+    tokenizer = load_tokenizer(spec.path)
+    if spec.init == "random":  # the no-pre-training baseline: the folder's shape, fresh weights
+        torch.manual_seed(params.retrieval.seed)
+        return AutoModel.from_config(AutoConfig.from_pretrained(spec.path)), tokenizer
+    model, _ = load_weights(AutoModel, spec.path)
+    return model, tokenizer
+
+
+def main() -> None:
+    require_inputs("retrieval")
+    params = load_params()
+    r = params.retrieval
+    import datasets
+
+    from bert_pipeline.evaluation.retrieval import contrastive_finetune, embed, retrieval_metrics
+    from bert_pipeline.mlops import tracking
+
+    if params.finetune.num_threads:
+        torch.set_num_threads(params.finetune.num_threads)
+    try:
+        pairs = datasets.load_from_disk(str(PAIRS))
+    except FileNotFoundError:
+        raise PipelineError(f"{PAIRS}: not found; run `dvc repro prepare_tasks`") from None
+    test_q, test_d = positive_pairs(pairs["test"], r.test_articles)
+    train_q, train_d = positive_pairs(pairs["train"], r.train_pairs)
+    record: dict[str, Any] = {"test_articles": len(test_q), "train_pairs": len(train_q), "members": {}}
+    timing: dict[str, Any] = {"members": {}}
+    with tracking.stage_run("retrieval", {"retrieval": r.model_dump()}) as run:
+        for name in r.members:
+            start, cpu = time.perf_counter(), time.process_time()
+            model, tokenizer = load_encoder(name, params)
+            kw = {"batch_size": r.batch_size, "max_length": r.max_length}
+            zero = retrieval_metrics(embed(model, tokenizer, test_q, **kw), embed(model, tokenizer, test_d, **kw))
+            rate = r.learning_rates.get(name, r.learning_rate)
+            try:
+                losses = contrastive_finetune(model, tokenizer, train_q, train_d, epochs=r.epochs,
+                                              batch_size=r.batch_size, learning_rate=rate, scale=r.scale,
+                                              max_length=r.max_length, seed=r.seed)
+            except ValueError as exc:
+                raise PipelineError(f"retrieval: {name}: {exc}") from None
+            tuned = retrieval_metrics(embed(model, tokenizer, test_q, **kw), embed(model, tokenizer, test_d, **kw))
+            record["members"][name] = {"zero_shot": zero, "fine_tuned": tuned, "learning_rate": rate,
+                                       "final_loss": losses[-1] if losses else None}
+            timing["members"][name] = {"seconds": round(time.perf_counter() - start, 1),
+                                       "cpu_seconds": round(time.process_time() - cpu, 1)}
+            log.info("retrieval %s: R@1 %.3f -> %.3f, R@10 %.3f -> %.3f", name, zero["recall_at_1"],
+                     tuned["recall_at_1"], zero["recall_at_10"], tuned["recall_at_10"])
+            run.log_metrics({f"{name}_{when}_{k}": v for when, s in (("zero_shot", zero), ("fine_tuned", tuned))
+                             for k, v in s.items()})
+        write_json(METRICS, record)
+        write_headline("retrieval", {"retrieval": {f"{m}_recall_at_1": s["fine_tuned"]["recall_at_1"]
+                                                   for m, s in record["members"].items()}})
+        write_json(TIMING, timing)
+        run.log_artifact(METRICS)
+
+
+if __name__ == "__main__":
+    run_main(main)
