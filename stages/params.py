@@ -720,9 +720,6 @@ class Params(Section):
 
     @model_validator(mode="after")
     def _cross_checks(self) -> Params:
-        unknown = [m for m in [*self.retrieval.members, *self.retrieval.learning_rates] if m not in self.finetune.models]
-        if unknown:
-            raise ValueError(f"retrieval.members: {unknown[0]!r} is not a key of finetune.models")
         family, objective = self.pretrain.model.family, self.create_pretraining_data.objective
         if self.pretrain.init == "scratch" and objective not in FAMILY_OBJECTIVES[family]:
             raise ValueError(f"create_pretraining_data.objective: {objective!r} does not fit pretrain.model.family "

@@ -84,6 +84,12 @@ def main() -> None:
     from bert_pipeline.evaluation.retrieval import contrastive_finetune, embed, retrieval_metrics
     from bert_pipeline.mlops import tracking
 
+    # checked here, not in the schema: other stages' tests and profiles may replace finetune.models freely
+    for key, names in (("members", r.members), ("learning_rates", list(r.learning_rates))):
+        unknown = [n for n in names if n not in params.finetune.models]
+        if unknown:
+            raise PipelineError(f"params.yaml: retrieval.{key}: {unknown[0]!r} is not a key of finetune.models "
+                                f"(expected one of {', '.join(sorted(params.finetune.models))})")
     if params.finetune.num_threads:
         torch.set_num_threads(params.finetune.num_threads)
     try:

@@ -545,7 +545,7 @@ def test_variants_outputs(smoke_run):
 def test_retrieval_outputs(smoke_run):
     """Every member's sentence embeddings scored on headline-to-article retrieval, zero-shot and fine-tuned."""
     record = json.loads((smoke_run / "metrics/retrieval.json").read_text())
-    assert list(record["members"]) == ["pretrained", "distilled", "scratch", "minilm"]
+    assert sorted(record["members"]) == ["distilled", "minilm", "pretrained", "scratch"]
     assert 2 <= record["test_articles"] <= 8 and 2 <= record["train_pairs"] <= 16
     for scores in record["members"].values():
         for when in ("zero_shot", "fine_tuned"):

@@ -133,3 +133,16 @@ def test_stage_scores_every_member_on_the_test_split(in_tmp, mlflow_in_tmp, caps
             assert all(0.0 <= v <= 1.0 for v in scores[when].values())
     headline = json.loads((in_tmp / "metrics/headline/retrieval.json").read_text())["retrieval"]
     assert headline == {f"{m}_recall_at_1": s["fine_tuned"]["recall_at_1"] for m, s in record["members"].items()}
+
+
+@pytest.mark.parametrize("key", ["members", "learning_rates"])
+def test_stage_refuses_a_member_that_is_not_a_fine_tuning_model(in_tmp, mlflow_in_tmp, capsys, key):
+    from stages import retrieval
+
+    _save_pairs(in_tmp / "data/tasks/headline_match")
+    value = ["pretrained", "tinybert"] if key == "members" else {"tinybert": 1e-4}
+    write_params(in_tmp, retrieval={key: value})
+    code, err = run_stage(retrieval.main, capsys)
+    assert code != 0
+    assert f"retrieval.{key}: 'tinybert' is not a key of finetune.models" in err
+    assert not (in_tmp / "metrics/retrieval.json").exists()

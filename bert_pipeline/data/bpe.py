@@ -18,7 +18,6 @@ loads with ``AutoTokenizer`` as ``transformers``' RoBERTa tokenizer (``vocab.jso
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -28,7 +27,7 @@ from tokenizers import AddedToken, Tokenizer, decoders, pre_tokenizers, processo
 from tokenizers.models import BPE
 from tokenizers.trainers import BpeTrainer
 
-from bert_pipeline.data.wordpiece import train_measure_publish
+from bert_pipeline.data.wordpiece import save_tokenizer_folder, train_measure_publish
 
 BOS, PAD, EOS, UNK, MASK = "<s>", "<pad>", "</s>", "<unk>", "<mask>"
 SPECIAL_TOKENS = (BOS, PAD, EOS, UNK, MASK)
@@ -113,15 +112,8 @@ def save_bpe_tokenizer(tokenizer: Tokenizer, folder: str | Path, *, model_max_le
         tokenizer_object=tokenizer, add_prefix_space=True, trim_offsets=True, model_max_length=model_max_length,
         model_input_names=list(MODEL_INPUT_NAMES), **SPECIAL_TOKENS_MAP,
     )
-    hf.save_pretrained(str(folder))
-    config_path = folder / "tokenizer_config.json"
-    config = json.loads(config_path.read_text(encoding="utf-8"))
-    config["tokenizer_class"] = "RobertaTokenizerFast"
-    config_path.write_text(json.dumps(config, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
+    save_tokenizer_folder(hf, folder, SPECIAL_TOKENS_MAP, tokenizer_class="RobertaTokenizerFast")
     tokenizer.model.save(str(folder))  # vocab.json + merges.txt, the files RoBERTa's slow tokenizer reads
-    (folder / "special_tokens_map.json").write_text(
-        json.dumps(SPECIAL_TOKENS_MAP, indent=2, sort_keys=True) + "\n", encoding="utf-8"
-    )
 
 
 def train_bpe_folder(

@@ -33,7 +33,7 @@ from tokenizers import AddedToken, Tokenizer, decoders, normalizers, pre_tokeniz
 from tokenizers.models import Unigram
 from tokenizers.trainers import UnigramTrainer
 
-from bert_pipeline.data.wordpiece import train_measure_publish
+from bert_pipeline.data.wordpiece import save_tokenizer_folder, train_measure_publish
 
 PAD, UNK, CLS, SEP, MASK = "<pad>", "<unk>", "[CLS]", "[SEP]", "[MASK]"
 SPECIAL_TOKENS = (PAD, UNK, CLS, SEP, MASK)
@@ -184,10 +184,7 @@ def save_unigram_tokenizer(tokenizer: Tokenizer, folder: str | Path, *, model_ma
         tokenizer_object=tokenizer, model_max_length=model_max_length, model_input_names=list(MODEL_INPUT_NAMES),
         **SPECIAL_TOKENS_MAP,
     )
-    hf.save_pretrained(str(folder))
-    (folder / "special_tokens_map.json").write_text(
-        json.dumps(SPECIAL_TOKENS_MAP, indent=2, sort_keys=True) + "\n", encoding="utf-8"
-    )
+    save_tokenizer_folder(hf, folder, SPECIAL_TOKENS_MAP)
 
 
 def train_unigram_folder(

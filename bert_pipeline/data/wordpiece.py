@@ -359,16 +359,28 @@ def save_tokenizer(
         model_input_names=list(MODEL_INPUT_NAMES),
         **SPECIAL_TOKENS_MAP,
     )
-    hf.save_pretrained(str(folder))
-    config_path = folder / "tokenizer_config.json"
-    config = json.loads(config_path.read_text(encoding="utf-8"))
     model = json.loads(tokenizer.to_str())["model"]
-    if model["max_input_chars_per_word"] != BERT_MAX_INPUT_CHARS_PER_WORD:
-        config["tokenizer_class"] = "PreTrainedTokenizerFast"
-    config_path.write_text(json.dumps(config, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
+    fast_only = model["max_input_chars_per_word"] != BERT_MAX_INPUT_CHARS_PER_WORD
+    save_tokenizer_folder(hf, folder, SPECIAL_TOKENS_MAP,
+                          tokenizer_class="PreTrainedTokenizerFast" if fast_only else None)
     (folder / "vocab.txt").write_text(vocab_txt(tokenizer), encoding="utf-8", newline="\n")
+
+
+def save_tokenizer_folder(hf: Any, folder: Path, special_tokens: dict[str, str], *,
+                          tokenizer_class: str | None = None) -> None:
+    """``hf.save_pretrained(folder)``, then ``tokenizer_config.json``'s ``tokenizer_class`` set to
+    ``tokenizer_class`` (when given; the class ``AutoTokenizer`` instantiates) and ``special_tokens_map.json``
+    written from ``special_tokens`` (``transformers`` 5 no longer writes it), both as sorted, indented JSON so
+    that the folder is byte-identical across runs. Shared by the WordPiece, BPE and Unigram savers."""
+    hf.save_pretrained(str(folder))
+    if tokenizer_class is not None:
+        config_path = folder / "tokenizer_config.json"
+        config = json.loads(config_path.read_text(encoding="utf-8"))
+        config["tokenizer_class"] = tokenizer_class
+        config_path.write_text(json.dumps(config, indent=2, sort_keys=True, ensure_ascii=False) + "\n",
+                               encoding="utf-8")
     (folder / "special_tokens_map.json").write_text(
-        json.dumps(SPECIAL_TOKENS_MAP, indent=2, sort_keys=True) + "\n", encoding="utf-8"
+        json.dumps(special_tokens, indent=2, sort_keys=True) + "\n", encoding="utf-8"
     )
 
 
