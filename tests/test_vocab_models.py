@@ -150,8 +150,9 @@ def test_ner_alignment_with_bpe_labels_first_pieces_only(folders):
     assert windows.word_at[0] == [None, 0, 1] + [None] * (len(pieces) - 1) + [2, None]
 
 
-def test_qa_offsets_with_bpe_cover_the_word_not_its_space(folders):
-    tok = load_tokenizer(folders["bpe"])
+@pytest.mark.parametrize("model", ["bpe", "unigram"])
+def test_qa_offsets_cover_the_word_not_its_space(folders, model):
+    tok = load_tokenizer(folders[model])
     context = "Hello world, the cat sat on Zyxwvutsrq mats."
     answers = [("cat", context.index("cat")), ("Zyxwvutsrq", context.index("Zyxwvutsrq")),
                ("Hello", 0), ("world", context.index("world"))]
@@ -162,7 +163,7 @@ def test_qa_offsets_with_bpe_cover_the_word_not_its_space(folders):
         s, e = feats["start_positions"][0], feats["end_positions"][0]
         assert 0 < s <= e
         assert (offsets[s][0], offsets[e][1]) == (start, start + len(text))
-        for span in offsets:  # trim_offsets: no span starts on the space its Ġ stands for
+        for span in offsets:  # no span starts on the space its Ġ or ▁ stands for
             if span is not None and span[1] > span[0]:
                 assert not context[span[0]].isspace()
         if text == "Zyxwvutsrq":

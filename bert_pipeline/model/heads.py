@@ -119,6 +119,16 @@ def truncate_questions(tokenizer, questions: list[str], max_tokens: int) -> list
     return out
 
 
+def _skip_leading_space(context: str, span: tuple[int, int]) -> tuple[int, int]:
+    """``span`` without the whitespace it starts with: a Metaspace vocabulary's (Unigram, SentencePiece) first
+    piece of a word covers the space its ``▁`` stands for, so answers would start with it (byte-level BPE's
+    ``trim_offsets`` and WordPiece already exclude it)."""
+    start, end = span
+    while start < end and context[start].isspace():
+        start += 1
+    return start, end
+
+
 def prepare_qa_features(
     tokenizer, questions: list[str], contexts: list[str], answers: list[dict[str, list]] | None,
     max_length: int, doc_stride: int, max_question_length: int | None = None,
@@ -169,6 +179,8 @@ def prepare_qa_features(
         ex = sample_map[i]
         seq_ids = enc.sequence_ids(i)
         out["example_index"].append(ex)
+        offsets = [_skip_leading_space(contexts[ex], o) if seq_ids[k] == context_seq else o
+                   for k, o in enumerate(offsets)]
         out["offset_mapping"].append([o if seq_ids[k] == context_seq else None for k, o in enumerate(offsets)])
         if answers is None:
             continue
