@@ -52,18 +52,14 @@ def load_encoder(name: str, params: Params) -> tuple[Any, Any]:
     """The bare encoder (``AutoModel``) and tokenizer of the ``finetune.models`` entry ``name``.
 
     Raises:
-        PipelineError: not a key of finetune.models, or its folder is missing.
+        PipelineError: its folder is missing (``main`` has checked that ``name`` is a key of finetune.models).
     """
     from transformers import AutoConfig, AutoModel
 
     from bert_pipeline.data.tokenizer import load_tokenizer
     from bert_pipeline.model.configs import load_weights
 
-    models = params.finetune.models
-    if name not in models:
-        raise PipelineError(f"params.yaml: retrieval.members: {name!r} is not a key of finetune.models "
-                            f"({', '.join(sorted(models))})")
-    spec = models[name]
+    spec = params.finetune.models[name]
     if not (Path(spec.path) / "config.json").is_file():
         raise PipelineError(f"{spec.path}: model folder not found (finetune.models.{name}.path; run the stage that "
                             "writes it)")

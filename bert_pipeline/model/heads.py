@@ -179,9 +179,9 @@ def prepare_qa_features(
         ex = sample_map[i]
         seq_ids = enc.sequence_ids(i)
         out["example_index"].append(ex)
-        offsets = [_skip_leading_space(contexts[ex], o) if seq_ids[k] == context_seq else o
+        offsets = [_skip_leading_space(contexts[ex], o) if seq_ids[k] == context_seq else None
                    for k, o in enumerate(offsets)]
-        out["offset_mapping"].append([o if seq_ids[k] == context_seq else None for k, o in enumerate(offsets)])
+        out["offset_mapping"].append(offsets)
         if answers is None:
             continue
         a = answers[ex]
