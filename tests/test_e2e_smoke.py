@@ -12,6 +12,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -23,10 +24,24 @@ from tests.conftest import REPO, card_header, card_metrics
 pytestmark = pytest.mark.e2e
 
 
-def _run(cmd: list[str], cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
-    assert proc.returncode == 0, f"{' '.join(cmd)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
-    return proc
+# The smoke graph takes about 10 minutes here; a stage that hangs fails the test with its log instead of using
+# up CI's whole time limit with nothing printed.
+PROFILE_TIMEOUT_S = 45 * 60
+
+
+def _run(cmd: list[str], cwd: Path, env: dict[str, str] | None = None,
+         timeout: float | None = None) -> subprocess.CompletedProcess:
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)  # the whole group: dvc and the stage it runs
+        stdout, stderr = proc.communicate()
+        pytest.fail(f"{' '.join(cmd)} still ran after {timeout:.0f} s; its log ends:\n{stdout[-3000:]}\n"
+                    f"{stderr[-5000:]}")
+    assert proc.returncode == 0, f"{' '.join(cmd)} failed:\n{stdout[-3000:]}\n{stderr[-5000:]}"
+    return subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
 
 
 def _copy_repo(dest: Path) -> None:
@@ -55,7 +70,8 @@ def smoke_run(tmp_path_factory) -> Path:
     _run(["git", "init", "-q"], repo)
     _run(["git", "add", "-A"], repo)
     _run(["git", "-c", "user.name=e2e", "-c", "user.email=e2e@localhost", "commit", "-qm", "e2e"], repo)
-    proc = _run([sys.executable, "-m", "stages.cli", "profile", "smoke", "-n", "smoke-e2e"], repo, env)
+    proc = _run([sys.executable, "-m", "stages.cli", "profile", "smoke", "-n", "smoke-e2e"], repo, env,
+                timeout=PROFILE_TIMEOUT_S)
     PROFILE_OUTPUT.append(proc.stdout + proc.stderr)
     _run(["dvc", "exp", "apply", "smoke-e2e"], repo, env)
     return repo

@@ -434,7 +434,11 @@ def build_split(job: ShardJob, num_proc: int) -> list[dict[str, Any]]:
         builder = ShardBuilder(job)
         results = [builder.build(k) for k in tqdm(shards, desc=desc, unit="shard")]
     else:
-        ctx = multiprocessing.get_context("fork")
+        # forkserver, not fork: a caller may have run torch, the tokenizer trainer or Arrow thread pools, or hold
+        # MLflow's threads (the variants stage does all of these in one process), and a forked child inherits their
+        # locks without the threads that would release them; workers forked from a fresh server cannot deadlock
+        method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
+        ctx = multiprocessing.get_context(method)
         with ctx.Pool(min(num_proc, job.n_shards), initializer=_init_worker, initargs=(job,)) as pool:
             results = list(tqdm(pool.imap(_build_in_worker, shards), total=job.n_shards, desc=desc, unit="shard"))
     _write_dataset_meta(job)
@@ -560,7 +564,9 @@ def build_dataset(out: Path, options: InstanceOptions, *, corpus_dir: Path, docu
         n_docs = documents[split]
         dynamic_train = split == "train" and options.masking == "dynamic"
         job = ShardJob(
-            corpus_dir=str(corpus_dir), split=split, tokenizer_path=str(tok_path), out_dir=str(out / split),
+            # absolute: a forkserver's workers keep the working directory the server started in
+            corpus_dir=str(Path(corpus_dir).resolve()), split=split, tokenizer_path=str(Path(tok_path).resolve()),
+            out_dir=str((out / split).resolve()),
             n_shards=max(1, math.ceil(n_docs / options.shard_size)), n_documents=n_docs, objective=options.objective,
             max_seq_length=max_seq_length, short_seq_prob=options.short_seq_prob, rules=split_rules,
             store_masks=not dynamic_train, dupe_factor=options.dupe_factor if split == "train" else 1,
