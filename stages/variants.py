@@ -67,7 +67,6 @@ def family_settings(family: str, params: Params) -> dict[str, Any]:
         PipelineError: an unknown family.
     """
     from bert_pipeline.model.sizes import SIZES
-
     from stages.params import CreatePretrainingDataParams, PretrainParams, TrainTokenizerParams
 
     recipe = recipe_of(family)
@@ -98,6 +97,8 @@ def train_family(family: str, params: Params) -> tuple[dict[str, Any], dict[str,
     Raises:
         PipelineError: a part failed (one line naming the family and the part).
     """
+    from transformers import AutoModelForMaskedLM
+
     from bert_pipeline.data.corpus import open_corpus
     from bert_pipeline.data.shards import InstanceOptions, build_pretraining_data
     from bert_pipeline.model.configs import count_parameters, save_model
@@ -106,7 +107,6 @@ def train_family(family: str, params: Params) -> tuple[dict[str, Any], dict[str,
     from stages.finetune import train_member
     from stages.pretrain import load_pretraining, pretrain_model
     from stages.train_tokenizer import train_tokenizer
-    from transformers import AutoModelForMaskedLM
 
     settings = family_settings(family, params)
     var, fine = params.variants, params.finetune

@@ -13,9 +13,9 @@ import io
 import json
 import logging
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from collections.abc import Mapping, Sequence
 from typing import Any
 
 from bert_pipeline.errors import PipelineError
@@ -43,8 +43,8 @@ from bert_pipeline.evaluation.report import (
     tokens_seen_of,
     upstream_findings,
 )
-from bert_pipeline.evaluation.speed import measure_speed, size_on_disk_mb
 from bert_pipeline.evaluation.retrieval import retrieval_section
+from bert_pipeline.evaluation.speed import measure_speed, size_on_disk_mb
 from bert_pipeline.evaluation.variants import variants_section
 from bert_pipeline.model.configs import count_parameters
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 from torch import nn
-from transformers import BertConfig, BertForMaskedLM, BertForPreTraining, PretrainedConfig, PreTrainedModel
+from transformers import BertConfig, PretrainedConfig, PreTrainedModel
 
 from bert_pipeline.model.sizes import SIZES
 
