@@ -1256,6 +1256,12 @@ _WORKER: dict = {}  # per worker process: the splitter and settings, set by _ini
 
 
 def _init_worker(nlp, min_words: int, chunk_chars: int, batch_size: int) -> None:
+    import signal
+
+    # A forked worker inherits the stage's SIGTERM handler (raise KeyboardInterrupt), which runs only when the
+    # signal lands on the main thread: one delivered to a library's thread (OpenBLAS) left a worker blocked on the
+    # pool's queue lock and Pool.terminate() waiting for it forever. The default action ends the whole process.
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     _WORKER.update(nlp=nlp, min_words=min_words, chunk_chars=chunk_chars, batch_size=batch_size)
 
 
@@ -1288,9 +1294,12 @@ class _Workers:
     def __enter__(self) -> _Workers:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, exc_type, *exc) -> None:
         if self._pool is not None:
-            self._pool.terminate()
+            if exc_type is None:
+                self._pool.close()  # every result is in: the workers exit on the pool's sentinel, no signal
+            else:
+                self._pool.terminate()
             self._pool.join()
 
     def map(self, batches: Iterator[list[_Read]]) -> Iterator[tuple[list[_Read], list]]:
