@@ -97,6 +97,12 @@ def test_section_labels_the_reference():
     assert "| minilm (reference) | 87.6 | 96.9 | 90.5 | 50.0 | 90.0 | 61.0 |" in text
     assert "| pretrained | 50.0 |" in text
     assert retrieval_section(None, "x") == ""
+    # rows follow the family table's order (the metrics file's keys are sorted), the rest alphabetically
+    record["members"] = {name: record["members"]["pretrained"] for name in ("distilled", "extra", "minilm", "pretrained")}
+    rows = [line.split(" | ")[0] for line in retrieval_section(record, "x", order=["pretrained", "distilled",
+                                                                                   "minilm"]).splitlines()
+            if line.startswith("| ") and "---" not in line][1:]
+    assert rows == ["| pretrained", "| distilled", "| minilm (reference)", "| extra"]
 
 
 def _save_pairs(folder):

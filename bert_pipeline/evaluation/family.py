@@ -314,7 +314,8 @@ def evaluate_family(inputs: FamilyInputs, *, teacher: str, student: str, scratch
                                   inputs.sources.budget_curve, inputs.sources.budget_curve_timing)
     onnx = onnx_section(read_json(inputs.metrics_dir / "export.json"),
                         read_json(inputs.metrics_dir / "export-timing.json"), inputs.sources)
-    retrieval = retrieval_section(read_json(inputs.metrics_dir / "retrieval.json"), inputs.sources.retrieval)
+    retrieval = retrieval_section(read_json(inputs.metrics_dir / "retrieval.json"), inputs.sources.retrieval,
+                                  order=models)
     variants_record = read_json(inputs.metrics_dir / "variants.json")
     variants = variants_section(variants_record, read_json(inputs.metrics_dir / "variants-timing.json"),
                                 inputs.sources.variants, inputs.sources.variants_timing,

@@ -123,16 +123,20 @@ def contrastive_finetune(model: Any, tokenizer: Any, queries: Sequence[str], doc
     return losses
 
 
-def retrieval_section(record: Mapping[str, Any] | None, source: str, reference: str = "minilm") -> str:
+def retrieval_section(record: Mapping[str, Any] | None, source: str, reference: str = "minilm",
+                      order: Sequence[str] = ()) -> str:
     """The report's "Sentence embeddings: retrieval" section: per member the zero-shot and fine-tuned recall@1,
     recall@10 and MRR in points (``record``: ``{"test_articles", "train_pairs", "members": {name: {"zero_shot":
-    {...}, "fine_tuned": {...}}}}``), ``reference`` labelled as the reference. Empty without a record."""
+    {...}, "fine_tuned": {...}}}}``), ``reference`` labelled as the reference; rows in ``order`` (the family
+    table's), then the rest alphabetically. Empty without a record."""
     if not record or not record.get("members"):
         return ""
     header = ["model", *(f"zero-shot {m}" for m in ("R@1", "R@10", "MRR")), *(f"fine-tuned {m}" for m in
                                                                                ("R@1", "R@10", "MRR"))]
     rows = []
-    for name, scores in record["members"].items():
+    members = record["members"]
+    for name in [*(m for m in order if m in members), *sorted(set(members) - set(order))]:
+        scores = members[name]
         label = f"{name} (reference)" if name == reference else name
         rows.append([label, *(f"{100 * scores[when][k]:.1f}" for when in ("zero_shot", "fine_tuned") for k in METRICS)])
     return "\n".join([
