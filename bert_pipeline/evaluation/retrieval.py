@@ -118,7 +118,7 @@ def contrastive_finetune(model: Any, tokenizer: Any, queries: Sequence[str], doc
             loss.backward()
             optimizer.step()
             schedule.step()
-            losses.append(round(float(loss), 6))
+            losses.append(round(loss.item(), 6))
     model.eval()
     return losses
 
