@@ -48,13 +48,9 @@ def run_main(main: Callable[[], object]) -> None:
         SystemExit: status 1 after a :class:`PipelineError`; 130 after Ctrl-C or SIGTERM, once the temporary outputs
             are removed.
     """
-    import signal
-
     setup_logging()
     quiet_libraries()
-    # SIGTERM (a killed `dvc repro`, a CI timeout) unwinds like Ctrl-C, so atomic_dir removes its temporary folder
-    # and nothing half-written stays behind
-    signal.signal(signal.SIGTERM, _terminated)
+    install_sigterm_handler()
     try:
         main()
     except PipelineError as exc:
@@ -63,6 +59,25 @@ def run_main(main: Callable[[], object]) -> None:
     except KeyboardInterrupt:
         sys.stderr.write("error: interrupted; no output was written (rerun the stage)\n")
         sys.exit(130)
+
+
+_FORK_RESET_REGISTERED = False
+
+
+def install_sigterm_handler() -> None:
+    """SIGTERM (a killed `dvc repro`, a CI timeout) unwinds like Ctrl-C, so ``atomic_dir`` removes its temporary
+    folder and nothing half-written stays behind. Forked children (worker pools, DataLoader workers) get the
+    default action back: a Python handler runs only on a main thread, and a SIGTERM from ``Pool.terminate()``
+    landing on a worker's library thread (OpenBLAS) left the worker blocked on the pool's queue lock and the stage
+    waiting for it forever."""
+    import os
+    import signal
+
+    global _FORK_RESET_REGISTERED
+    signal.signal(signal.SIGTERM, _terminated)
+    if not _FORK_RESET_REGISTERED:
+        os.register_at_fork(after_in_child=lambda: signal.signal(signal.SIGTERM, signal.SIG_DFL))
+        _FORK_RESET_REGISTERED = True
 
 
 def _terminated(signum: int, frame: object) -> None:

@@ -363,17 +363,18 @@ def test_workers_read_at_most_a_window_of_batches_ahead():
     assert [b[0].doc_id for b, _ in rest] == [f"s:f:row={i}" for i in range(1, 40)]
 
 
-def test_workers_take_the_default_sigterm_whatever_the_stage_installed():
+def test_forked_workers_take_the_default_sigterm_the_stage_keeps_its_own():
     """The stage's SIGTERM handler (raise KeyboardInterrupt, bert_pipeline.console) runs only on a main thread; in a
     forked worker a SIGTERM landing on a library's thread left the worker blocked and Pool.terminate() waiting on
-    it forever (a hung prepare_corpus). Workers end on the default action; the stage keeps its handler."""
+    it forever (a hung prepare_corpus). Forked children end on the default action; the stage keeps its handler."""
     import signal
 
     from bert_pipeline import console
     from bert_pipeline.data.sentences import RuleSplitter
 
-    before = signal.signal(signal.SIGTERM, console._terminated)
+    before = signal.getsignal(signal.SIGTERM)
     try:
+        console.install_sigterm_handler()
         with corpus._Workers(RuleSplitter(), 3, 1_000, 1, num_proc=2) as workers:
             handlers = [workers._pool.apply(signal.getsignal, (signal.SIGTERM,)) for _ in range(4)]
         assert handlers == [signal.SIG_DFL] * 4

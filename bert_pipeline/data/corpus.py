@@ -1256,12 +1256,6 @@ _WORKER: dict = {}  # per worker process: the splitter and settings, set by _ini
 
 
 def _init_worker(nlp, min_words: int, chunk_chars: int, batch_size: int) -> None:
-    import signal
-
-    # A forked worker inherits the stage's SIGTERM handler (raise KeyboardInterrupt), which runs only when the
-    # signal lands on the main thread: one delivered to a library's thread (OpenBLAS) left a worker blocked on the
-    # pool's queue lock and Pool.terminate() waiting for it forever. The default action ends the whole process.
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     _WORKER.update(nlp=nlp, min_words=min_words, chunk_chars=chunk_chars, batch_size=batch_size)
 
 

@@ -436,8 +436,7 @@ def build_split(job: ShardJob, num_proc: int) -> list[dict[str, Any]]:
     else:
         # forkserver, not fork: a caller may have run torch, the tokenizer trainer or Arrow thread pools, or hold
         # MLflow's threads (the variants stage does all of these in one process), and a forked child inherits their
-        # locks without the threads that would release them, and the stage's SIGTERM handler (ARCHITECTURE.md,
-        # worker processes); a fresh single-threaded server's children have neither
+        # locks without the threads that would release them; a fresh single-threaded server's children have none
         method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
         ctx = multiprocessing.get_context(method)
         with ctx.Pool(min(num_proc, job.n_shards), initializer=_init_worker, initargs=(job,)) as pool:
