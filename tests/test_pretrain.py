@@ -83,6 +83,10 @@ def test_stage_outputs_and_byte_identical_rerun(in_tmp, mlflow_in_tmp, raw, one_
     assert quality["objective"] == "nsp"
     assert quality["steps"] == 4
     assert set(quality["eval"]) >= {"mlm_loss", "mlm_accuracy", "perplexity", "pair_accuracy", "unigram_accuracy"}
+    # 4 steps from random weights: the MLM loss is still near log(vocab), far above the unigram floor
+    assert 0 < quality["unigram_loss"] < quality["eval"]["mlm_loss"]
+    assert quality["mlm_loss_below_unigram"] == pytest.approx(quality["unigram_loss"] - quality["eval"]["mlm_loss"],
+                                                              abs=2e-6)
     timing = json.loads((in_tmp / "metrics" / "pretrain-timing.json").read_text())
     assert timing["tokens_per_second"] > 0
     assert 0 < timing["mfu"] < 1.5
@@ -177,3 +181,27 @@ def test_a_peak_measured_on_shared_cores_says_so_and_by_how_much():
     assert busy.other_share > BUSY_SHARE, busy
     assert busy.warning and f"used {100 * busy.other_share:.0f}% of the {cores} CPUs" in busy.warning
     assert sleeping.share > 0.8
+
+
+def test_unigram_loss_is_the_held_out_cross_entropy_of_smoothed_training_frequencies():
+    import math
+
+    import datasets
+
+    from bert_pipeline.train.pretrain import target_counts, unigram_loss, unigram_token_id
+
+    # token ids 0-1 special, 2-5 words; targets: train 2,2,2,3 (+ a special that must not count), held out 2,3,4
+    train = datasets.Dataset.from_list([{"masked_lm_ids": [2, 2, 1]}, {"masked_lm_ids": [2, 3]}])
+    validation = datasets.Dataset.from_list([{"masked_lm_ids": [2, 3]}, {"masked_lm_ids": [4]},
+                                             {"masked_lm_ids": [5, 5, 5]}])
+    specials = {0, 1}
+    assert target_counts(train, specials).tolist() == [0, 0, 3, 1]
+    assert unigram_token_id(train, specials) == 2
+    # add-0.5 over the 4 words of a 6-token vocabulary: 3.5, 1.5, 0.5, 0.5 of 6
+    expected = -(math.log(3.5 / 6) + math.log(1.5 / 6) + math.log(0.5 / 6)) / 3
+    assert unigram_loss(train, validation, specials, vocab_size=6, limit=2) == pytest.approx(expected, rel=1e-12)
+    # all three held-out instances: three more targets of the rarest kind
+    everything = -(math.log(3.5 / 6) + math.log(1.5 / 6) + 4 * math.log(0.5 / 6)) / 6
+    assert unigram_loss(train, validation, specials, vocab_size=6) == pytest.approx(everything, rel=1e-12)
+    with pytest.raises(ValueError, match="no MLM target"):
+        unigram_loss(train, datasets.Dataset.from_list([{"masked_lm_ids": [1]}]), specials, vocab_size=6)

@@ -47,7 +47,8 @@ class PhaseSpec:
 @dataclass
 class PretrainingData:
     """The opened instances: the phases to train on, the data's ``info.json``, its objective and pair-label key,
-    the folders read (for the checkpoint fingerprint) and the unigram baseline's token id."""
+    the folders read (for the checkpoint fingerprint), the unigram baseline's token id, the special token ids and
+    the vocabulary size."""
 
     phases: list[Phase]
     info: dict[str, Any]
@@ -55,6 +56,15 @@ class PretrainingData:
     pair_key: str | None
     folders: list[Path]
     unigram_token_id: int
+    special_ids: frozenset[int] = frozenset()
+    vocab_size: int = 0
+
+    def unigram_baseline_loss(self, config: TrainConfig) -> float:
+        """:func:`unigram_loss` on the instances the final evaluation reads (the last phase's validation split,
+        ``config.max_eval_batches`` batches of ``config.eval_batch_size``), from the first phase's targets."""
+        limit = (config.max_eval_batches * config.eval_batch_size if config.max_eval_batches is not None else None)
+        return unigram_loss(self.phases[0].train, self.phases[-1].validation, set(self.special_ids),
+                            self.vocab_size, limit)
 
     @property
     def max_seq_length(self) -> int:
@@ -85,19 +95,53 @@ def phase_data_dirs(data_dir: Path, info: dict[str, Any], lengths: Sequence[int]
     return out
 
 
-def unigram_token_id(train: Any, special_ids: set[int]) -> int:
-    """The most frequent MLM target of the training set (``masked_lm_ids``; non-special ``input_ids`` when masking
-    is dynamic): the "always predict the most frequent token" baseline."""
+def target_counts(dataset: Any, special_ids: set[int], limit: int | None = None) -> Any:
+    """How often each token id is an MLM target in ``dataset`` (``masked_lm_ids``; non-special ``input_ids`` when
+    masking is dynamic, each of which is a target with the same probability), over its first ``limit`` instances
+    (None: all). Returns an int64 ``numpy`` array indexed by token id, specials set to 0."""
     import numpy as np
     import pyarrow.compute as pc
 
-    column = "masked_lm_ids" if "masked_lm_ids" in train.column_names else "input_ids"
-    values = pc.list_flatten(train.data.table.column(column)).to_numpy(zero_copy_only=False).astype(np.int64)
+    column = "masked_lm_ids" if "masked_lm_ids" in dataset.column_names else "input_ids"
+    table = dataset.data.table if limit is None else dataset.data.table.slice(0, limit)
+    values = pc.list_flatten(table.column(column)).to_numpy(zero_copy_only=False).astype(np.int64)
     counts = np.bincount(values)
     for sid in special_ids:
         if sid < counts.size:
             counts[sid] = 0
-    return int(counts.argmax())
+    return counts
+
+
+def unigram_token_id(train: Any, special_ids: set[int]) -> int:
+    """The most frequent MLM target of the training set (:func:`target_counts`): the "always predict the most
+    frequent token" baseline."""
+    return int(target_counts(train, special_ids).argmax())
+
+
+def unigram_loss(train: Any, validation: Any, special_ids: set[int], vocab_size: int,
+                 limit: int | None = None) -> float:
+    """Cross-entropy in nats per target of the held-out MLM targets (the first ``limit`` validation instances, the
+    ones the evaluation reads) under the training targets' unigram distribution, add-0.5 smoothed over the
+    ``vocab_size - len(special_ids)`` non-special tokens. It is the loss of a masked LM that ignores the context:
+    ``eval.mlm_loss`` below it by 0 nats means the model predicts from token frequency alone.
+
+    Raises:
+        ValueError: the validation instances hold no target.
+    """
+    import numpy as np
+
+    train_counts = target_counts(train, special_ids).astype(np.float64)
+    held_out = target_counts(validation, special_ids, limit)
+    size = max(vocab_size, train_counts.size, held_out.size)
+    train_counts = np.pad(train_counts, (0, size - train_counts.size))
+    held_out = np.pad(held_out, (0, size - held_out.size))
+    smoothed = train_counts + 0.5
+    specials = [sid for sid in special_ids if sid < size]
+    smoothed[specials] = 0.0
+    if held_out.sum() == 0:
+        raise ValueError("the validation instances hold no MLM target")
+    log_probs = np.log(np.where(smoothed > 0, smoothed, 1.0) / smoothed.sum())
+    return float(-(held_out * log_probs).sum() / held_out.sum())
 
 
 def history_csv(history: list[dict[str, Any]], columns: Sequence[str]) -> str:
@@ -170,7 +214,7 @@ def open_pretraining_data(data_dir: Path, tokenizer: Any, *, init: str, phases: 
         out.append(Phase(f"seq{length}", start, end, train_set, validation_set, phase_batch, length, collate))
     specials = {int(v) for v in info.get("special_ids", {}).values()} | set(tokenizer.all_special_ids)
     return PretrainingData(out, info, info["objective"], PAIR_LABELS[info["objective"]], [f for _, f in dirs],
-                           unigram_token_id(out[0].train, specials))
+                           unigram_token_id(out[0].train, specials), frozenset(specials), len(tokenizer))
 
 
 def build_pretraining_model(init: str, *, size: str, config: dict[str, Any], tokenizer: Any, max_seq_length: int,
@@ -270,6 +314,7 @@ def run_pretraining(model: Any, data: PretrainingData, config: TrainConfig, acce
     cpu_seconds = time.process_time() - cpu_start
     tokens_seen = result.tokens_seen(accelerator)
     final, first = result.final_eval, result.first_eval
+    baseline_loss = data.unigram_baseline_loss(config)
     quality = {
         **describe,
         "objective": data.objective,
@@ -284,6 +329,8 @@ def run_pretraining(model: Any, data: PretrainingData, config: TrainConfig, acce
         "final_train_loss": round([r for r in result.history if "train_loss" in r][-1]["train_loss"], 6),
         "bad_steps": result.bad_steps,
         "unigram_token_id": data.unigram_token_id,
+        "unigram_loss": round(baseline_loss, 6),
+        "mlm_loss_below_unigram": round(baseline_loss - final["eval_mlm_loss"], 6),
     }
     seconds = max(result.seconds, 1e-9)
     world = accelerator.num_processes
@@ -307,7 +354,8 @@ def run_pretraining(model: Any, data: PretrainingData, config: TrainConfig, acce
         "num_processes": world,
         "torch_threads": torch.get_num_threads(),
     }
-    log.info("pretrain: eval MLM accuracy %.4f (unigram %.4f, %.2fx), loss %.4f -> %.4f, %.0f tokens/s, MFU %.3f",
-             final["eval_mlm_accuracy"], final["eval_unigram_accuracy"], quality["mlm_accuracy_over_unigram"],
-             first["eval_mlm_loss"], final["eval_mlm_loss"], timing["tokens_per_second"], timing["mfu"])
+    log.info("pretrain: eval MLM accuracy %.4f (unigram %.4f, %.2fx), loss %.4f -> %.4f (unigram %.4f), %.0f "
+             "tokens/s, MFU %.3f", final["eval_mlm_accuracy"], final["eval_unigram_accuracy"],
+             quality["mlm_accuracy_over_unigram"], first["eval_mlm_loss"], final["eval_mlm_loss"], baseline_loss,
+             timing["tokens_per_second"], timing["mfu"])
     return PretrainingOutcome(accelerator.unwrap_model(wrapper).model, result, quality, timing)

@@ -1,0 +1,75 @@
+"""How far below the unigram floor could a masked LM go on this corpus from its immediate neighbours alone?
+
+    python bench/mlm_context.py --project /path/to/built/checkout [--train-docs 3000 --validation-docs 300]
+
+``--project`` is a checkout where ``prepare_corpus`` and ``train_tokenizer`` have run. Each sentence of the first
+``--train-docs`` training documents and the first ``--validation-docs`` validation documents of ``data/corpus``
+is tokenized with ``models/tokenizer`` (no special tokens; sentence ends marked). Counted on train, scored on
+validation, in nats per token (the unit of ``metrics/pretrain.json``'s ``eval.mlm_loss``):
+
+- unigram: add-0.5 smoothed token frequencies (what ``unigram_loss`` in ``metrics/pretrain.json`` measures on the
+  held-out MLM targets);
+- left neighbour: P(token | previous token), interpolated with the unigram (Dirichlet prior 20);
+- both neighbours: P(token | previous, next), interpolated with the left-neighbour estimate (prior 5).
+
+These are count models over a few million tokens, not a ceiling: a masked LM that reads the two neighbours of a
+masked position as well as these counts do would sit at least this far below the unigram loss.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import math
+from pathlib import Path
+
+
+def _sentences(dataset, tokenizer, limit: int) -> list[list[int]]:
+    rows = dataset.select(range(min(limit, len(dataset))))
+    return [tokenizer(s, add_special_tokens=False)["input_ids"] for row in rows for s in row["sentences"]]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--project", type=Path, default=Path("."))
+    parser.add_argument("--train-docs", type=int, default=3000)
+    parser.add_argument("--validation-docs", type=int, default=300)
+    args = parser.parse_args()
+
+    import datasets
+    from transformers import AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()  # long documents: the length warning is irrelevant to counting
+    tokenizer = AutoTokenizer.from_pretrained(str(args.project / "models" / "tokenizer"))
+    corpus = datasets.load_from_disk(str(args.project / "data" / "corpus"))
+    start, end = -1, -2  # sentence boundary markers, outside the vocabulary
+    unigram, left, both = collections.Counter(), collections.Counter(), collections.Counter()
+    left_context, both_context = collections.Counter(), collections.Counter()
+    for ids in _sentences(corpus["train"], tokenizer, args.train_docs):
+        ids = [start, *ids, end]
+        for i in range(1, len(ids) - 1):
+            unigram[ids[i]] += 1
+            left[ids[i - 1], ids[i]] += 1
+            left_context[ids[i - 1]] += 1
+            both[ids[i - 1], ids[i + 1], ids[i]] += 1
+            both_context[ids[i - 1], ids[i + 1]] += 1
+    total, vocab_size = sum(unigram.values()), len(tokenizer)
+    nats, count = [0.0, 0.0, 0.0], 0
+    for ids in _sentences(corpus["validation"], tokenizer, args.validation_docs):
+        ids = [start, *ids, end]
+        for i in range(1, len(ids) - 1):
+            token = ids[i]
+            p_unigram = (unigram[token] + 0.5) / (total + 0.5 * vocab_size)
+            p_left = (left[ids[i - 1], token] + 20 * p_unigram) / (left_context[ids[i - 1]] + 20)
+            p_both = (both[ids[i - 1], ids[i + 1], token] + 5 * p_left) / (both_context[ids[i - 1], ids[i + 1]] + 5)
+            for k, p in enumerate((p_unigram, p_left, p_both)):
+                nats[k] -= math.log(p)
+            count += 1
+    print(f"train tokens {total:,}, held-out tokens {count:,}, vocabulary {vocab_size:,}")
+    for name, value in zip(("unigram", "left neighbour", "both neighbours"), nats, strict=True):
+        print(f"{name:>16}: {value / count:.3f} nats per token")
+
+
+if __name__ == "__main__":
+    main()
