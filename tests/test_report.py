@@ -194,6 +194,12 @@ def test_upstream_findings_give_pretraining_and_distillation_lines():
         "with 87.2% of its parameters (metrics/distill.json).",
     ]
     assert upstream_findings(None, None, REPORT_SOURCES) == []
+    # with the unigram floor in nats (metrics from this version on), the line says how far below it the model is
+    with_floor = {**pretrain, "unigram_loss": 6.981, "eval": {**pretrain["eval"], "mlm_loss": 6.4505}}
+    assert upstream_findings(with_floor, None, REPORT_SOURCES)[0] == (
+        "Pre-training (tiny, 800 steps, 3,100,000 tokens seen): held-out MLM accuracy 10.44% vs 4.37% for always "
+        "guessing the most frequent token (2.39x); held-out loss 6.45 nats per masked token vs 6.98 from token "
+        "frequency alone, 0.53 below it (metrics/pretrain.json).")
     # a zero unigram baseline gives no ratio (and no division by zero); distill.json absent gives no line
     zero_baseline = {**pretrain, "eval": {"mlm_accuracy": 0.1, "unigram_accuracy": 0.0}}
     assert upstream_findings(zero_baseline, None, REPORT_SOURCES) == []

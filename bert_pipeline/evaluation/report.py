@@ -402,8 +402,8 @@ def upstream_findings(pretrain: Mapping[str, Any] | None, distill: Mapping[str, 
     """What the pre-training budget bought and what distillation kept, from the stages' quality metrics.
 
     ``pretrain``: pre-training's metrics (``eval.mlm_accuracy``, ``eval.unigram_accuracy``, ``tokens_seen``,
-    ``size``, ``steps``); ``distill``: distillation's (``student``/``teacher`` blocks, ``mlm_accuracy_share``,
-    ``parameter_ratio``). Absent files or keys give no line.
+    ``size``, ``steps``, and where recorded ``eval.mlm_loss`` against ``unigram_loss``, in nats); ``distill``:
+    distillation's (``student``/``teacher`` blocks, ``mlm_accuracy_share``, ``parameter_ratio``). Absent files or keys give no line.
     """
     lines = []
     ev = (pretrain or {}).get("eval") or {}
@@ -413,7 +413,11 @@ def upstream_findings(pretrain: Mapping[str, Any] | None, distill: Mapping[str, 
             f"Pre-training ({pretrain.get('size', '?')}, {pretrain.get('steps', '?')} steps"
             + (f", {seen:,} tokens seen" if seen else "") + f"): held-out MLM accuracy "
             f"{100 * ev['mlm_accuracy']:.2f}% vs {100 * ev['unigram_accuracy']:.2f}% for always guessing the most "
-            f"frequent token ({ev['mlm_accuracy'] / ev['unigram_accuracy']:.2f}x) ({sources.pretrain}).")
+            f"frequent token ({ev['mlm_accuracy'] / ev['unigram_accuracy']:.2f}x)"
+            + (f"; held-out loss {ev['mlm_loss']:.2f} nats per masked token vs {pretrain['unigram_loss']:.2f} from "
+               f"token frequency alone, {pretrain['unigram_loss'] - ev['mlm_loss']:.2f} below it"
+               if pretrain.get("unigram_loss") is not None and ev.get("mlm_loss") is not None else "")
+            + f" ({sources.pretrain}).")
     st, te = (distill or {}).get("student") or {}, (distill or {}).get("teacher") or {}
     if st.get("mlm_accuracy") is not None and te.get("mlm_accuracy") is not None:
         lines.append(
