@@ -35,6 +35,11 @@ def main() -> None:
     parser.add_argument("--train-docs", type=int, default=3000)
     parser.add_argument("--validation-docs", type=int, default=300)
     args = parser.parse_args()
+    missing = [str(args.project / part) for part in ("models/tokenizer", "data/corpus")
+               if not (args.project / part).is_dir()]
+    if missing:
+        raise SystemExit(f"--project {args.project}: no {' and no '.join(missing)}; run `dvc repro train_tokenizer` "
+                         "there first (it builds the corpus too)")
 
     import datasets
     from transformers import AutoTokenizer

@@ -45,6 +45,11 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
+    missing = [str(args.project / part) for part in ("models/tokenizer", "data/corpus")
+               if not (args.project / part).is_dir()]
+    if missing:
+        raise SystemExit(f"--project {args.project}: no {' and no '.join(missing)}; run `dvc repro train_tokenizer` "
+                         "there first (it builds the corpus too)")
 
     import datasets
     import numpy as np
