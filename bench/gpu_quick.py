@@ -268,6 +268,8 @@ def pack(project: Path, out: Path, profile: str, sets: dict[str, Any], max_mib: 
         PipelineError: a missing input (named, with the command that builds it), data built with other settings
             (:func:`check_built`), or more than ``max_mib`` MiB to copy.
     """
+    if not project.is_dir():
+        raise PipelineError(f"--project {project}: no such directory; give this repository's checkout (default .)")
     params, overrides = resolve_params(profile, sets)
     where = ProjectOutputs(project, experiment)
     wanted = {**COPIED, **{f"metrics/{name}": f"metrics/{name}" for name in METRICS}}
@@ -325,7 +327,7 @@ def read_packed(data: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     """
     if not (data / "params.json").exists():
         raise PipelineError(f"{data}/params.json: not found (make the folder here: python bench/gpu_quick.py pack "
-                            f"--project . --out {data}; on the device, name it in carry)")
+                            f"--exp gpu-quick --out {data}; on the device, name it in carry)")
     for name in COPIED:
         if not (data / name).exists():
             raise PipelineError(f"{data / name}: not found (pack again: python bench/gpu_quick.py pack)")
@@ -682,7 +684,7 @@ def _calibration(text: str) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
-    top = argparse.ArgumentParser(prog="python bench/gpu_quick.py", description=__doc__.splitlines()[0])
+    top = argparse.ArgumentParser(prog="python bench/gpu_quick.py", description=__doc__.split("\n\n")[0])
     sub = top.add_subparsers(dest="command", required=True)
     pk = sub.add_parser("pack", help="copy the GPU run's inputs out of a built project (here, on CPU)")
     pk.add_argument("--project", type=Path, default=Path("."), help="the DVC project (default .)")

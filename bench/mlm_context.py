@@ -29,17 +29,34 @@ def _sentences(dataset, tokenizer, limit: int) -> list[list[int]]:
     return [tokenizer(s, add_special_tokens=False)["input_ids"] for row in rows for s in row["sentences"]]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--project", type=Path, default=Path("."))
-    parser.add_argument("--train-docs", type=int, default=3000)
-    parser.add_argument("--validation-docs", type=int, default=300)
-    args = parser.parse_args()
-    missing = [str(args.project / part) for part in ("models/tokenizer", "data/corpus")
-               if not (args.project / part).is_dir()]
+def require_built_project(project: Path, parts: tuple[str, ...] = ("models/tokenizer", "data/corpus"),
+                           build: str = "dvc repro train_tokenizer") -> None:
+    """Exit with one line unless ``project`` is a folder holding every one of ``parts`` (folders).
+
+    Raises:
+        SystemExit: the folder does not exist, or it lacks one of ``parts`` (names them and ``build``, the command
+            that makes them).
+    """
+    if not project.is_dir():
+        raise SystemExit(f"--project {project}: no such directory; give a checkout of this repository where "
+                         f"`{build}` has run")
+    missing = [str(project / part) for part in parts if not (project / part).is_dir()]
     if missing:
-        raise SystemExit(f"--project {args.project}: no {' and no '.join(missing)}; run `dvc repro train_tokenizer` "
-                         "there first (it builds the corpus too)")
+        raise SystemExit(f"--project {project}: no {' and no '.join(missing)}; run `{build}` there first (it "
+                         "builds the stages before it too)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("--project", type=Path, default=Path("."),
+                        help="a checkout where prepare_corpus and train_tokenizer have run")
+    parser.add_argument("--train-docs", type=int, default=3000,
+                        help="the first this many training documents of data/corpus are counted")
+    parser.add_argument("--validation-docs", type=int, default=300,
+                        help="the first this many validation documents are scored")
+    args = parser.parse_args()
+    require_built_project(args.project)
 
     import datasets
     from transformers import AutoTokenizer

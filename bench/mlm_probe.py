@@ -26,30 +26,31 @@ import math
 import time
 from pathlib import Path
 
+from mlm_context import require_built_project
+
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--project", type=Path, default=Path("."))
-    parser.add_argument("--learning-rate", type=float, default=2e-3)
-    parser.add_argument("--steps", type=int, default=400)
-    parser.add_argument("--warmup", type=int, default=50)
-    parser.add_argument("--batch", type=int, default=32)
-    parser.add_argument("--seq", type=int, default=128)
-    parser.add_argument("--hidden", type=int, default=128)
-    parser.add_argument("--layers", type=int, default=2)
-    parser.add_argument("--heads", type=int, default=2)
-    parser.add_argument("--dropout", type=float, default=0.1)
-    parser.add_argument("--initializer-range", type=float, default=0.02)
-    parser.add_argument("--position-init", choices=("random", "sinusoidal"), default="random")
-    parser.add_argument("--eval-every", type=int, default=100)
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--seed", type=int, default=0)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("--project", type=Path, default=Path("."),
+                        help="a checkout where prepare_corpus and train_tokenizer have run")
+    parser.add_argument("--learning-rate", type=float, default=2e-3, help="AdamW peak rate (the default's)")
+    parser.add_argument("--steps", type=int, default=400, help="training steps; the rate decays to 0 at the last")
+    parser.add_argument("--warmup", type=int, default=50, help="linear warmup steps")
+    parser.add_argument("--batch", type=int, default=32, help="chunks per step")
+    parser.add_argument("--seq", type=int, default=128, help="tokens per chunk, [CLS] included")
+    parser.add_argument("--hidden", type=int, default=128, help="hidden size H (intermediate 4H)")
+    parser.add_argument("--layers", type=int, default=2, help="encoder layers L")
+    parser.add_argument("--heads", type=int, default=2, help="attention heads (must divide --hidden)")
+    parser.add_argument("--dropout", type=float, default=0.1, help="hidden and attention dropout")
+    parser.add_argument("--initializer-range", type=float, default=0.02, help="std of the initial weights")
+    parser.add_argument("--position-init", choices=("random", "sinusoidal"), default="random",
+                        help="the position table's start: BERT's random normal or scaled sinusoids")
+    parser.add_argument("--eval-every", type=int, default=100, help="steps between held-out evaluations")
+    parser.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the weights, chunk order and masks")
     args = parser.parse_args()
-    missing = [str(args.project / part) for part in ("models/tokenizer", "data/corpus")
-               if not (args.project / part).is_dir()]
-    if missing:
-        raise SystemExit(f"--project {args.project}: no {' and no '.join(missing)}; run `dvc repro train_tokenizer` "
-                         "there first (it builds the corpus too)")
+    require_built_project(args.project)
 
     import datasets
     import numpy as np

@@ -37,6 +37,8 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from mlm_context import require_built_project  # noqa: E402
+
 from stages.params import apply_overrides  # noqa: E402
 
 LINKED = ("data/corpus", "data/tasks", "data/raw", "models/tokenizer", "metrics/corpus.json")
@@ -120,6 +122,8 @@ def main() -> None:
     parser.add_argument("--common", nargs="*", default=[], metavar="KEY=VALUE",
                         help="an override applied to every variant (e.g. pretrain.max_steps=400)")
     args = parser.parse_args()
+    require_built_project(args.project, tuple(part for part in LINKED if not part.endswith(".json")),
+                          "dvc repro train_tokenizer prepare_tasks")
 
     raw = yaml.safe_load((args.params or args.project / "params.yaml").read_text(encoding="utf-8"))
     variants = {name: dict(VARIANTS.get(name, {})) for name in args.variants}
