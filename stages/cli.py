@@ -416,8 +416,10 @@ def parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
                                   "stages (python -m stages.NAME runs those).")
     sub = top.add_subparsers(dest="command", required=True, metavar="{profile,promote,predict,export}")
     prof = sub.add_parser("profile", help="run the pipeline under profiles/NAME.yaml as a DVC experiment",
-                          description="Other options (e.g. -n NAME) go to dvc exp run.")
-    prof.add_argument("name", help=f"profile name (a file in {PROFILES_DIR}/)")
+                          description="Other options (e.g. -n NAME, or -S KEY=VALUE for a further params override, checked "
+                          "like the profile's) go to dvc exp run; -- TARGET ... limits the run to those stages.")
+    prof.add_argument("name", help=f"profile name (a file in {PROFILES_DIR}/: "
+                      f"{', '.join(available_profiles()) or 'none found here'})")
     prof.add_argument("--print", action="store_true", help="print the dvc command instead of running it")
     prom = sub.add_parser("promote", help="register fine-tuned models; move candidate and champion per task")
     prom.add_argument("--tasks", nargs="+", help="only these tasks (default: every task with results)")
