@@ -187,9 +187,16 @@ def test_pack_reads_an_experiment_and_names_a_missing_one(bench, tmp_path):
 
 def test_run_without_a_packed_folder_is_one_line(bench, tmp_path):
     args = bench.parser().parse_args(["run", "--data", str(tmp_path / "absent"), "--out", str(tmp_path / "out")])
+    # the hint is the command that works after the profile's `dvc exp run --temp`: the experiment, not the workspace
     with pytest.raises(PipelineError, match=r"absent/params.json: not found \(make the folder here: python "
-                                            r"bench/gpu_quick.py pack"):
+                                            r"bench/gpu_quick.py pack --exp gpu-quick --out "):
         bench.run(args)
+
+
+def test_pack_from_a_folder_that_does_not_exist_says_so_and_writes_nothing(bench, tmp_path):
+    with pytest.raises(PipelineError, match=r"^--project .*/nowhere: no such directory"):
+        bench.pack(tmp_path / "nowhere", tmp_path / "p", "gpu-quick", {}, 50.0)
+    assert not (tmp_path / "p").exists()
 
 
 def test_steps_are_cut_to_the_time_budget(bench):
