@@ -114,3 +114,44 @@ def test_closure_follows_imports_inside_functions_and_skips_the_exempt(tmp_path)
     assert import_closure("stages.one", tmp_path) == base | {"bert_pipeline/part/eager.py",
                                                              "bert_pipeline/part/hidden.py"}
     assert import_closure("stages.one", tmp_path, frozenset({"bert_pipeline/part/eager.py"})) == base
+
+
+def rewrite_code_deps(text: str, root: Path = REPO) -> str:
+    """``dvc.yaml``'s text with each stage's code deps (the lines naming files under :data:`PACKAGES`) replaced by
+    its import closure, the stage's own module first, the rest sorted; every other line (data deps, comments) kept
+    in place. The maintenance step after an import changes: ``python -m tests.test_dvc_deps --write``."""
+    stages = _stages()
+    lines = text.splitlines(keepends=True)
+    out: list[str] = []
+    stage: str | None = None
+    in_deps = False
+    for line in lines:
+        stripped = line.strip()
+        indent = len(line) - len(line.lstrip())
+        if indent == 2 and stripped.endswith(":") and not stripped.startswith("#"):
+            stage, in_deps = stripped[:-1], False
+        elif stripped == "deps:":
+            in_deps = True
+            out.append(line)
+            if stage in stages:
+                module = stages[stage][0]
+                closure = import_closure(module, root, EXEMPT)
+                own = f"{module.replace('.', '/')}.py"
+                pad = " " * (indent + 2)
+                out.extend(f"{pad}- {path}\n" for path in [own, *sorted(closure - {own})])
+            continue
+        elif in_deps and not stripped.startswith("- "):
+            in_deps = False
+        if in_deps and stripped.startswith("- ") and stripped[2:].split("/")[0] in PACKAGES:
+            continue
+        out.append(line)
+    return "".join(out)
+
+
+if __name__ == "__main__":
+    import sys
+
+    if sys.argv[1:] != ["--write"]:
+        sys.exit("usage: python -m tests.test_dvc_deps --write   (rewrites dvc.yaml's code deps from the imports)")
+    dvc_yaml = REPO / "dvc.yaml"
+    dvc_yaml.write_text(rewrite_code_deps(dvc_yaml.read_text(encoding="utf-8")), encoding="utf-8")
