@@ -32,7 +32,7 @@ import json, sys
 from pathlib import Path
 from bert_pipeline.data import corpus
 from bert_pipeline.data.sources import SPACY_MODEL
-from stages.params import load_params
+from stages.params.root import load_params
 from stages.prepare_corpus import RAW_DIR, source_readers
 params = load_params(overrides=json.loads(sys.argv[1])).prepare_corpus
 out = Path(sys.argv[2])

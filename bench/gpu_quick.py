@@ -130,7 +130,7 @@ def resolve_params(profile: str, sets: dict[str, Any]) -> tuple[dict[str, Any], 
             from (the profile's file or ``--set``).
     """
     from stages.cli import load_profile
-    from stages.params import load_params
+    from stages.params.root import load_params
 
     overrides = load_profile(profile, REPO / "profiles")
     origins = {key: f"profiles/{profile}.yaml" for key in overrides} | dict.fromkeys(sets, "--set")

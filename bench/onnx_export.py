@@ -33,7 +33,7 @@ from bert_pipeline.evaluation.predictor import model_kind  # noqa: E402
 from bert_pipeline.mlops.onnx_export import export_folder  # noqa: E402
 from bert_pipeline.model.configs import build_config  # noqa: E402
 from bert_pipeline.model.heads import MeanPoolingBertForSequenceClassification  # noqa: E402
-from stages.params import load_params  # noqa: E402
+from stages.params.root import load_params  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 WORDS = ("the a film movie was is good bad great awful boring plot actors story alice bob paris london berlin met in "

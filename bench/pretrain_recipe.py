@@ -39,7 +39,7 @@ sys.path.insert(0, str(REPO))
 
 from mlm_context import require_built_project  # noqa: E402
 
-from stages.params import apply_overrides  # noqa: E402
+from stages.params.base import apply_overrides  # noqa: E402
 
 LINKED = ("data/corpus", "data/tasks", "data/raw", "models/tokenizer", "metrics/corpus.json")
 # BERT's original recipe (Devlin et al. 2019) at the CPU default's size and steps, then one change at a time.

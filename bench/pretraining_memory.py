@@ -115,7 +115,7 @@ def write_corpus_directly(root: Path) -> None:
     sentence ends (one per ``chunk_chars`` chunk), without running spaCy; small documents split at ``. ``."""
     from bert_pipeline.data import corpus
     from bert_pipeline.data.sentences import chunk_text
-    from stages.params import load_params
+    from stages.params.root import load_params
 
     params = load_params(root / "params.yaml").prepare_corpus
     text = (root / "user/huge.txt").read_text(encoding="ascii")

@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bert_pipeline.train.task_distill import StudentSpec, distill_task  # noqa: E402
 from stages.finetune import LOOP_KEYS, MODELS_OUT, TASKS  # noqa: E402
-from stages.params import load_params  # noqa: E402
+from stages.params.root import load_params  # noqa: E402
 
 # field -> (type, smallest allowed value, whether the bound itself is allowed): task_distill's own ranges
 SPEC_FIELDS = {"temperature": (float, 0.0, False), "alpha_ce": (float, 0.0, True), "alpha_task": (float, 0.0, True),

@@ -56,7 +56,7 @@ from flows.dvc_cli import (
 )
 from flows.worker import git_rev, stage_on_worker
 from flows.workspace import make_clone, remove_clone, save_experiment
-from stages.params import ParamsError
+from stages.params.base import ParamsError
 
 
 class UpstreamFailed(RuntimeError):
@@ -124,25 +124,18 @@ def promote(root: str, env: dict[str, str], tail_lines: int = 20) -> None:
 def read_orchestration(root: Path):
     """The ``orchestration`` section of ``root/params.yaml`` validated by the project's schema (defaults when
     the section is absent, as in a bare DVC repository)."""
-    from stages.params import OrchestrationParams, ParamsError, _one_line
+    from stages.params.base import validate_as
+    from stages.params.orchestration import OrchestrationView
 
     path = root / "params.yaml"
     raw = (yaml.safe_load(path.read_text(encoding="utf-8")) if path.exists() else None) or {}
-    try:
-        return OrchestrationParams.model_validate(raw.get("orchestration") or {})
-    except Exception as exc:  # pydantic ValidationError -> the schema's one-line message
-        errors = getattr(exc, "errors", None)
-        if errors is None:
-            raise
-        err = errors()[0]
-        err = {**err, "loc": ("orchestration", *err["loc"])}
-        raise ParamsError(_one_line(err, str(path))) from None
+    return validate_as(OrchestrationView, {"orchestration": raw.get("orchestration") or {}}, str(path)).orchestration
 
 
 def collect_overrides(root: Path, profile: str | None, set_params: list[str] | None) -> list[str]:
     """``key=value`` overrides: the profile's (``profiles/NAME.yaml``) first, then ``set_params``.
 
-    In the project (``stages/params.py`` present) the merged params are validated before anything runs.
+    In the project (``stages/params/root.py`` present) the merged params are validated before anything runs.
 
     Raises:
         PipelineError: unknown profile. ParamsError: an override the schema rejects (one line naming the key).
@@ -156,8 +149,8 @@ def collect_overrides(root: Path, profile: str | None, set_params: list[str] | N
         if "=" not in item:
             raise ValueError(f"--set-param {item!r}: expected key=value")
         overrides.append(item)
-    if overrides and (root / "stages" / "params.py").exists():
-        from stages.params import load_params
+    if overrides and (root / "stages" / "params" / "root.py").exists():
+        from stages.params.root import load_params
 
         # values parsed as DVC parses them (Hydra's grammar: 2e-3 is a float); an error names the value's origin
         given = set_param_values([arg for item in set_params or [] for arg in ("-S", item)])

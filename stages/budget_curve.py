@@ -53,7 +53,8 @@ from bert_pipeline.evaluation.report import FinetuneResult, parse_finetune_metri
 from bert_pipeline.io import atomic_dir, atomic_write_text, write_json
 from stages import require_inputs
 from stages.headline import write_headline
-from stages.params import Params, load_params
+from stages.params.base import load_view
+from stages.params.budget_curve import BudgetCurveView
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +89,7 @@ def _point_from(raw: dict[str, Any]) -> BudgetPoint:
                        {k: Gain(tuple(g["pretrained"]), tuple(g["scratch"])) for k, g in raw["gain"].items()})
 
 
-def train_point(fraction: float, params: Params, baseline: list[FinetuneResult]) -> tuple[BudgetPoint, dict[str, Any]]:
+def train_point(fraction: float, params: BudgetCurveView, baseline: list[FinetuneResult]) -> tuple[BudgetPoint, dict[str, Any]]:
     """Pre-train and fine-tune budget ``fraction`` (or reuse its finished ``point.json``); returns the point and
     its timing row.
 
@@ -141,7 +142,7 @@ def train_point(fraction: float, params: Params, baseline: list[FinetuneResult])
     return point, timing
 
 
-def check_members(params: Params) -> None:
+def check_members(params: BudgetCurveView) -> None:
     """The curve's member must fine-tune ``models/pretrained`` and its baseline be a from-scratch member.
 
     Raises:
@@ -166,7 +167,7 @@ def check_members(params: Params) -> None:
 
 def main() -> None:
     require_inputs("budget_curve")
-    params = load_params()
+    params = load_view(BudgetCurveView)
     check_members(params)
     curve = params.budget_curve
     from bert_pipeline.mlops import tracking

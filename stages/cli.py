@@ -47,7 +47,8 @@ from bert_pipeline.console import run_main
 from bert_pipeline.errors import PipelineError
 from bert_pipeline.io import flatten
 from flows.dvc_cli import is_missing_hash_warning, relay_filtered
-from stages.params import DEFAULT_PARAMS, load_params, read_yaml
+from stages.params.base import DEFAULT_PARAMS, read_yaml
+from stages.params.root import load_params
 
 log = logging.getLogger(__name__)
 
@@ -174,7 +175,8 @@ def entries_by_task(teacher: str, student: str, scratch: str, only: list[str] | 
     """
     from bert_pipeline.evaluation.report import by_model_task, family_order, load_finetune_results, task_order
     from bert_pipeline.mlops.registry import Entry, split_sha256
-    from stages.finetune import METRICS, MODELS_OUT, TASKS
+    from stages.finetune import METRICS, TASKS
+    from stages.model_cards import FINETUNED, released
 
     index = by_model_task(load_finetune_results(METRICS))
     tasks = task_order({t for _, t in index})
@@ -188,9 +190,9 @@ def entries_by_task(teacher: str, student: str, scratch: str, only: list[str] | 
             r = index[m, t]
             record = json.loads(Path(r.source).read_text(encoding="utf-8"))
             split = split_sha256(TASKS / t / "test", record["test_examples"], data_seed)
-            folder = MODELS_OUT / f"{m}-{t}"
+            folder = Path(released(FINETUNED / f"{m}-{t}"))  # the release copy: the weights with their card
             if not (folder / "config.json").exists():
-                raise PipelineError(f"{folder}: missing (named by {r.source})")
+                raise PipelineError(f"{folder}: missing (named by {r.source}); run `dvc repro model_cards`")
             # finetune saves the first seed's model
             entries.append(Entry(m, t, folder, record["seeds"][0], r.main_metric, r.score, split, r.source))
         out[t] = entries

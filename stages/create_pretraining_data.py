@@ -23,7 +23,8 @@ from bert_pipeline.data.shards import InstanceOptions, build_pretraining_data
 from bert_pipeline.io import atomic_dir, write_json
 from stages import require_inputs
 from stages.headline import write_headline
-from stages.params import load_params
+from stages.params.base import load_view
+from stages.params.create_pretraining_data import CreatePretrainingDataView
 
 CORPUS_DIR = Path("data/corpus")
 OUT_DIR = Path("data/pretraining")
@@ -33,7 +34,7 @@ TIMING = Path("metrics/pretraining_data-timing.json")
 
 def main() -> None:
     require_inputs("create_pretraining_data")
-    params = load_params()
+    params = load_view(CreatePretrainingDataView)
     options = InstanceOptions(**params.create_pretraining_data.model_dump())
     with atomic_dir(OUT_DIR) as out:
         metrics, timing = build_pretraining_data(

@@ -7,11 +7,11 @@ pre-training instances and their collator) and runs :func:`bert_pipeline.train.d
 the teacher's layers by default (student layer i <- teacher layer 2i), DistilBERT's triple loss through the shared
 loop (checkpoints under ``checkpoints/distill/``, exact resume). Writes:
 
-- ``models/distilled/``: the student (``save_pretrained``, safetensors) with the teacher's tokenizer beside it and
-  its model card ``README.md`` (:func:`bert_pipeline.model.card.distilled_card`);
+- ``models/distilled/``: the student (``save_pretrained``, safetensors) with the teacher's tokenizer beside it
+  (its model card is stage ``model_cards``'s);
 - ``metrics/distill.json``: parameter counts of both and their ratio, held-out MLM accuracy of both and the
-  student's share of the teacher's, the training tokens the student saw;
-- ``metrics/distill-timing.json`` (``cache: false``): CPU inference throughput of both encoders and the speed-up;
+  student's share of the teacher's, the training tokens the student saw, the resolved ``precision``;
+- ``metrics/distill-timing.json``: CPU inference throughput of both encoders and the speed-up;
 - ``plots/distill.csv``: train loss, learning rate and held-out student MLM loss/accuracy per step;
 - one MLflow run with params, the curves, the metrics and pointers (path + DVC hash) to teacher and student.
 """
@@ -25,7 +25,8 @@ from bert_pipeline.errors import PipelineError
 from bert_pipeline.io import atomic_dir, atomic_write_text, write_json
 from stages import require_inputs
 from stages.headline import write_headline
-from stages.params import load_params
+from stages.params.base import load_view
+from stages.params.distill import DistillView
 
 TEACHER_DIR = Path("models/pretrained")
 DATA_DIR = Path("data/pretraining")
@@ -34,8 +35,6 @@ CHECKPOINT_DIR = Path("checkpoints/distill")
 METRICS = Path("metrics/distill.json")
 TIMING = Path("metrics/distill-timing.json")
 PLOTS = Path("plots/distill.csv")
-CORPUS_METRICS = Path("metrics/corpus.json")  # cited by the model card (prepare_corpus's record)
-SOURCES = Path("data/raw/SOURCES.json")  # cited by the model card (the data packages' licences)
 # Keys that change how often we save or what we measure afterwards, not what is trained: not fingerprinted.
 NOT_FINGERPRINTED = ("save_steps", "save_total_limit", "final_eval_batches", "throughput_runs", "throughput_warmup")
 LOSS_KEYS = {"temperature", "alpha_ce", "alpha_mlm", "alpha_cos", "cos_positions"}
@@ -46,7 +45,6 @@ def main() -> None:
     from bert_pipeline.data.masking import collator_from_info, load_info
     from bert_pipeline.data.tokenizer import load_tokenizer
     from bert_pipeline.mlops.tracking import lock_pointer, stage_run
-    from bert_pipeline.model import card
     from bert_pipeline.model.configs import save_model
     from bert_pipeline.model.distillation import load_teacher, resolve_student_layers
     from bert_pipeline.train.checkpoint import CheckpointManager, fingerprint
@@ -55,7 +53,7 @@ def main() -> None:
     from bert_pipeline.train.precision import make_accelerator
     from bert_pipeline.train.pretrain import history_csv, open_instances
 
-    p = load_params().distill
+    p = load_view(DistillView).distill
     teacher = load_teacher(TEACHER_DIR)
     layers = resolve_student_layers(p.student_layers, teacher.config.num_hidden_layers, TEACHER_DIR)
     tokenizer = load_tokenizer(TEACHER_DIR)
@@ -88,18 +86,12 @@ def main() -> None:
                 on_log=lambda step, row: run.log_metrics({k: v for k, v in row.items() if k != "step"}, step=step))
         except TrainingError as exc:
             raise PipelineError(str(exc)) from None
-        text = card.distilled_card(
-            metrics=outcome.metrics, settings={**section, "precision": accelerator.mixed_precision}, data_info=info,
-            architecture=card.Architecture.from_config(outcome.student.config.to_dict(),
-                                                       outcome.metrics["student"]["parameters"]),
-            teacher=TEACHER_DIR.as_posix(), corpus=card.read_json_record(CORPUS_METRICS),
-            sources=(card.read_json_record(SOURCES) or {}).get("sources", ()), folder=OUT_DIR.as_posix())
         with atomic_dir(OUT_DIR) as tmp:
             save_model(outcome.student, tmp, tokenizer)
-            card.write_card(tmp, text)
         run.set_tags({"layer_map": outcome.metrics["layer_map"]})
         run.log_model_pointer(OUT_DIR)
-        write_json(METRICS, outcome.metrics)
+        # the resolved precision, recorded for the model card (stage model_cards)
+        write_json(METRICS, {**outcome.metrics, "precision": accelerator.mixed_precision})
         write_headline("distill", {"distill": {"mlm_accuracy": outcome.metrics["student"]["mlm_accuracy"],
                                               "mlm_accuracy_share": outcome.metrics["mlm_accuracy_share"]}})
         write_json(TIMING, outcome.timing)

@@ -5,7 +5,7 @@ fine-tuned teacher ``models/finetuned/{task_distill.teacher}-{T}/`` with every o
 once per seed in ``task_distill.seeds`` on the cached teacher logits ``data/teacher_logits/{T}/`` and the gold
 labels. The student is a family member like the fine-tuned ones, named ``task_distill.student``:
 
-- ``models/finetuned/{student}-{T}/``: the first seed's student (``save_pretrained``, tokenizer, model card);
+- ``models/finetuned/{student}-{T}/``: the first seed's student (``save_pretrained``, tokenizer; its model card is stage ``model_cards``'s);
 - ``metrics/finetune/{student}-{T}.json``: fine-tuning's record plus ``"teacher"`` (the teacher's member name) and
   ``"distillation"`` (layers, layer map, loss weights, transfer-set sizes, parameters);
 - ``metrics/headline/finetune/{student}-{T}.json`` and ``metrics/finetune-timing/{student}-{T}.json``.
@@ -28,14 +28,15 @@ from bert_pipeline.mlops import tracking
 from bert_pipeline.train.finetune import FinetuneError
 from bert_pipeline.train.task_distill import StudentSpec, distill_task
 from stages import require_inputs
-from stages.finetune import LOOP_KEYS, MODELS_OUT, TASKS, model_card, save_member
-from stages.params import Params, load_params
+from stages.finetune import LOOP_KEYS, MODELS_OUT, TASKS, save_member, training_facts
+from stages.params.base import load_view
+from stages.params.task_distill import TaskDistillView
 from stages.teacher_logits import check_teacher
 
 LOGITS = Path("data/teacher_logits")
 
 
-def run(task_name: str, params: Params, tracker: Any = None) -> dict[str, Any]:
+def run(task_name: str, params: TaskDistillView, tracker: Any = None) -> dict[str, Any]:
     """Distil the teacher of ``task_name`` into its student and write the outputs. Returns the metrics dict."""
     td, ft = params.task_distill, params.finetune
     if task_name not in ft.tasks:
@@ -56,13 +57,11 @@ def run(task_name: str, params: Params, tracker: Any = None) -> dict[str, Any]:
                                teacher_only_examples=td.teacher_only_examples.get(task_name, 0), **loop)
     except FinetuneError as exc:
         raise PipelineError(str(exc)) from None
-    metrics = {"model": td.student, "task": task_name, "teacher": td.teacher, **outcome.metrics}
-    member = ft.models[td.teacher].model_copy(update={"path": teacher_dir.as_posix(), "learning_rate": td.learning_rate,
-                                                      "epochs": spec.epochs})
-    text = model_card(td.student, task_name, member, ft, metrics, outcome)
+    metrics = {"model": td.student, "task": task_name, "teacher": td.teacher, **outcome.metrics,
+               **training_facts(ft, outcome)}
     if tracker is not None:
         tracker.set_tags({"teacher": td.teacher, "teacher_run_id": tracking.run_of_folder(tracker, teacher_dir) or ""})
-    save_member(td.student, task_name, metrics, outcome, text, tracker, "student", f"distill_task@{task_name}")
+    save_member(td.student, task_name, metrics, outcome, tracker, "student", f"distill_task@{task_name}")
     return metrics
 
 
@@ -71,7 +70,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--task", required=True, help="a task folder under data/tasks/")
     args = parser.parse_args(argv)
     require_inputs(f"distill_task@{args.task}")
-    params = load_params()
+    params = load_view(TaskDistillView)
     if params.finetune.num_threads:
         torch.set_num_threads(params.finetune.num_threads)
     section = {**params.task_distill.model_dump(), "loop": params.finetune.model_dump(include=LOOP_KEYS - {"seeds"}),

@@ -37,7 +37,8 @@ from bert_pipeline.io import atomic_dir, atomic_write_text, write_json
 from bert_pipeline.mlops import tracking
 from stages import require_inputs
 from stages.headline import write_headline
-from stages.params import load_params
+from stages.params.base import load_view
+from stages.params.evaluate import EvaluateView
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +69,7 @@ FIGURE_SOURCES = FigureSources(
 
 def main() -> None:
     require_inputs("evaluate")
-    p = load_params().evaluate
+    p = load_view(EvaluateView).evaluate
     inputs = FamilyInputs(FINETUNE_METRICS, FINETUNED, TASKS, METRICS, SOURCES, Path.cwd(), REPORT_SOURCES,
                           FIGURE_SOURCES)
     with tracking.stage_run("evaluate", p.model_dump()) as run:

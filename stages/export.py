@@ -32,7 +32,9 @@ from bert_pipeline.mlops import tracking
 from bert_pipeline.mlops.onnx_export import export_folder
 from stages import require_inputs
 from stages.headline import write_headline
-from stages.params import ExportParams, FinetuneTask, load_params
+from stages.params.base import load_view
+from stages.params.export import ExportParams, ExportView
+from stages.params.finetune import FinetuneTask
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +96,7 @@ def export_one(model: str, task: str, folder: Path, out: Path, p: ExportParams,
 
 def main() -> None:
     require_inputs("export")
-    params = load_params()
+    params = load_view(ExportView)
     p = params.export
     start = time.perf_counter()
     with tracking.stage_run("export", p.model_dump()) as run:

@@ -11,14 +11,15 @@ from pathlib import Path
 from bert_pipeline.console import run_main
 from bert_pipeline.data.fetch import archive_store, fetch
 from stages import require_inputs
-from stages.params import load_params
+from stages.params.base import load_view
+from stages.params.fetch_data import FetchDataView
 
 RAW_DIR = Path("data/raw")
 
 
 def main() -> None:
     require_inputs("fetch_data")
-    fetch(load_params().fetch_data.packages, RAW_DIR, archive_store())
+    fetch(load_view(FetchDataView).fetch_data.packages, RAW_DIR, archive_store())
 
 
 if __name__ == "__main__":

@@ -4,14 +4,14 @@ Fine-tunes model ``M`` (a key of ``finetune.models``, a local ``save_pretrained`
 ``data/tasks/T/`` once per seed in ``finetune.seeds`` (:func:`bert_pipeline.train.finetune.finetune_task`), and,
 for tasks in ``finetune.low_resource_tasks``, again on ``low_resource_train_examples`` labelled examples. Writes
 
-- ``models/finetuned/{M}-{T}/``: the first seed's model (``save_pretrained``, tokenizer beside) and its model card
-  ``README.md`` (:func:`bert_pipeline.model.card.finetuned_card`: the test scores of the metrics below);
+- ``models/finetuned/{M}-{T}/``: the first seed's model (``save_pretrained``, tokenizer beside; its model card is
+  stage ``model_cards``'s);
 - ``metrics/finetune/{M}-{T}.json``: ``{"model", "task", "main_metric", "test": {METRIC: {"mean", "seeds"}},
-  "validation": {...}, "low_resource": {"train_examples", "test": {...}}, ...}`` (quality only, byte-identical
-  on CPU);
+  "validation": {...}, "low_resource": {"train_examples", "test": {...}}, "parameters", "precision", ...}``
+  (byte-identical on CPU);
 - ``metrics/headline/finetune/{M}-{T}.json``: ``{M: {T: test mean of the main metric}}``, the DVC metric
   (:mod:`stages.headline`);
-- ``metrics/finetune-timing/{M}-{T}.json``: wall-clock and CPU seconds (``cache: false``).
+- ``metrics/finetune-timing/{M}-{T}.json``: wall-clock and CPU seconds.
 """
 
 from __future__ import annotations
@@ -28,17 +28,16 @@ from bert_pipeline.console import run_main
 from bert_pipeline.errors import PipelineError
 from bert_pipeline.io import atomic_dir, write_json
 from bert_pipeline.mlops import tracking
-from bert_pipeline.model import card
 from bert_pipeline.train.finetune import FinetuneError, Grid, MemberSpec, finetune_task
 from stages import require_inputs
 from stages.headline import write_headline
-from stages.params import FinetuneModel, FinetuneParams, load_params
+from stages.params.base import load_view
+from stages.params.finetune import FinetuneModel, FinetuneParams, FinetuneView
 
 TASKS = Path("data/tasks")
 MODELS_OUT = Path("models/finetuned")
 METRICS = Path("metrics/finetune")
 TIMING = Path("metrics/finetune-timing")
-SOURCES = Path("data/raw/SOURCES.json")  # cited by the model card (the data packages' licences)
 _HUB_NAME = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 # The MLflow tag ``role`` of a family member, by where its weights come from (evaluate.teacher/student/scratch name
 # the same members for the report; a run's tag is set here so a finetune run needs no evaluate params).
@@ -65,50 +64,39 @@ def resolve_model(name: str, p: FinetuneParams) -> FinetuneModel:
     )
 
 
-def model_card(model_name: str, task_name: str, spec: FinetuneModel, p: FinetuneParams, metrics: dict[str, Any],
-               outcome: Any) -> str:
-    """The model card of ``models/finetuned/{model}-{task}/`` (:func:`bert_pipeline.model.card.finetuned_card`):
-    the metrics record, the task's ``task.json``, the base folder's own card, ``data/raw/SOURCES.json``."""
+def training_facts(p: FinetuneParams, outcome: Any) -> dict[str, Any]:
+    """What only the run knows and the model card cites (stage ``model_cards``): the trained model's ``parameters``
+    (counted once per tied tensor, the head included) and the ``precision`` it trained in (``finetune.precision``
+    resolved on the device it ran on)."""
     from bert_pipeline.model.configs import count_parameters
     from bert_pipeline.train.precision import resolve_precision
 
-    sources = (card.read_json_record(SOURCES) or {}).get("sources", ())
-    base_path = card.portable_path(spec.path, Path.cwd())
-    meta, title = card.read_card(spec.path)
-    base = card.BaseModel(base_path, meta, title, card.package_of(base_path, SOURCES.parent.as_posix(), sources))
-    loop = p.model_dump(include=LOOP_KEYS)
     device = torch.device(outcome.timing["device"]).type
-    loop["precision"] = resolve_precision(p.precision, device, fp16_fallback=False)
-    shape = card.Architecture.from_config(outcome.model.config.to_dict(), count_parameters(outcome.model),
-                                          spec.size or base.facts.get("size"))
-    return card.finetuned_card(
-        name=model_name, task=task_name, record=metrics, task_info=card.read_json_record(TASKS / task_name / "task.json")
-        or {}, task_settings=p.tasks[task_name].model_dump(), member=spec.model_dump(), loop=loop, sources=sources,
-        base=base, architecture=shape, folder=(MODELS_OUT / f"{model_name.replace('/', '--')}-{task_name}").as_posix())
+    return {"parameters": count_parameters(outcome.model),
+            "precision": resolve_precision(p.precision, device, fp16_fallback=False)}
 
 
-def run(model_name: str, task_name: str, p: FinetuneParams, tracker: Any = None,
-        teacher_size: str | None = None) -> dict[str, Any]:
+def run(model_name: str, task_name: str, p: FinetuneParams, tracker: Any = None) -> dict[str, Any]:
     """Fine-tune, evaluate and write every output of one combination. Returns the metrics dict.
 
     ``tracker`` (a :class:`bert_pipeline.mlops.tracking.StageRun` or None) receives the training loss and
     validation metrics at each check (as ``seed{S}/...``), the test metrics and a pointer to the saved model.
-    ``teacher_size`` (``pretrain.model.size``) is the shape of a ``init: random`` model whose folder has no
-    ``config.json``.
+
+    Raises:
+        PipelineError: a ``init: random`` member whose folder has no ``config.json`` and no ``size`` (one line
+            naming its key).
     """
     spec = resolve_model(model_name, p)
     if spec.init == "random" and spec.size is None and not (Path(spec.path) / "config.json").exists():
-        if teacher_size is None:
-            raise PipelineError(f"{spec.path}: no config.json for a random-init model; set finetune.models.{model_name}.size")
-        spec = spec.model_copy(update={"size": teacher_size})
+        raise PipelineError(f"{spec.path}: no config.json for a random-init model; set finetune.models.{model_name}.size "
+                            f"to a named shape (tiny, mini, small, medium, base, large)")
     on_eval = None
     if tracker is not None:
         def on_eval(prefix: str, step: int, entry: dict[str, float]) -> None:
             tracker.log_metrics({f"{prefix}{k}": v for k, v in entry.items() if k != "step"}, step=step)
     outcome = train_member(model_name, spec, task_name, p, on_eval)
-    metrics = {"model": model_name, "task": task_name, **outcome.metrics}
-    save_member(model_name, task_name, metrics, outcome, model_card(model_name, task_name, spec, p, metrics, outcome),
-                tracker, member_role(spec))
+    metrics = {"model": model_name, "task": task_name, **outcome.metrics, **training_facts(p, outcome)}
+    save_member(model_name, task_name, metrics, outcome, tracker, member_role(spec))
     return metrics
 
 
@@ -151,17 +139,16 @@ def grid(p: FinetuneParams) -> Grid:
     return Grid(tuple(p.grid.learning_rates), tuple(p.grid.epochs), tuple(p.grid.low_resource_epochs))
 
 
-def save_member(model_name: str, task_name: str, metrics: dict[str, Any], outcome: Any, card_text: str,
+def save_member(model_name: str, task_name: str, metrics: dict[str, Any], outcome: Any,
                 tracker: Any, role: str, stage: str | None = None) -> None:
-    """Write a family member's fine-tuned outputs: ``models/finetuned/{model}-{task}/`` (weights, tokenizer, card,
-    in one atomic step), ``metrics/finetune/{model}-{task}.json``, its headline and timing files; with a
+    """Write a family member's fine-tuned outputs: ``models/finetuned/{model}-{task}/`` (weights and tokenizer, in
+    one atomic step), ``metrics/finetune/{model}-{task}.json``, its headline and timing files; with a
     ``tracker``, the MLflow tags (``role``), per-seed child runs, metrics and the model pointer
     (:func:`log_seed_runs`; ``stage`` names the child runs, default ``finetune@{model}-{task}``)."""
     name = f"{model_name.replace('/', '--')}-{task_name}"
     with atomic_dir(MODELS_OUT / name) as tmp:
         outcome.model.save_pretrained(tmp)
         outcome.tokenizer.save_pretrained(tmp)
-        card.write_card(tmp, card_text)
     write_json(METRICS / f"{name}.json", metrics)
     write_headline(f"finetune/{name}", {model_name: {task_name: metrics["test"][metrics["main_metric"]]["mean"]}})
     if tracker is not None:
@@ -206,16 +193,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--task", required=True, help="a task folder under data/tasks/")
     args = parser.parse_args(argv)
     require_inputs(f"finetune@{args.model}-{args.task}")
-    params = load_params()
+    params = load_view(FinetuneView)
     p = params.finetune
     if p.num_threads:
         torch.set_num_threads(p.num_threads)
-    section = p.model_dump(exclude={"models", "tasks"})
+    section = p.model_dump(exclude={"models", "tasks", "user_model"})
     section["model"] = resolve_model(args.model, p).model_dump()
     section["task"] = p.tasks[args.task].model_dump() if args.task in p.tasks else None
     with tracking.stage_run(f"finetune@{args.model}-{args.task}", section,
                             tags={"model": args.model, "task": args.task, "seeds": p.seeds}) as tracker:
-        run(args.model, args.task, p, tracker, teacher_size=params.pretrain.model.size)
+        run(args.model, args.task, p, tracker)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,8 @@ from bert_pipeline.data.sources import SPACY_MODEL
 from bert_pipeline.io import atomic_dir, write_json
 from stages import require_inputs
 from stages.headline import write_headline
-from stages.params import FileSource, PrepareCorpusParams, load_params
+from stages.params.base import load_view
+from stages.params.prepare_corpus import FileSource, PrepareCorpusParams, PrepareCorpusView
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +60,7 @@ def source_readers(params: PrepareCorpusParams, raw_dir: Path, root: Path) -> li
 
 def main() -> None:
     require_inputs("prepare_corpus")
-    params = load_params().prepare_corpus
+    params = load_view(PrepareCorpusView).prepare_corpus
     readers = source_readers(params, RAW_DIR, Path("."))
     with atomic_dir(CORPUS_DIR) as tmp:
         metrics = corpus.build_corpus(

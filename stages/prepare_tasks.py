@@ -20,7 +20,8 @@ from bert_pipeline.console import run_main
 from bert_pipeline.data.tasks import build_all, describe
 from bert_pipeline.io import atomic_dir, write_json
 from stages import require_inputs
-from stages.params import load_params
+from stages.params.base import load_view
+from stages.params.prepare_tasks import PrepareTasksView
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +33,7 @@ METRICS = Path("metrics/tasks.json")
 
 def main() -> None:
     require_inputs("prepare_tasks")
-    built = build_all(load_params().prepare_tasks, RAW, CORPUS)
+    built = build_all(load_view(PrepareTasksView).prepare_tasks, RAW, CORPUS)
     report: dict[str, Any] = {}
     with atomic_dir(OUT) as tmp:
         for name, (dd, info) in built.items():

@@ -8,10 +8,10 @@ Reads ``pretrain`` (start point, size, optimizer, schedule, phases) and the data
 of the same params and inputs exists, and writes:
 
 - ``models/pretrained/``: ``save_pretrained`` (safetensors) ``BertForPreTraining`` (``BertForMaskedLM`` for
-  objective ``none``) with the tokenizer beside it and its model card ``README.md``
-  (:func:`bert_pipeline.model.card.pretrained_card`, citing ``metrics/corpus.json`` and ``data/raw/SOURCES.json``);
+  objective ``none``) with the tokenizer beside it (its model card is stage ``model_cards``'s);
 - ``metrics/pretrain.json``: tokens seen, held-out MLM loss/accuracy, perplexity, pair accuracy, unigram baseline,
-  first vs last evaluation (quality only: byte-identical across reruns on CPU);
+  first vs last evaluation, parameters, and the resolved ``precision`` and ``num_processes`` the card cites
+  (byte-identical across reruns on CPU);
 - ``metrics/pretrain-timing.json``: seconds, tokens/s, model FLOPs utilisation against the measured matmul peak;
 - ``plots/pretrain.csv``: step, train loss, learning rate, eval MLM loss/accuracy, pair accuracy;
 - an MLflow run with a pointer to the model, not a copy.
@@ -33,7 +33,8 @@ from bert_pipeline.errors import PipelineError
 from bert_pipeline.io import atomic_dir, atomic_write_text, write_json
 from stages import require_inputs
 from stages.headline import write_headline
-from stages.params import PretrainParams, load_params
+from stages.params.base import load_view
+from stages.params.pretrain import PretrainParams, PretrainView
 
 log = logging.getLogger(__name__)
 
@@ -43,8 +44,6 @@ CHECKPOINT_DIR = Path("checkpoints/pretrain")
 METRICS = Path("metrics/pretrain.json")
 TIMING = Path("metrics/pretrain-timing.json")
 PLOT = Path("plots/pretrain.csv")
-CORPUS_METRICS = Path("metrics/corpus.json")  # cited by the model card (prepare_corpus's record)
-SOURCES = Path("data/raw/SOURCES.json")  # cited by the model card (the data packages' licences)
 # Keys that change how often we save or how the work is spread, not what is trained: not part of the checkpoint
 # fingerprint (compute.num_processes is, through the global batch: load_pretraining adds it).
 NOT_FINGERPRINTED = ("save_steps", "save_total_limit", "compute")
@@ -82,7 +81,7 @@ def _relaunch_distributed(num_processes: int, config_file: str | None) -> None:
 
 def main() -> None:
     require_inputs("pretrain")
-    p = load_params().pretrain
+    p = load_view(PretrainView).pretrain
     if p.compute.num_processes > 1 and not under_launcher():
         if os.environ.get(LAUNCHED):  # the launcher started one plain process (e.g. distributed_type NO)
             raise PipelineError(f"pretrain.compute.accelerate_config: accelerate launch started one process, not "
@@ -96,7 +95,6 @@ def main() -> None:
         return
 
     from bert_pipeline.mlops import tracking
-    from bert_pipeline.model import card
     from bert_pipeline.model.configs import save_model
     from bert_pipeline.train import pretrain as pretraining
     from bert_pipeline.train.precision import make_accelerator
@@ -115,20 +113,15 @@ def main() -> None:
                 run.log_metrics({k: v for k, v in row.items() if k != "step"}, step=step)
 
         outcome = pretrain_model(p, loaded, CHECKPOINT_DIR, accelerator, on_log)
-        data, tokenizer = loaded.data, loaded.tokenizer
+        tokenizer = loaded.tokenizer
         if not main_process:
             return
-        text = card.pretrained_card(
-            quality={**outcome.quality, "init": card.portable_path(p.init, Path.cwd())}, data_info=data.info,
-            corpus=card.read_json_record(CORPUS_METRICS),
-            settings={**section, "precision": accelerator.mixed_precision, "num_processes": accelerator.num_processes},
-            architecture=card.Architecture.from_config(outcome.model.config.to_dict(), outcome.quality["parameters"],
-                                                       p.model.size if p.init == "scratch" else None),
-            sources=(card.read_json_record(SOURCES) or {}).get("sources", ()), folder=MODEL_DIR.as_posix())
+        # the facts only the run knows, recorded for the model card (stage model_cards)
+        quality = {**outcome.quality, "precision": accelerator.mixed_precision,
+                   "num_processes": accelerator.num_processes}
         with atomic_dir(MODEL_DIR) as out:
             save_model(outcome.model, out, tokenizer)
-            card.write_card(out, text)
-        write_json(METRICS, outcome.quality)
+        write_json(METRICS, quality)
         write_headline("pretrain", {"pretrain": {k: outcome.quality["eval"][k] for k in ("mlm_accuracy", "mlm_loss")}})
         atomic_write_text(PLOT, pretraining.history_csv(outcome.result.history, pretraining.PLOT_COLUMNS))
         write_json(TIMING, outcome.timing)

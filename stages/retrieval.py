@@ -29,7 +29,8 @@ from bert_pipeline.errors import PipelineError
 from bert_pipeline.io import write_json
 from stages import require_inputs
 from stages.headline import write_headline
-from stages.params import Params, load_params
+from stages.params.base import load_view
+from stages.params.retrieval import RetrievalView
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +49,7 @@ def positive_pairs(split: Any, limit: int | None) -> tuple[list[str], list[str]]
     return [t for t, _ in rows], [p for _, p in rows]
 
 
-def load_encoder(name: str, params: Params) -> tuple[Any, Any]:
+def load_encoder(name: str, params: RetrievalView) -> tuple[Any, Any]:
     """The bare encoder (``AutoModel``) and tokenizer of the ``finetune.models`` entry ``name``.
 
     Raises:
@@ -73,7 +74,7 @@ def load_encoder(name: str, params: Params) -> tuple[Any, Any]:
 
 def main() -> None:
     require_inputs("retrieval")
-    params = load_params()
+    params = load_view(RetrievalView)
     r = params.retrieval
     import datasets
 

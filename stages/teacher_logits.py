@@ -24,7 +24,8 @@ from bert_pipeline.io import atomic_dir, write_json
 from bert_pipeline.train.finetune import FinetuneError
 from bert_pipeline.train.task_distill import label_task, save_teacher_logits
 from stages import require_inputs
-from stages.params import Params, load_params
+from stages.params.base import load_view
+from stages.params.task_distill import TaskDistillView
 
 TASKS = Path("data/tasks")
 MODELS = Path("models/finetuned")
@@ -32,7 +33,7 @@ OUT = Path("data/teacher_logits")
 TIMING = Path("metrics/teacher_logits-timing")
 
 
-def run(task_name: str, params: Params) -> dict:
+def run(task_name: str, params: TaskDistillView) -> dict:
     """Label the transfer set of ``task_name`` with its fine-tuned teacher and write the outputs. Returns the index
     record."""
     td, ft = params.task_distill, params.finetune
@@ -56,7 +57,7 @@ def run(task_name: str, params: Params) -> dict:
     return result.record
 
 
-def check_teacher(params: Params) -> None:
+def check_teacher(params: TaskDistillView) -> None:
     """Raise a one-line :class:`PipelineError` when ``task_distill.teacher`` is not a ``finetune.models`` key (the
     stage ``finetune@{teacher}-{task}`` that makes its folder, and whose settings the student's card cites)."""
     if params.task_distill.teacher not in params.finetune.models:
@@ -70,7 +71,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--task", required=True, help="a task folder under data/tasks/")
     args = parser.parse_args(argv)
     require_inputs(f"teacher_logits@{args.task}")
-    params = load_params()
+    params = load_view(TaskDistillView)
     if params.finetune.num_threads:
         torch.set_num_threads(params.finetune.num_threads)
     run(args.task, params)

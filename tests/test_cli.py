@@ -26,7 +26,7 @@ def _workspace(root) -> None:
     split = Dataset.from_dict({"text": ["good", "bad", "fine"], "label": [1, 0, 1]}, features=feats)
     DatasetDict({"train": split, "validation": split, "test": split}).save_to_disk(str(root / "data/tasks/sentiment"))
     for i, (member, score) in enumerate(SCORES.items()):
-        save_classifier(root / f"models/finetuned/{member}-sentiment", favour=1, seed=i)
+        save_classifier(root / f"models/release/finetuned/{member}-sentiment", favour=1, seed=i)  # model_cards' copies
         write_json(root / f"metrics/finetune/{member}-sentiment.json", {
             "model": member, "task": "sentiment", "kind": "classification", "main_metric": "accuracy",
             "seeds": [7 + i, 99], "test_examples": 3, "low_resource": None,

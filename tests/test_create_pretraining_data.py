@@ -13,7 +13,8 @@ import pytest
 
 from bert_pipeline.data.masking import IGNORE_INDEX, collator_from_info
 from bert_pipeline.errors import PipelineError
-from stages.params import ParamsError, load_params
+from stages.params.base import ParamsError
+from stages.params.root import load_params
 from tests.conftest import REPO, tree_digests, write_params
 
 SYLLABLES = ["ka", "lo", "mi", "ne", "su", "ta", "ri", "po"]

@@ -15,7 +15,7 @@ from transformers import (
 )
 
 from bert_pipeline.errors import PipelineError
-from tests.conftest import card_header, write_params
+from tests.conftest import card_header, encoder_card_text, write_params
 from tests.pretrain_fixtures import save_pretraining_data, save_tokenizer, tiny_config
 
 SMALL = {"max_steps": 6, "batch_size": 8, "warmup_steps": 0, "logging_steps": 2, "eval_steps": 3, "save_steps": 3,
@@ -90,11 +90,12 @@ def test_stage_writes_student_metrics_timing_plots_and_resumes_identically(works
     assert runs[0].data.tags["model_path"] == "models/distilled"
     assert "final_student_mlm_accuracy" in runs[0].data.metrics
 
-    card = card_header(out)  # the model card, published with the weights
-    assert (card["pipeline_tag"], card["base_model"]) == ("fill-mask", "models/pretrained")
+    first_card = encoder_card_text("distilled_card")  # the model card of the release copy (stage model_cards)
+    card = card_header(first_card)
+    assert not (out / "README.md").exists()
+    assert (card["pipeline_tag"], card["base_model"]) == ("fill-mask", "models/release/pretrained")
     assert card["bert_pipeline"]["tokens_seen"] == metrics["tokens_seen"] > 0
     assert card["bert_pipeline"]["parameters"] == metrics["student"]["parameters"]
-    first_card = (out / "README.md").read_bytes()
 
     # A rerun with the same params and inputs resumes from the last checkpoint: identical student and metrics.
     first_model = (out / "model.safetensors").read_bytes()
@@ -105,7 +106,7 @@ def test_stage_writes_student_metrics_timing_plots_and_resumes_identically(works
     assert json.loads((workspace / "metrics/distill-timing.json").read_text())["resumed_from_step"] == 6
     assert (out / "model.safetensors").read_bytes() == first_model
     assert (workspace / "metrics/distill.json").read_bytes() == first_metrics
-    assert (out / "README.md").read_bytes() == first_card
+    assert encoder_card_text("distilled_card") == first_card
 
     # As if killed between step 3 and step 6: resume from step 3 and reach the same student, byte for byte.
     shutil.rmtree(workspace / "checkpoints/distill/step-00000006")

@@ -19,7 +19,9 @@ from pathlib import Path
 
 import pytest
 
+from stages.params.base import RECORD_ENV
 from tests.conftest import REPO, card_header, card_metrics
+from tests.params_declared import problems, read_records
 
 pytestmark = pytest.mark.e2e
 
@@ -61,10 +63,12 @@ def smoke_run(tmp_path_factory) -> Path:
     """A temporary repository where the smoke profile ran as a DVC experiment and was applied."""
     repo = tmp_path_factory.mktemp("e2e") / "repo"
     repo.mkdir()
+    PARAMS_RECORD.append(repo.parent / "params-reads.jsonl")
     _copy_repo(repo)
     env = dict(os.environ)
     env["PYTHONPATH"] = str(repo)
     env["MLFLOW_TRACKING_URI"] = f"sqlite:///{repo / 'mlflow.db'}"
+    env[RECORD_ENV] = str(PARAMS_RECORD[0])  # every stage appends the params keys it read (stages.params.base)
     bindir = str(Path(sys.executable).parent)
     env["PATH"] = bindir + os.pathsep + env.get("PATH", "")
     _run(["git", "init", "-q"], repo)
@@ -78,6 +82,7 @@ def smoke_run(tmp_path_factory) -> Path:
 
 
 PROFILE_OUTPUT: list[str] = []  # what `bert-pipeline profile smoke` printed (stdout + stderr)
+PARAMS_RECORD: list[Path] = []  # the file the smoke run's stages recorded the params keys they read in
 
 
 def test_profile_output_is_quiet(smoke_run):
@@ -295,7 +300,7 @@ def test_finetune_outputs(smoke_run):
                 assert len(v["seeds"]) == len(m["seeds"])
                 assert 0.0 <= v["mean"] <= 1.0
         assert (m["low_resource"] is not None) == (m["task"] == "sentiment" and m["model"] != "minilm_student")
-        assert "train_seconds" not in m  # wall-clock lives in metrics/finetune-timing/ (cache: false, not applied)
+        assert "train_seconds" not in m  # wall-clock lives in metrics/finetune-timing/
         folder = smoke_run / "models/finetuned" / path.stem
         cfg = AutoConfig.from_pretrained(folder)
         assert (folder / "model.safetensors").exists()
@@ -313,14 +318,39 @@ def test_finetune_outputs(smoke_run):
             cached = json.loads((smoke_run / f"data/teacher_logits/{m['task']}/teacher_logits.json").read_text())
             assert cached["teacher_path"] == f"models/finetuned/minilm-{m['task']}"
             assert all(doc.startswith("news_articles:") for doc in cached["doc_ids"] or ["news_articles:"])
-        # the model card: the Hub's metadata, the test means, the encoder it started from, the silver caveat
-        from bert_pipeline.model.card import METRIC_NAME, PIPELINE_TAG
 
+
+def test_model_cards_outputs(smoke_run):
+    """models/release/ holds every trained folder, the same weights (hard links or copies) with its card: the Hub's
+    metadata, the test means, the encoder it started from, the silver caveat, the data's licences. The training
+    folders carry no card, so a card change reruns no training stage."""
+    from bert_pipeline.model.card import METRIC_NAME, PIPELINE_TAG
+    from tests.conftest import tree_digests
+
+    release = smoke_run / "models/release"
+    finetuned = sorted(p.name for p in (smoke_run / "models/finetuned").iterdir())
+    assert sorted(p.name for p in (release / "finetuned").iterdir()) == finetuned
+    for name in ("pretrained", "distilled", *(f"finetuned/{f}" for f in finetuned)):
+        trained, copy = tree_digests(smoke_run / "models" / name), tree_digests(release / name)
+        assert "README.md" not in trained and copy.pop("README.md")
+        assert copy == trained, name
+    quality = json.loads((smoke_run / "metrics/pretrain.json").read_text())
+    card = card_header(release / "pretrained")
+    assert (card["pipeline_tag"], card["license"]) == ("fill-mask", "apache-2.0")
+    assert card["bert_pipeline"]["tokens_seen"] == quality["tokens_seen"]
+    corpus = json.loads((smoke_run / "metrics/corpus.json").read_text())
+    assert card["datasets"] == sorted(corpus["per_source"])
+    assert "Harvard Dataverse" in (release / "pretrained/README.md").read_text()  # the news terms, from SOURCES.json
+    assert card_header(release / "distilled")["base_model"] == "models/release/pretrained"
+    for path in sorted((smoke_run / "metrics/finetune").glob("*.json")):
+        m = json.loads(path.read_text())
+        folder = release / "finetuned" / path.stem
         card = card_header(folder)
         assert card["pipeline_tag"] == PIPELINE_TAG[m["kind"]]
         assert card_metrics(card)[METRIC_NAME[m["main_metric"]]] == m["test"][m["main_metric"]]["mean"]
-        base = {"pretrained": "models/pretrained", "distilled": "models/distilled", "minilm": "data/raw/minilm",
-                "minilm_student": f"models/finetuned/minilm-{m['task']}"}
+        assert card["bert_pipeline"]["parameters"] == m["parameters"]
+        base = {"pretrained": "models/release/pretrained", "distilled": "models/release/distilled",
+                "minilm": "data/raw/minilm", "minilm_student": f"models/release/finetuned/minilm-{m['task']}"}
         assert card.get("base_model") == base.get(m["model"])  # scratch: none
         assert ("agreement with spaCy" in (folder / "README.md").read_text()) == (m["task"] == "ner")
 
@@ -362,8 +392,8 @@ def test_evaluate_outputs(smoke_run):
     page = (smoke_run.parent / "dvc_plots/index.html").read_text()
     assert page.count("<img") == len(figures)
     assert "cdn.jsdelivr" not in page and "<script" not in page
-    # the timing files are cache: false (wall clock), so `dvc exp apply` does not bring them:
-    # rerun the stage alone here; its quality metrics and quality figures come out byte-identical
+    # rerun the stage alone: its quality metrics and quality figures come out byte-identical (its timing file and
+    # speed figures are wall clock)
     _run(["dvc", "repro", "--single-item", "--force", "evaluate"], smoke_run, env)
     assert (smoke_run / "metrics/evaluate.json").read_bytes() == flat_bytes
     assert {n: (smoke_run / "reports/figures" / n).read_bytes() for n in quality_figures} == quality_figures
@@ -393,53 +423,6 @@ def test_evaluate_outputs(smoke_run):
 
 
 
-def test_budget_curve_outputs(smoke_run):
-    """Smoke's curve: budget 0 (scratch against itself), 0.5 (3 steps, pre-trained and fine-tuned by the stage) and
-    1 (the pipeline's own pre-training, read from the finetune metrics)."""
-    import csv
-
-    curve = json.loads((smoke_run / "metrics/budget_curve.json").read_text())
-    quality = json.loads((smoke_run / "metrics/pretrain.json").read_text())
-    assert (curve["member"], curve["baseline"], curve["seeds"]) == ("pretrained", "scratch", [42])
-    points = curve["points"]
-    assert [p["fraction"] for p in points] == [0.0, 0.5, 1.0]
-    assert [p["steps"] for p in points] == [0, 3, 6]
-    assert 0 == points[0]["tokens_seen"] < points[1]["tokens_seen"] < points[2]["tokens_seen"] == quality["tokens_seen"]
-    assert points[2]["mlm_accuracy"] == quality["eval"]["mlm_accuracy"]
-    assert 0.0 <= points[1]["mlm_accuracy"] <= 1.0
-    scores = {}
-    for member in ("pretrained", "scratch"):
-        for task in ("sentiment", "ner", "qa"):
-            m = json.loads((smoke_run / f"metrics/finetune/{member}-{task}.json").read_text())
-            scores[member, task] = m["test"][m["main_metric"]]["seeds"]
-            if m["low_resource"]:
-                n = m["low_resource"]["train_examples"]
-                scores[member, f"{task}@{n}"] = m["low_resource"]["test"][m["main_metric"]]["seeds"]
-    keys = sorted({k for _, k in scores})
-    assert keys == ["ner", "qa", "sentiment", "sentiment@16"]
-    for p in points:
-        assert sorted(p["gain"]) == keys
-        for key, gain in p["gain"].items():
-            assert gain["scratch"] == scores["scratch", key]
-            expected = {0.0: scores["scratch", key], 1.0: scores.get(("pretrained", key))}.get(p["fraction"])
-            if expected is not None:  # 0 and 1x come from the files; 0.5x was fine-tuned by the stage
-                assert gain["pretrained"] == expected
-            assert all(0.0 <= v <= 1.0 for v in gain["pretrained"])
-            assert gain["seeds"] == [round(a - b, 6) for a, b in zip(gain["pretrained"], gain["scratch"], strict=True)]
-    assert all(g["seeds"] == [0.0] for g in points[0]["gain"].values())
-    with open(smoke_run / "plots/budget_curve.csv", newline="") as fh:
-        rows = list(csv.DictReader(fh))
-    assert [int(r["tokens_seen"]) for r in rows] == [p["tokens_seen"] for p in points]
-    assert float(rows[2]["ner"]) == pytest.approx(100 * points[2]["gain"]["ner"]["mean"], abs=1e-3)
-    headline = json.loads((smoke_run / "metrics/headline/budget_curve.json").read_text())["gain_over_scratch"]
-    assert headline == {"ner": points[2]["gain"]["ner"]["mean"], "qa": points[2]["gain"]["qa"]["mean"],
-                        "sentiment": points[2]["gain"]["sentiment"]["mean"],
-                        "sentiment_low_resource": points[2]["gain"]["sentiment@16"]["mean"]}
-    summary = (smoke_run / "reports/summary.md").read_text()
-    assert "## Pre-training budget curve" in summary and "| 0.5x | 3 |" in summary
-    assert (smoke_run / "reports/figures/budget_curve.png").read_bytes()[:4] == b"\x89PNG"
-
-
 def test_pretrain_outputs(smoke_run):
     import math
 
@@ -463,12 +446,6 @@ def test_pretrain_outputs(smoke_run):
     assert final["perplexity"] == pytest.approx(math.exp(final["mlm_loss"]), rel=1e-4)
     assert final["predicted_tokens"] > 0
     assert quality["bad_steps"] == 0
-    card = card_header(folder)
-    assert (card["pipeline_tag"], card["license"]) == ("fill-mask", "apache-2.0")
-    assert card["bert_pipeline"]["tokens_seen"] == quality["tokens_seen"]
-    corpus = json.loads((smoke_run / "metrics/corpus.json").read_text())
-    assert card["datasets"] == sorted(corpus["per_source"])
-    assert "Harvard Dataverse" in (folder / "README.md").read_text()  # the news articles' terms, from SOURCES.json
     rows = (smoke_run / "plots/pretrain.csv").read_text().splitlines()
     assert rows[0].split(",")[:3] == ["step", "train_loss", "learning_rate"]
     assert [r.split(",")[0] for r in rows[1:]] == [str(s) for s in range(1, 7)]
@@ -493,8 +470,8 @@ def test_distill_outputs(smoke_run):
     folder = smoke_run / "models/distilled"
     teacher = json.loads((smoke_run / "models/pretrained/config.json").read_text())
     metrics = json.loads((smoke_run / "metrics/distill.json").read_text())
-    # metrics/distill-timing.json is cache: false, so `dvc exp apply` does not bring it here (tested in
-    # tests/test_distill_stage.py).
+    # the timing file is a cached out: `dvc exp apply` brings it back with the rest
+    assert json.loads((smoke_run / "metrics/distill-timing.json").read_text())["speedup"] > 0
     layers = max(1, teacher["num_hidden_layers"] // 2)  # distill.student_layers: null = half the teacher's
     student = AutoModelForMaskedLM.from_pretrained(folder)
     assert student.config.num_hidden_layers == layers == metrics["student"]["layers"]
@@ -534,30 +511,6 @@ def test_distill_outputs(smoke_run):
     assert runs[0].data.tags["teacher_dvc_md5"] == md5["models/pretrained"]
 
 
-def test_variants_outputs(smoke_run):
-    """The smoke profile's second, smaller run per family: RoBERTa and ALBERT, each with its own vocabulary, data and
-    pre-training at the smoke size, fine-tuned on sentiment and NER, in the record, headline and report."""
-    record = json.loads((smoke_run / "metrics/variants.json").read_text())
-    assert [r["family"] for r in record["families"]] == ["roberta", "albert"]
-    assert record["tasks"] == ["sentiment", "ner"]
-    rows = {r["family"]: r for r in record["families"]}
-    assert rows["roberta"]["recipe"]["tokenizer"] == "bpe" and rows["roberta"]["recipe"]["objective"] == "none"
-    assert rows["albert"]["recipe"]["tokenizer"] == "unigram" and rows["albert"]["recipe"]["objective"] == "sop"
-    # ALBERT shares its layers and factorises its embedding: fewer parameters than RoBERTa at the same size
-    assert 0 < rows["albert"]["parameters"] < rows["roberta"]["parameters"]
-    for row in rows.values():
-        assert row["steps"] == 6 and row["tokens_seen"] > 0 and 0.0 <= row["mlm_accuracy"] <= 1.0
-        assert sorted(row["scores"]) == ["ner", "sentiment"]
-        assert all(0.0 <= s["mean"] <= 1.0 and len(s["seeds"]) == 1 for s in row["scores"].values())
-    headline = json.loads((smoke_run / "metrics/headline/variants.json").read_text())["variants"]
-    assert headline == {f"{f}_average": round((r["scores"]["sentiment"]["mean"] + r["scores"]["ner"]["mean"]) / 2, 6)
-                        for f, r in rows.items()}
-    summary = (smoke_run / "reports/summary.md").read_text()
-    section = summary[summary.index("## BERT variants on our data"):]
-    assert "| roberta (ours) |" in section and "| albert (ours) |" in section
-    assert "published: GLUE" in section and "| ALBERT-Base | 80.1 | 12M | 1.7x |" in section
-
-
 def test_retrieval_outputs(smoke_run):
     """Every member's sentence embeddings scored on headline-to-article retrieval, zero-shot and fine-tuned."""
     record = json.loads((smoke_run / "metrics/retrieval.json").read_text())
@@ -572,3 +525,152 @@ def test_retrieval_outputs(smoke_run):
     assert all(s[w]["recall_at_10"] == 1.0 for s in record["members"].values() for w in ("zero_shot", "fine_tuned"))
     summary = (smoke_run / "reports/summary.md").read_text()
     assert "## Sentence embeddings: retrieval" in summary and "| minilm (reference) |" in summary
+
+
+# ---- a colleague's fresh clone, and a temporary experiment, of the built workspace ----
+@pytest.fixture(scope="module")
+def pulled_clone(smoke_run, tmp_path_factory) -> Path:
+    """The smoke workspace committed (params and dvc.lock), its outputs pushed to a local DVC remote, then a fresh
+    `git clone` of it with `dvc pull`: what a colleague gets."""
+    base = tmp_path_factory.mktemp("remote")
+    git = ["git", "-c", "user.name=e2e", "-c", "user.email=e2e@localhost"]
+    _run(["dvc", "remote", "add", "-f", "-d", "shared", str(base / "store")], smoke_run)
+    _run(["git", "add", "-A"], smoke_run)
+    _run([*git, "commit", "-qm", "smoke results"], smoke_run)
+    _run(["dvc", "push", "-q"], smoke_run)
+    clone = base / "clone"
+    _run(["git", "clone", "-q", str(smoke_run), str(clone)], base)
+    _run(["dvc", "pull", "-q"], clone)
+    return clone
+
+
+def _clone_env(clone: Path) -> dict[str, str]:
+    env = dict(os.environ, PYTHONPATH=str(clone), MLFLOW_TRACKING_URI=f"sqlite:///{clone / 'mlflow.db'}")
+    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
+    env.pop(RECORD_ENV, None)
+    return env
+
+
+def test_a_fresh_clone_with_dvc_pull_is_up_to_date(pulled_clone):
+    """Every declared output comes back from the remote, so no stage looks changed (resume checkpoints are no
+    output; timing files are cached outputs)."""
+    assert not (pulled_clone / "checkpoints").exists()
+    proc = _run(["dvc", "status"], pulled_clone, _clone_env(pulled_clone))
+    assert proc.stdout.strip() == "Data and pipelines are up to date.", proc.stdout
+    assert (pulled_clone / "metrics/pretrain-timing.json").is_file()
+
+
+def test_a_temporary_experiment_reruns_only_the_stages_its_param_touches(pulled_clone):
+    """`dvc exp run --temp` of a param only `evaluate` reads runs `evaluate` alone: the temporary copy restores
+    every other stage's outputs from the cache."""
+    proc = _run(["dvc", "exp", "run", "--temp", "-n", "eval-only", "-S", "evaluate.confusion_max_examples=32"],
+                pulled_clone, _clone_env(pulled_clone), timeout=PROFILE_TIMEOUT_S)
+    ran = re.findall(r"Running stage '([^']+)'", proc.stdout + proc.stderr)
+    assert ran == ["evaluate"], proc.stdout[-3000:]
+
+
+@pytest.fixture(scope="module")
+def extras_run(pulled_clone) -> Path:
+    """In the clone, a temporary experiment that trains what the smoke profile leaves out (one extra pre-training
+    budget, RoBERTa and ALBERT), on sentiment only, applied to the clone; its stages record the params they read
+    (beside the smoke run's: a stage with nothing to train reads less)."""
+    env = {**_clone_env(pulled_clone), RECORD_ENV: str(PARAMS_RECORD[0])}
+    sets = ["budget_curve.fractions=[0.5]", "budget_curve.tasks=[sentiment]", "variants.families=[roberta,albert]",
+            "variants.tasks=[sentiment]"]
+    proc = _run(["dvc", "exp", "run", "--temp", "-n", "extras", *(a for s in sets for a in ("-S", s)), "evaluate"],
+                pulled_clone, env, timeout=PROFILE_TIMEOUT_S)
+    EXTRAS_OUTPUT.append(proc.stdout + proc.stderr)
+    _run(["dvc", "exp", "apply", "extras"], pulled_clone, env)
+    return pulled_clone
+
+
+EXTRAS_OUTPUT: list[str] = []
+
+
+def test_the_extra_experiment_ran_only_what_its_params_touch(extras_run):
+    (out,) = EXTRAS_OUTPUT
+    assert sorted(re.findall(r"Running stage '([^']+)'", out)) == ["budget_curve", "evaluate", "variants"], out[-3000:]
+
+
+def test_budget_curve_outputs(extras_run):
+    """The extra experiment's curve: budget 0 (scratch against itself), 0.5 (3 steps, pre-trained and fine-tuned on
+    sentiment by the stage) and 1 (the pipeline's own pre-training, read from the finetune metrics)."""
+    import csv
+
+    curve = json.loads((extras_run / "metrics/budget_curve.json").read_text())
+    quality = json.loads((extras_run / "metrics/pretrain.json").read_text())
+    assert (curve["member"], curve["baseline"], curve["seeds"]) == ("pretrained", "scratch", [42])
+    points = curve["points"]
+    assert [p["fraction"] for p in points] == [0.0, 0.5, 1.0]
+    assert [p["steps"] for p in points] == [0, 3, 6]
+    assert 0 == points[0]["tokens_seen"] < points[1]["tokens_seen"] < points[2]["tokens_seen"] == quality["tokens_seen"]
+    assert points[2]["mlm_accuracy"] == quality["eval"]["mlm_accuracy"]
+    assert 0.0 <= points[1]["mlm_accuracy"] <= 1.0
+    scores = {}
+    for member in ("pretrained", "scratch"):
+        for task in ("sentiment",):
+            m = json.loads((extras_run / f"metrics/finetune/{member}-{task}.json").read_text())
+            scores[member, task] = m["test"][m["main_metric"]]["seeds"]
+            if m["low_resource"]:
+                n = m["low_resource"]["train_examples"]
+                scores[member, f"{task}@{n}"] = m["low_resource"]["test"][m["main_metric"]]["seeds"]
+    keys = sorted({k for _, k in scores})
+    assert keys == ["sentiment", "sentiment@16"]
+    for p in points:
+        assert sorted(p["gain"]) == keys
+        for key, gain in p["gain"].items():
+            assert gain["scratch"] == scores["scratch", key]
+            expected = {0.0: scores["scratch", key], 1.0: scores.get(("pretrained", key))}.get(p["fraction"])
+            if expected is not None:  # 0 and 1x come from the files; 0.5x was fine-tuned by the stage
+                assert gain["pretrained"] == expected
+            assert all(0.0 <= v <= 1.0 for v in gain["pretrained"])
+            assert gain["seeds"] == [round(a - b, 6) for a, b in zip(gain["pretrained"], gain["scratch"], strict=True)]
+    assert all(g["seeds"] == [0.0] for g in points[0]["gain"].values())
+    with open(extras_run / "plots/budget_curve.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert [int(r["tokens_seen"]) for r in rows] == [p["tokens_seen"] for p in points]
+    assert float(rows[2]["sentiment"]) == pytest.approx(100 * points[2]["gain"]["sentiment"]["mean"], abs=1e-3)
+    headline = json.loads((extras_run / "metrics/headline/budget_curve.json").read_text())["gain_over_scratch"]
+    assert headline == {"sentiment": points[2]["gain"]["sentiment"]["mean"],
+                        "sentiment_low_resource": points[2]["gain"]["sentiment@16"]["mean"]}
+    summary = (extras_run / "reports/summary.md").read_text()
+    assert "## Pre-training budget curve" in summary and "| 0.5x | 3 |" in summary
+    assert (extras_run / "reports/figures/budget_curve.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_variants_outputs(extras_run):
+    """The extra experiment's run per family: RoBERTa and ALBERT, each with its own vocabulary, data and pre-training
+    at the smoke size, fine-tuned on sentiment, in the record, headline and report."""
+    record = json.loads((extras_run / "metrics/variants.json").read_text())
+    assert [r["family"] for r in record["families"]] == ["roberta", "albert"]
+    assert record["tasks"] == ["sentiment"]
+    rows = {r["family"]: r for r in record["families"]}
+    assert rows["roberta"]["recipe"]["tokenizer"] == "bpe" and rows["roberta"]["recipe"]["objective"] == "none"
+    assert rows["albert"]["recipe"]["tokenizer"] == "unigram" and rows["albert"]["recipe"]["objective"] == "sop"
+    # ALBERT shares its layers and factorises its embedding: fewer parameters than RoBERTa at the same size
+    assert 0 < rows["albert"]["parameters"] < rows["roberta"]["parameters"]
+    for row in rows.values():
+        assert row["steps"] == 6 and row["tokens_seen"] > 0 and 0.0 <= row["mlm_accuracy"] <= 1.0
+        assert sorted(row["scores"]) == ["sentiment"]
+        assert all(0.0 <= s["mean"] <= 1.0 and len(s["seeds"]) == 1 for s in row["scores"].values())
+    headline = json.loads((extras_run / "metrics/headline/variants.json").read_text())["variants"]
+    assert headline == {f"{f}_average": round(r["scores"]["sentiment"]["mean"], 6) for f, r in rows.items()}
+    summary = (extras_run / "reports/summary.md").read_text()
+    section = summary[summary.index("## BERT variants on our data"):]
+    assert "| roberta (ours) |" in section and "| albert (ours) |" in section
+    assert "published: GLUE" in section and "| ALBERT-Base | 80.1 | 12M | 1.7x |" in section
+
+
+def test_every_stage_reads_exactly_the_params_dvc_yaml_declares(smoke_run, extras_run):
+    """For every stage of the graph (each foreach item apart), the params keys its code read during the smoke run
+    and the extra experiment are the keys `dvc.yaml` declares for it: none read undeclared (DVC would not rerun the
+    stage when it changes), none declared unread (DVC would rerun it for nothing)."""
+    (record,) = PARAMS_RECORD
+    assert problems(smoke_run, record) == []
+    ran = read_records(record)
+    assert sum(cmd.startswith("python -m stages.finetune ") for cmd in ran) == 16
+    stages = {cmd.split()[2] for cmd in ran}
+    assert stages == {f"stages.{name}" for name in (
+        "fetch_data", "prepare_corpus", "train_tokenizer", "create_pretraining_data", "pretrain", "distill",
+        "prepare_tasks", "finetune", "teacher_logits", "distill_task", "model_cards", "export", "budget_curve",
+        "variants", "retrieval", "evaluate")}

@@ -13,11 +13,12 @@ from transformers import BertModel, BertTokenizerFast
 from bert_pipeline.errors import PipelineError
 from bert_pipeline.train import finetune as finetune_lib
 from stages import finetune
-from stages.params import validate_params
+from stages.params.root import validate_params
 from tests.conftest import (
     card_header,
     card_metrics,
     committed_params,
+    finetuned_card_text,
     save_tiny_tasks,
     tree_digests,
     write_params,
@@ -91,13 +92,16 @@ def test_sentiment_layout_learning_and_byte_identical(workdir):
     assert len(timing["low_resource_train_seconds"]) == 2
     out = workdir / "models/finetuned/tiny-sentiment"
     first = tree_digests(out)
-    assert {"config.json", "model.safetensors", "tokenizer.json", "README.md"} <= set(first)
-    card = card_header(out)  # the model card: the Hub's metadata, the test means the metrics file holds
+    assert {"config.json", "model.safetensors", "tokenizer.json"} <= set(first)
+    assert "README.md" not in first  # the model card is stage model_cards's, in the release copy
+    text = finetuned_card_text("tiny-sentiment", p)
+    card = card_header(text)  # the model card: the Hub's metadata, the test means the metrics file holds
     assert (card["pipeline_tag"], card["base_model"], card["license"]) == ("text-classification", "tinymodel",
                                                                            "apache-2.0")
     assert card_metrics(card) == {"accuracy": got["test"]["accuracy"]["mean"],
                                   "macro F1": got["test"]["macro_f1"]["mean"]}
-    assert "silver" not in (out / "README.md").read_text().partition("\n---\n")[2].lower()
+    assert "silver" not in text.partition("\n---\n")[2].lower()
+    assert card["bert_pipeline"]["parameters"] == got["parameters"] > 0 and got["precision"] == "fp32"
     cfg = json.loads((out / "config.json").read_text())
     assert cfg["classifier_pooling"] == "mean"
     assert cfg["id2label"] == {"0": "negative", "1": "positive"}
@@ -127,11 +131,12 @@ def test_ner_and_qa_run_with_scratch_model(workdir, task):
         assert set(m["test"]) == {"exact_match", "f1"}
     out = workdir / f"models/finetuned/tinyscratch-{task}"
     assert (out / "config.json").exists()
-    card = card_header(out)
+    text = finetuned_card_text(f"tinyscratch-{task}", p)
+    card = card_header(text)
     assert card["pipeline_tag"] == {"ner": "token-classification", "qa": "question-answering"}[task]
     assert "base_model" not in card  # the scratch baseline starts from no weights
     assert card_metrics(card)["F1"] == m["test"]["f1"]["mean"]
-    assert ("agreement with spaCy" in (out / "README.md").read_text()) == (task == "ner")  # the silver caveat
+    assert ("agreement with spaCy" in text) == (task == "ner")  # the silver caveat
 
 
 @pytest.mark.parametrize(("task", "key"), [("qa", "n_best"), ("ner", "doc_stride")])
@@ -151,14 +156,15 @@ def test_ner_stride_that_leaves_no_step_is_one_line(workdir):
         finetune.run("tinyscratch", "ner", p.model_copy(update={"tasks": tasks}))
 
 
-def test_scratch_from_tokenizer_folder_takes_the_teacher_size(workdir):
+def test_scratch_from_tokenizer_folder_needs_a_size(workdir):
     _tokenizer().save_pretrained(workdir / "tok")
     p = _params(seeds=[1])
-    models = dict(p.models) | {"tokscratch": p.models["tinyscratch"].model_copy(update={"path": "tok"})}
-    p = p.model_copy(update={"models": models})
-    with pytest.raises(PipelineError, match=r"^tok: no config.json for a random-init model"):
-        finetune.run("tokscratch", "ner", p)
-    finetune.run("tokscratch", "ner", p, teacher_size="tiny")
+    member = p.models["tinyscratch"].model_copy(update={"path": "tok"})
+    with pytest.raises(PipelineError, match=r"^tok: no config.json for a random-init model; set "
+                                            r"finetune.models.tokscratch.size"):
+        finetune.run("tokscratch", "ner", p.model_copy(update={"models": dict(p.models) | {"tokscratch": member}}))
+    sized = {"tokscratch": member.model_copy(update={"size": "tiny"})}
+    finetune.run("tokscratch", "ner", p.model_copy(update={"models": dict(p.models) | sized}))
     cfg = json.loads((workdir / "models/finetuned/tokscratch-ner/config.json").read_text())
     assert (cfg["num_hidden_layers"], cfg["hidden_size"], cfg["vocab_size"]) == (2, 128, len(_tokenizer()))
 
@@ -295,12 +301,12 @@ def test_grid_member_is_tuned_on_validation_and_test_is_scored_once(workdir, mon
     assert timing["grid_train_seconds"] > sum(timing["train_seconds"])
     assert timing["total_seconds"] == pytest.approx(timing["grid_train_seconds"]
                                                     + timing["low_resource_grid_train_seconds"], abs=0.02)
-    card = (workdir / "models/finetuned/tiny-sentiment/README.md").read_text()
+    card = finetuned_card_text("tiny-sentiment", p)
     assert "learning rate 0.005 (chosen on validation from 1e-07, 0.005)" in card
 
 
 def test_grid_member_with_its_own_epochs_cap_is_one_line():
-    from stages.params import ParamsError
+    from stages.params.base import ParamsError
 
     with pytest.raises(ParamsError, match="finetune.models.tiny.epochs: expected null with learning_rate grid"):
         _params(models={"tiny": {"path": "tinymodel", "learning_rate": "grid", "epochs": 3}})

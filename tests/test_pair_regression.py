@@ -18,8 +18,8 @@ from bert_pipeline.evaluation.metrics import regression_metrics
 from bert_pipeline.evaluation.predictor import load_predictor
 from stages import finetune
 from stages.cli import main
-from stages.params import validate_params
-from tests.conftest import committed_params
+from stages.params.root import validate_params
+from tests.conftest import committed_params, finetuned_card_text
 from tests.pretrain_fixtures import tiny_config
 from tests.tiny_models import bert_tokenizer
 
@@ -192,7 +192,7 @@ def test_regression_learns_a_target_computable_from_the_text(workdir, capsys):
     cfg = json.loads((workdir / "models/finetuned/tiny-length/config.json").read_text())
     assert (cfg["num_labels"] if "num_labels" in cfg else len(cfg["id2label"])) == 1
     assert cfg["problem_type"] == "regression"
-    card = (workdir / "models/finetuned/tiny-length/README.md").read_text()
+    card = finetuned_card_text("tiny-length", p)
     assert "Pearson" in card and "mean squared error" in card
     out = _predict(capsys, [str(workdir / "models/finetuned/tiny-length"), "good", "the film was very good the film was very good bad"])
     assert set(out[0]) == {"text", "value", "tokens", "truncated"}
@@ -221,7 +221,7 @@ def test_pair_task_learns_when_the_pair_decides(workdir, capsys):
     m = finetune.run("tiny", "pairs", p)
     assert m["main_metric"] == "accuracy"
     assert m["test"]["accuracy"]["mean"] >= 0.9, m["test"]
-    card = (workdir / "models/finetuned/tiny-pairs/README.md").read_text()
+    card = finetuned_card_text("tiny-pairs", p)
     assert "text pair" in card
     folder = str(workdir / "models/finetuned/tiny-pairs")
     same = _predict(capsys, [folder, "council voted", "rain fell", "--text-pair", "the city vote council"])

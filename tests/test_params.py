@@ -11,7 +11,8 @@ import pytest
 from bert_pipeline.errors import PipelineError
 from bert_pipeline.io import flatten
 from stages.cli import available_profiles, load_profile, profile_command
-from stages.params import Params, ParamsError, apply_overrides, load_params, validate_params
+from stages.params.base import ParamsError, apply_overrides
+from stages.params.root import Params, load_params, validate_params
 from tests.conftest import REPO, params_error
 
 
@@ -127,7 +128,7 @@ def test_misspelt_section_is_named_first_with_the_close_match(raw):
 def test_floats_are_read_as_yaml_1_2_and_dvc_read_them(tmp_path):
     """`learning_rate: 2e-3` is a number (PyYAML's YAML 1.1 made it the text "2e-3"); DVC reads it so, and writes
     floats such as 5e-05 into an experiment's params.yaml on --set-param."""
-    from stages.params import parse_yaml
+    from stages.params.base import parse_yaml
 
     text = (REPO / "params.yaml").read_text(encoding="utf-8")
     path = tmp_path / "params.yaml"

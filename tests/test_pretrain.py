@@ -7,7 +7,7 @@ import copy
 import pytest
 import yaml
 
-from tests.conftest import card_header, params_error, run_stage
+from tests.conftest import card_header, encoder_card_text, params_error, run_stage
 from tests.pretrain_fixtures import pretrain_workspace
 
 
@@ -96,12 +96,14 @@ def test_stage_outputs_and_byte_identical_rerun(in_tmp, mlflow_in_tmp, raw, one_
     plot = (in_tmp / "plots" / "pretrain.csv").read_text().splitlines()
     assert plot[0].startswith("step,train_loss,learning_rate,eval_mlm_loss")
     assert [line.split(",")[0] for line in plot[1:]] == ["1", "2", "3", "4"]
-    card = card_header(in_tmp / "models" / "pretrained")  # the model card, published with the weights
+    readme = encoder_card_text("pretrained_card")  # the model card of the release copy (stage model_cards)
+    card = card_header(readme)
+    assert not (in_tmp / "models" / "pretrained" / "README.md").exists()
+    assert quality["precision"] in ("no", "bf16") and quality["num_processes"] == 1
     assert (card["pipeline_tag"], card["license"], card["library_name"]) == ("fill-mask", "apache-2.0", "transformers")
     assert "base_model" not in card  # from scratch
     assert card["bert_pipeline"]["tokens_seen"] == quality["tokens_seen"] > 0
     assert card["bert_pipeline"]["parameters"] == quality["parameters"]
-    readme = (in_tmp / "models" / "pretrained" / "README.md").read_bytes()
     model = AutoModelForPreTraining.from_pretrained(in_tmp / "models" / "pretrained")
     assert model.config.num_hidden_layers == 2
     assert model.config.vocab_size == 144
@@ -114,7 +116,7 @@ def test_stage_outputs_and_byte_identical_rerun(in_tmp, mlflow_in_tmp, raw, one_
     pretrain.main()
     assert (in_tmp / "metrics" / "pretrain.json").read_bytes() == metrics
     assert (in_tmp / "models" / "pretrained" / "model.safetensors").read_bytes() == weights
-    assert (in_tmp / "models" / "pretrained" / "README.md").read_bytes() == readme
+    assert encoder_card_text("pretrained_card") == readme
     # changed params: the old checkpoints are moved aside, not used
     params = yaml.safe_load((in_tmp / "params.yaml").read_text())
     params["pretrain"]["learning_rate"] = 5e-4

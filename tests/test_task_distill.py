@@ -30,7 +30,7 @@ from bert_pipeline.train.finetune import subsample_indices
 from stages import distill_task as distill_stage
 from stages import finetune as finetune_stage
 from stages import teacher_logits as logits_stage
-from stages.params import validate_params
+from stages.params.root import validate_params
 from tests.conftest import committed_params, tree_digests
 from tests.pretrain_fixtures import tiny_config
 from tests.tiny_models import bert_tokenizer
@@ -285,7 +285,10 @@ def test_stages_distil_a_fine_tuned_teacher_into_a_named_student(workdir):
     folder = workdir / "models/finetuned/tiny_student-sentiment"
     student = AutoModelForSequenceClassification.from_pretrained(folder)
     assert student.config.num_hidden_layers == 1
-    card = (folder / "README.md").read_text()  # the model card says what it is and whom it learned from
+    from stages import model_cards
+
+    # the model card (stage model_cards) says what it is and whom it learned from
+    card = model_cards.finetuned_card(saved, params.finetune, [], task_distill=params.task_distill)
     assert "distilled from the fine-tuned teacher `tiny` (`models/finetuned/tiny-sentiment`)" in card
     assert "stage `distill_task@sentiment`" in card and "the teacher's layers [0] of 2" in card
     assert "plus 8 more training-split examples labelled by the teacher alone" in card

@@ -17,7 +17,9 @@ from tokenizers import Tokenizer
 from bert_pipeline.data.masking import VocabInfo
 from bert_pipeline.data.tokenizer import load_tokenizer
 from bert_pipeline.model.heads import IGNORE_INDEX, decode_qa, prepare_qa_features, tokenize_ner
-from stages.params import ParamsError, TrainTokenizerParams, load_params
+from stages.params.base import ParamsError
+from stages.params.root import load_params
+from stages.params.train_tokenizer import TrainTokenizerParams
 from stages.train_tokenizer import train_tokenizer
 from tests import test_create_pretraining_data as cpd
 from tests.conftest import family_params, synthetic_texts, write_params

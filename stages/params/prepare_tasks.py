@@ -1,0 +1,98 @@
+"""Schema of ``prepare_tasks`` and the stage's view."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+import annotated_types
+from pydantic import Field, model_validator
+
+from stages.params.base import Section, View
+
+
+class SentimentTaskParams(Section):
+    """``prepare_tasks.sentiment``: Rotten Tomatoes snippets split by film (fractions of examples)."""
+
+    validation_fraction: Annotated[float, annotated_types.Gt(0.0), annotated_types.Lt(0.5)]
+    test_fraction: Annotated[float, annotated_types.Gt(0.0), annotated_types.Lt(0.5)]
+
+
+class SplitSizes(Section):
+    """Most examples per split (fewer when the source has fewer)."""
+
+    train: Annotated[int, annotated_types.Ge(1)]
+    validation: Annotated[int, annotated_types.Ge(1)]
+    test: Annotated[int, annotated_types.Ge(1)]
+
+
+class NerTaskParams(Section):
+    """``prepare_tasks.ner``: silver BIO labels from the spaCy model over corpus sentences."""
+
+    entity_types: list[str] = Field(min_length=1)
+    other_types: Literal["drop", "misc"]
+    sentences: SplitSizes
+    min_words: Annotated[int, annotated_types.Ge(1)]
+    max_words: Annotated[int, annotated_types.Ge(1)]
+
+
+class QaTaskParams(Section):
+    """``prepare_tasks.qa``: cloze questions (Hermann et al. 2015) from news headlines, SQuAD layout."""
+
+    answer_types: list[str] = Field(min_length=1)
+    passage_words: Annotated[int, annotated_types.Ge(10)]
+    max_questions_per_article: Annotated[int, annotated_types.Ge(1)]
+    questions: SplitSizes
+    placeholder: str = Field(min_length=1)
+
+
+class HeadlineMatchParams(Section):
+    """``prepare_tasks.headline_match``: sentence pairs (news title, body passage), half from the same article,
+    half from another one (:func:`bert_pipeline.data.tasks.build_headline_match`). ``passage_words``: the body
+    passage's most words; ``pairs``: most pairs per split (even: half positive)."""
+
+    passage_words: Annotated[int, annotated_types.Ge(10)]
+    pairs: SplitSizes
+
+
+class UserTask(Section):
+    """A user task. ``kind``: classification (CSV/JSONL with ``text_column``/``label_column``), pair_classification
+    (also ``text_pair_column``), regression (a float ``label_column``; ``text_pair_column`` optional), ner
+    (CoNLL-2003 files), qa (SQuAD v1.1 JSON); files per split, or ``hf_dataset`` (+ ``hf_config``) instead of
+    files."""
+
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
+    kind: Literal["classification", "pair_classification", "regression", "ner", "qa"]
+    train: str | None = None
+    validation: str | None = None
+    test: str | None = None
+    hf_dataset: str | None = None
+    hf_config: str | None = None
+    text_column: str = "text"
+    label_column: str = "label"
+    text_pair_column: str | None = None
+
+    @model_validator(mode="after")
+    def _pair_column(self) -> UserTask:
+        if self.kind == "pair_classification" and not self.text_pair_column and not self.hf_dataset:
+            raise ValueError(f"prepare_tasks.user_tasks[{self.name}].text_pair_column: required for a "
+                             f"pair_classification task (the second text's column), got null")
+        return self
+
+
+class PrepareTasksParams(Section):
+    """``prepare_tasks``: the three default task sets and any user tasks."""
+
+    seed: int
+    heldout_validation_fraction: Annotated[float, annotated_types.Gt(0.0), annotated_types.Lt(1.0)]
+    spacy_batch_size: Annotated[int, annotated_types.Ge(1)]
+    sentiment: SentimentTaskParams
+    ner: NerTaskParams
+    qa: QaTaskParams
+    headline_match: HeadlineMatchParams
+    user_tasks: list[UserTask]
+
+
+class PrepareTasksView(View):
+    """What stage ``prepare_tasks`` reads."""
+
+    prepare_tasks: PrepareTasksParams

@@ -1,0 +1,64 @@
+"""Params declared = params read: the keys each stage's code read (recorded by :class:`stages.params.base.RecordedParams`
+when ``BERT_PIPELINE_PARAMS_RECORD`` names a file) against the params ``dvc.yaml`` declares for that stage.
+
+A read key is covered by a declared key when it is that key or lies below it (``finetune.tasks.ner.epochs`` under
+``finetune.tasks.ner``); a declared key is used when some read key is it, lies below it, or lies above it (a read of
+all of ``finetune.tasks`` uses ``finetune.tasks.ner``). A read key no declaration covers is a param DVC does not
+watch (a change of it leaves the stage's outputs stale); a declared key nothing read is a param whose change reruns
+the stage for nothing.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+
+def declared_params(repo: Path) -> dict[str, tuple[str, list[str]]]:
+    """``{cmd: (stage address, declared params keys of params.yaml)}`` of every stage of ``repo/dvc.yaml``, as DVC
+    resolves them (``foreach`` items and ``${...}`` from params.yaml filled in)."""
+    from dvc.repo import Repo
+
+    with Repo(str(repo)) as dvc:
+        out = {}
+        for stage in dvc.index.stages:
+            keys = [key for dep in stage.deps if type(dep).__name__ == "ParamsDependency"
+                    and Path(dep.def_path).name == "params.yaml" for key in dep.params]
+            out[stage.cmd] = (stage.addressing, keys)
+    return out
+
+
+def read_records(record_file: Path) -> dict[str, set[str]]:
+    """``{cmd: keys read}`` from the record file, the reads of several runs of one command merged."""
+    reads: dict[str, set[str]] = {}
+    for line in Path(record_file).read_text(encoding="utf-8").splitlines():
+        entry = json.loads(line)
+        reads.setdefault(entry["cmd"], set()).update(entry["reads"])
+    return reads
+
+
+def _below(key: str, prefix: str) -> bool:
+    return key == prefix or key.startswith(prefix + ".")
+
+
+def mismatches(declared: list[str], read: set[str]) -> tuple[list[str], list[str]]:
+    """``(read but not declared, declared but not read)`` for one stage, each sorted."""
+    undeclared = sorted(r for r in read if not any(_below(r, d) for d in declared))
+    unused = sorted(d for d in declared if not any(_below(r, d) or _below(d, r) for r in read))
+    return undeclared, unused
+
+
+def problems(repo: Path, record_file: Path) -> list[str]:
+    """One line per stage whose reads and declarations differ (``stage: reads K, which dvc.yaml does not declare``
+    / ``stage: declares K, which its code never reads``), for every stage that ran with recording on."""
+    stages = declared_params(repo)
+    out = []
+    for cmd, read in sorted(read_records(record_file).items()):
+        if cmd not in stages:
+            out.append(f"{cmd}: no dvc.yaml stage runs this command")
+            continue
+        address, declared = stages[cmd]
+        undeclared, unused = mismatches(declared, read)
+        out += [f"{address}: reads {key}, which dvc.yaml does not declare in its params" for key in undeclared]
+        out += [f"{address}: declares {key} in its params, which its code never reads" for key in unused]
+    return out
