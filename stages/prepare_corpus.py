@@ -18,7 +18,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from bert_pipeline.console import run_main
-from bert_pipeline.data import corpus
+from bert_pipeline.data import corpus, corpus_readers
+from bert_pipeline.data.corpus_files import RawDocument, ReadCounter
 from bert_pipeline.data.sources import SPACY_MODEL
 from bert_pipeline.io import atomic_dir, write_json
 from stages import require_inputs
@@ -32,7 +33,7 @@ RAW_DIR = Path("data/raw")
 CORPUS_DIR = Path("data/corpus")
 METRICS = Path("metrics/corpus.json")
 
-Reader = Callable[[corpus.ReadCounter], Iterator[corpus.RawDocument]]
+Reader = Callable[[ReadCounter], Iterator[RawDocument]]
 
 
 def source_readers(params: PrepareCorpusParams, raw_dir: Path, root: Path) -> list[tuple[str, Reader]]:
@@ -45,15 +46,15 @@ def source_readers(params: PrepareCorpusParams, raw_dir: Path, root: Path) -> li
     readers: list[tuple[str, Reader]] = []
     for src in params.sources:
         if isinstance(src, str):
-            missing = corpus.packaged_missing(src, raw_dir)
+            missing = corpus_readers.packaged_missing(src, raw_dir)
             if missing is not None:
                 raise missing
-            readers.append((src, lambda counter, n=src: corpus.read_packaged(n, raw_dir, counter)))
+            readers.append((src, lambda counter, n=src: corpus_readers.read_packaged(n, raw_dir, counter)))
         elif isinstance(src, FileSource):
-            readers.append((src.name, lambda counter, s=src: corpus.read_files(
+            readers.append((src.name, lambda counter, s=src: corpus_readers.read_files(
                 s.name, s.path, s.format, root, counter, text_field=s.text_field, unit=s.unit)))
         else:
-            readers.append((src.name, lambda counter, s=src: corpus.read_hub(
+            readers.append((src.name, lambda counter, s=src: corpus_readers.read_hub(
                 s.name, s.hf_dataset, s.hf_config, s.split, s.text_field)))
     return readers
 

@@ -30,7 +30,7 @@ from datasets import ClassLabel, Dataset, DatasetDict, Features, Value
 from datasets import Sequence as HFSequence
 
 from bert_pipeline.data import kinds
-from bert_pipeline.data.corpus import fix_news_mojibake
+from bert_pipeline.data.corpus_clean import fix_news_mojibake
 from bert_pipeline.data.sources import NEWS_ARTICLES, ROTTEN_TOMATOES, SPACY_MODEL
 from bert_pipeline.errors import PipelineError
 
