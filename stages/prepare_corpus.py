@@ -22,7 +22,7 @@ from bert_pipeline.data import corpus, corpus_readers
 from bert_pipeline.data.corpus_files import RawDocument, ReadCounter
 from bert_pipeline.data.sources import SPACY_MODEL
 from bert_pipeline.io import atomic_dir, write_json
-from stages import require_inputs
+from stages import require_inputs, settings_from
 from stages.headline import write_headline
 from stages.params.base import load_view
 from stages.params.prepare_corpus import FileSource, PrepareCorpusParams, PrepareCorpusView
@@ -63,7 +63,7 @@ def main() -> None:
     require_inputs("prepare_corpus")
     params = load_view(PrepareCorpusView).prepare_corpus
     readers = source_readers(params, RAW_DIR, Path("."))
-    with atomic_dir(CORPUS_DIR) as tmp:
+    with atomic_dir(CORPUS_DIR) as tmp, settings_from("prepare_corpus"):
         metrics = corpus.build_corpus(
             readers, tmp, spacy_model_dir=RAW_DIR / SPACY_MODEL,
             **params.model_dump(exclude={"sources"}))

@@ -17,8 +17,8 @@ import pytest
 
 from bert_pipeline.data import corpus, corpus_clean, corpus_debian, corpus_files, corpus_readers
 from bert_pipeline.data.sources import NEWS_ARTICLES, SPACY_MODEL
-from bert_pipeline.errors import PipelineError
-from stages import prepare_corpus
+from bert_pipeline.errors import PipelineError, SettingError
+from stages import prepare_corpus, settings_from
 from tests.conftest import REPO, committed_params, run_stage, tree_digests, write_params
 
 
@@ -173,8 +173,28 @@ def test_file_sources_doc_ids_and_formats(tmp_path):
         ("p:t.parquet:row=0", "pq one"), ("p:t.parquet:row=2", "pq three")]
     with pytest.raises(PipelineError, match=r"d.jsonl:1: expected a string field 'text'"):
         ids(name="j", pattern="*.jsonl", fmt="jsonl")
-    with pytest.raises(PipelineError, match=r"prepare_corpus.sources\[g\].path: no file matches 'nothing/\*.txt'"):
+    with pytest.raises(SettingError, match=r"^sources\[g\].path: no file matches 'nothing/\*.txt'"):
         ids(name="g", pattern="nothing/*.txt", fmt="txt")
+
+
+def test_a_bad_setting_names_the_argument_and_the_stage_names_the_params_key(tmp_path):
+    """The library names its own argument (SettingError); the stage's settings_from names the params key."""
+    def no_match():
+        return list(corpus_readers.read_files("g", "nothing/*.txt", "txt", tmp_path, corpus_files.ReadCounter()))
+
+    with pytest.raises(SettingError) as err:
+        no_match()
+    assert (err.value.setting, err.value.message) == ("sources[g].path", "no file matches 'nothing/*.txt'")
+    assert str(err.value) == "sources[g].path: no file matches 'nothing/*.txt'"
+    with pytest.raises(PipelineError) as err, settings_from("prepare_corpus"):
+        no_match()
+    assert type(err.value) is PipelineError
+    assert str(err.value) == "params.yaml: prepare_corpus.sources[g].path: no file matches 'nothing/*.txt'"
+    with pytest.raises(PipelineError) as err, settings_from("prepare_corpus"):
+        raise SettingError("", "no document left after filtering")  # no single setting: the section is named
+    assert str(err.value) == "params.yaml: prepare_corpus: no document left after filtering"
+    with pytest.raises(ValueError, match="^other$"), settings_from("prepare_corpus"):
+        raise ValueError("other")  # passes unchanged
 
 
 def test_parse_doc_id_round_trips_the_locators():
@@ -446,7 +466,9 @@ def test_an_empty_validation_split_fails_in_one_line_and_writes_nothing(workdir,
 
 
 def test_an_empty_train_split_is_refused():
-    with pytest.raises(PipelineError) as err:
+    with pytest.raises(SettingError, match="^validation_fraction: no train document"):
+        corpus.check_splits({"validation": 1}, 0.3)
+    with pytest.raises(PipelineError) as err, settings_from("prepare_corpus"):
         corpus.check_splits({"validation": 1}, 0.3)
     assert str(err.value) == ("params.yaml: prepare_corpus.validation_fraction: no train document (1 documents kept, "
                               "all in validation at 0.3); lower validation_fraction or add documents to "

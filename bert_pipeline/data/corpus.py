@@ -26,7 +26,7 @@ from bert_pipeline.data.corpus_clean import (
     split_of,
 )
 from bert_pipeline.data.corpus_files import RawDocument, ReadCounter
-from bert_pipeline.errors import PipelineError
+from bert_pipeline.errors import PipelineError, SettingError
 
 log = logging.getLogger(__name__)
 
@@ -95,15 +95,16 @@ def build_corpus(
         dropped, repaired mojibake: in total, ``per_source`` and ``per_split``.
 
     Raises:
-        PipelineError: a missing source or file, bad content, no document left after filtering, a split without
-            documents (:func:`check_splits`), or ``chunk_chars`` above the splitter's limit; the caller's
-            ``atomic_dir`` then leaves no output.
+        SettingError: ``chunk_chars`` above the splitter's limit, no document left after filtering (no single
+            setting), a split without documents (:func:`check_splits`), or a reader's (a source named ``sources``,
+            ``sources[NAME].path``, ...: :mod:`bert_pipeline.data.corpus_readers`).
+        PipelineError: a missing source or file, bad content. The caller's ``atomic_dir`` then leaves no output.
     """
     from bert_pipeline.data.sentences import load_splitter
 
     nlp = load_splitter(spacy_model_dir, sentence_splitter)
     if chunk_chars > nlp.max_length:
-        raise PipelineError(f"params.yaml: prepare_corpus.chunk_chars: expected <= {nlp.max_length} (spaCy max_length)")
+        raise SettingError("chunk_chars", f"expected <= {nlp.max_length} (spaCy max_length)")
     tally = Tally(max_documents_per_source)
     per_split = {s: SourceStats() for s in SPLITS}
     writer = CorpusWriter(out_dir)
@@ -133,8 +134,8 @@ def build_corpus(
             tally.seen.close()
     kept = sum(s.documents for s in tally.stats.values())
     if not kept:
-        raise PipelineError(
-            f"params.yaml: prepare_corpus: no document left after filtering "
+        raise SettingError(
+            "", f"no document left after filtering "
             f"({sum(s.read for s in tally.stats.values())} read, "
             f"{sum(s.dropped_short for s in tally.stats.values())} under min_words={min_words}, "
             f"{sum(s.duplicates_dropped for s in tally.stats.values())} duplicates)"
@@ -336,18 +337,18 @@ def check_splits(documents: Mapping[str, int], validation_fraction: float) -> No
             named has none.
 
     Raises:
-        PipelineError: one line naming the documents kept per split and the params key to change.
+        SettingError: ``validation_fraction``, with the documents kept per split and what to change.
     """
     n_val = documents.get("validation", 0)
     n_train = documents.get("train", 0)
     if n_val == 0:
-        raise PipelineError(
-            f"params.yaml: prepare_corpus.validation_fraction: no validation document ({n_train} documents kept, "
+        raise SettingError(
+            "validation_fraction", f"no validation document ({n_train} documents kept, "
             f"each in validation with probability {validation_fraction:g}); raise validation_fraction or add "
             "documents to prepare_corpus.sources")
     if n_train == 0:
-        raise PipelineError(
-            f"params.yaml: prepare_corpus.validation_fraction: no train document ({n_val} documents kept, all "
+        raise SettingError(
+            "validation_fraction", f"no train document ({n_val} documents kept, all "
             f"in validation at {validation_fraction:g}); lower validation_fraction or add documents to "
             "prepare_corpus.sources")
 

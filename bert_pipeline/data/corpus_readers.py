@@ -39,7 +39,7 @@ from bert_pipeline.data.corpus_files import (
     open_binary,
     read_text_file,
 )
-from bert_pipeline.errors import PipelineError
+from bert_pipeline.errors import PipelineError, SettingError
 
 
 @dataclass(frozen=True)
@@ -107,15 +107,16 @@ def read_packaged(name: str, raw_dir: Path, counter: ReadCounter) -> Iterator[Ra
     its own function.
 
     Raises:
-        PipelineError: unknown name, missing file (naming the ``fetch_data.packages`` entry a Debian source needs),
-            or missing column / bad content.
+        SettingError: unknown name (setting ``sources``: the list of sources it came from).
+        PipelineError: missing file (naming the ``fetch_data.packages`` entry a Debian source needs), or missing
+            column / bad content.
     """
     import pandas as pd
 
     spec = PACKAGED.get(name)
     if spec is None:
-        raise PipelineError(
-            f"params.yaml: prepare_corpus.sources: unknown packaged source {name!r} "
+        raise SettingError(
+            "sources", f"unknown packaged source {name!r} "
             f"(known: {', '.join(PACKAGED)}; a user source is a mapping with name and path or hf_dataset)"
         )
     missing = packaged_missing(name, raw_dir)
@@ -169,11 +170,13 @@ def read_files(
         block_bytes: bytes read per step (bounded memory for huge lines).
 
     Raises:
-        PipelineError: no file matches, a JSON line is malformed, or ``text_field`` is missing / not a string.
+        SettingError: no file matches (setting ``sources[NAME].path``: ``pattern`` of the source ``name``), or an
+            unknown ``fmt`` (``sources[NAME].format``).
+        PipelineError: a JSON line is malformed, or ``text_field`` is missing / not a string.
     """
     files = expand_glob(pattern, root)
     if not files:
-        raise PipelineError(f"params.yaml: prepare_corpus.sources[{name}].path: no file matches {pattern!r}")
+        raise SettingError(f"sources[{name}].path", f"no file matches {pattern!r}")
     for path in files:
         rel = _rel(path, root)
         if fmt == "txt" and unit == "file":
@@ -186,7 +189,7 @@ def read_files(
         elif fmt == "parquet":
             yield from _read_parquet(name, path, rel, text_field)
         else:  # the params schema forbids this
-            raise PipelineError(f"params.yaml: prepare_corpus.sources[{name}].format: unknown format {fmt!r}")
+            raise SettingError(f"sources[{name}].format", f"unknown format {fmt!r}")
 
 
 def _read_jsonl(name: str, path: Path, rel: str, field_name: str, counter: ReadCounter) -> Iterator[RawDocument]:
@@ -227,14 +230,15 @@ def read_hub(name: str, dataset: str, config: str | None, split: str, text_field
     """Yield documents of a Hugging Face dataset (``datasets.load_dataset``, streamed; needs the network).
 
     Raises:
-        PipelineError: the dataset cannot be loaded (e.g. offline) or lacks ``text_field``.
+        SettingError: the dataset cannot be loaded, e.g. offline (setting ``sources[NAME]``: the source ``name``).
+        PipelineError: a row lacks ``text_field``.
     """
     import datasets
 
     try:
         ds = datasets.load_dataset(dataset, config, split=split, streaming=True)
     except Exception as exc:  # offline, unknown name, ...: one line for the user
-        raise PipelineError(f"params.yaml: prepare_corpus.sources[{name}]: cannot load {dataset!r}: {exc}") from None
+        raise SettingError(f"sources[{name}]", f"cannot load {dataset!r}: {exc}") from None
     where = f"{dataset}/{config}" if config else dataset
     for row, example in enumerate(ds):
         text = example.get(text_field)
