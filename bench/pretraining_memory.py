@@ -113,7 +113,7 @@ def make_workspace(root: Path, size_mb: float, args) -> None:
 def write_corpus_directly(root: Path) -> None:
     """``data/corpus`` as prepare_corpus writes it for this input, sentences as its splitter gives a line without
     sentence ends (one per ``chunk_chars`` chunk), without running spaCy; small documents split at ``. ``."""
-    from bert_pipeline.data import corpus
+    from bert_pipeline.data import corpus, corpus_clean
     from bert_pipeline.data.sentences import chunk_text
     from stages.params.root import load_params
 
@@ -125,12 +125,12 @@ def write_corpus_directly(root: Path) -> None:
     (root / "data/corpus").mkdir(parents=True)
     for index, block in enumerate(blocks):
         doc_id = f"huge:user/huge.txt:block={index}"
-        block = corpus.normalise(block)
+        block = corpus_clean.normalise(block)
         if index == 0:
             sentences = [" ".join(c.split()) for c in chunk_text(block, params.chunk_chars)]
         else:
             sentences = [s if s.endswith(".") else s + "." for s in block.split(". ")]
-        split = corpus.split_of(doc_id, params.split_seed, params.validation_fraction)
+        split = corpus_clean.split_of(doc_id, params.split_seed, params.validation_fraction)
         writer.add(split, doc_id, "huge", block, sentences)
         blocks[index] = None
     writer.close()

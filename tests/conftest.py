@@ -202,27 +202,27 @@ def save_tiny_tasks(root: Path) -> None:
 
     from datasets import Dataset, DatasetDict, Value
 
-    from bert_pipeline.data import tasks
+    from bert_pipeline.data import task_builders, task_features
 
     def sent(i):
         word = "good" if i % 2 else "bad"
         return {"text": f"the film was very {word}" if i % 3 else f"{word} film", "label": i % 2, "film": f"f{i}"}
 
-    feats = tasks.classification_features(tasks.SENTIMENT_LABELS)
+    feats = task_features.classification_features(task_builders.SENTIMENT_LABELS)
     feats["film"] = Value("string")
     dd = DatasetDict({s: Dataset.from_list([sent(i) for i in range(n)], features=feats)
                       for s, n in (("train", 64), ("validation", 16), ("test", 16))})
     dd.save_to_disk(str(root / "sentiment"))
     (root / "sentiment/task.json").write_text(json.dumps({"kind": "classification", "label_names": ["negative", "positive"],
                                                           "main_metric": "accuracy", "silver": False}))
-    names = tasks.ner_label_names(["PERSON", "GPE"])
+    names = task_features.ner_label_names(["PERSON", "GPE"])
     toks = [["anna", "smith", "met", "the", "film", "in", "paris", "."]] * 12
     tags = [["B-PERSON", "I-PERSON", "O", "O", "O", "O", "B-GPE", "O"]] * 12
-    DatasetDict({s: tasks.ner_dataset(toks, tags, names, s) for s in tasks.SPLITS}).save_to_disk(str(root / "ner"))
+    DatasetDict({s: task_features.ner_dataset(toks, tags, names, s) for s in task_features.SPLITS}).save_to_disk(str(root / "ner"))
     (root / "ner/task.json").write_text(json.dumps({"kind": "ner", "label_names": names, "main_metric": "f1",
                                                     "silver": True}))
     ctx = "anna smith met the film in paris . " * 3
     rows = [{"id": f"q{i}", "title": "", "context": ctx, "question": "@placeholder met the film in paris",
              "answers": {"text": ["anna smith"], "answer_start": [0]}} for i in range(12)]
-    DatasetDict({s: Dataset.from_list(rows, features=tasks.QA_FEATURES) for s in tasks.SPLITS}).save_to_disk(str(root / "qa"))
+    DatasetDict({s: Dataset.from_list(rows, features=task_features.QA_FEATURES) for s in task_features.SPLITS}).save_to_disk(str(root / "qa"))
     (root / "qa/task.json").write_text(json.dumps({"kind": "qa", "main_metric": "f1", "silver": False}))

@@ -15,42 +15,42 @@ from pathlib import Path
 
 import pytest
 
-from bert_pipeline.data import corpus
+from bert_pipeline.data import corpus, corpus_clean, corpus_debian, corpus_files, corpus_readers
 from bert_pipeline.data.sources import NEWS_ARTICLES, SPACY_MODEL
-from bert_pipeline.errors import PipelineError
-from stages import prepare_corpus
+from bert_pipeline.errors import PipelineError, SettingError
+from stages import prepare_corpus, settings_from
 from tests.conftest import REPO, committed_params, run_stage, tree_digests, write_params
 
 
 # ------------------------------------------------------------------------------------------ normalise
 def test_normalise_nfc_controls_and_whitespace():
     raw = "\ufeffCafe\u0301 \x00bar\x07\t\tbaz\u00a0qux\u200b!\r\n\r\n  Second\u00adline \x1b[0m end  \n"
-    assert corpus.normalise(raw) == "Café bar baz qux!\nSecondline [0m end"
+    assert corpus_clean.normalise(raw) == "Café bar baz qux!\nSecondline [0m end"
 
 
 def test_normalise_is_idempotent_and_keeps_line_breaks():
     text = "One  two\n\n\n three\t four \n\nfive"
-    once = corpus.normalise(text)
+    once = corpus_clean.normalise(text)
     assert once == "One two\nthree four\nfive"
-    assert corpus.normalise(once) == once
+    assert corpus_clean.normalise(once) == once
 
 
 def test_normalise_composes_to_nfc_so_hashes_match():
     decomposed, composed = "Zu\u0308rich cafe\u0301", "Z\u00fcrich caf\u00e9"
-    assert corpus.text_hash(corpus.normalise(decomposed)) == corpus.text_hash(corpus.normalise(composed))
+    assert corpus_clean.text_hash(corpus_clean.normalise(decomposed)) == corpus_clean.text_hash(corpus_clean.normalise(composed))
 
 
 # ------------------------------------------------------------------------------------------- decoding
 def test_decode_counts_each_invalid_byte_but_not_existing_replacement_chars():
-    text, n = corpus.decode_bytes(b"caf\xe9 \xff\xfe ok \xef\xbf\xbd \xe2\x82")
+    text, n = corpus_files.decode_bytes(b"caf\xe9 \xff\xfe ok \xef\xbf\xbd \xe2\x82")
     assert text == "caf\ufffd \ufffd\ufffd ok \ufffd \ufffd\ufffd"
     assert n == 5  # \xe9, \xff, \xfe and the truncated 2-byte start of a 3-byte character; the U+FFFD is valid
 
 
 def test_incremental_decoding_across_block_boundaries():
     data = "naïve — 東京 €".encode() + b"\x80" + b"end"
-    counter = corpus.ReadCounter()
-    pieces = list(corpus.iter_decoded(io.BytesIO(data), counter, block_bytes=1))
+    counter = corpus_files.ReadCounter()
+    pieces = list(corpus_files.iter_decoded(io.BytesIO(data), counter, block_bytes=1))
     assert "".join(pieces) == "naïve — 東京 €\ufffdend"
     assert counter.replaced_bytes == 1
 
@@ -61,10 +61,10 @@ def test_blocks_stream_with_bounded_memory(tmp_path):
     with open(path, "w") as fh:
         for _ in range(3_000):  # ~9 MB file
             fh.write(block)
-    counter = corpus.ReadCounter()
+    counter = corpus_files.ReadCounter()
     tracemalloc.start()
     n = 0
-    for index, text in corpus.iter_blocks(path, counter, block_bytes=64 * 1024):
+    for index, text in corpus_files.iter_blocks(path, counter, block_bytes=64 * 1024):
         assert index == n
         assert text.count("\n") == 2
         n += 1
@@ -92,7 +92,7 @@ def test_blocks_stream_with_bounded_memory(tmp_path):
     ],
 )
 def test_news_mojibake_rules(raw, fixed):
-    out, n = corpus.fix_news_mojibake(raw)
+    out, n = corpus_clean.fix_news_mojibake(raw)
     assert out == fixed
     assert (n > 0) == (raw != fixed)
 
@@ -102,7 +102,7 @@ def _reader(docs):
     def read(counter):
         counter.replaced_bytes += 2
         for i, text in enumerate(docs):
-            yield corpus.RawDocument(f"src:f.txt:row={i}", "ignored", text)
+            yield corpus_files.RawDocument(f"src:f.txt:row={i}", "ignored", text)
 
     return read
 
@@ -110,7 +110,7 @@ def _reader(docs):
 def test_clean_drops_short_and_exact_duplicates_first_wins():
     a = ["one two three four", "one  two\tthree\nfour", "tiny", "", "Cafe\u0301 is open today", "five six seven eight"]
     b = ["Café is open today", "brand new words here"]
-    result = corpus.clean_documents([("a", _reader(a)), ("b", _reader(b))], min_words=3)
+    result = corpus_clean.clean_documents([("a", _reader(a)), ("b", _reader(b))], min_words=3)
     assert [(d.doc_id, d.source, d.text) for d in result.documents] == [
         ("src:f.txt:row=0", "a", "one two three four"),
         ("src:f.txt:row=4", "a", "Café is open today"),
@@ -127,7 +127,7 @@ def test_clean_drops_short_and_exact_duplicates_first_wins():
 
 def test_max_documents_per_source_counts_kept_documents():
     docs = ["x", "a b", "a b", "c d", "e f", "g h"]
-    result = corpus.clean_documents([("s", _reader(docs))], min_words=2, max_documents_per_source=3)
+    result = corpus_clean.clean_documents([("s", _reader(docs))], min_words=2, max_documents_per_source=3)
     assert [d.text for d in result.documents] == ["a b", "c d", "e f"]
     assert result.stats["s"].read == 5
 
@@ -135,13 +135,13 @@ def test_max_documents_per_source_counts_kept_documents():
 # ------------------------------------------------------------------------------------------ the split
 def test_split_is_stable_when_documents_are_added():
     ids = [f"news:NewsArticles.csv:row={i}" for i in range(2_000)]
-    before = {d: corpus.split_of(d, 1234, 0.1) for d in ids}
+    before = {d: corpus_clean.split_of(d, 1234, 0.1) for d in ids}
     more = ids + [f"user:extra/{i}.txt" for i in range(2_000)]
-    after = {d: corpus.split_of(d, 1234, 0.1) for d in reversed(more)}
+    after = {d: corpus_clean.split_of(d, 1234, 0.1) for d in reversed(more)}
     assert all(after[d] == before[d] for d in ids)
     share = sum(v == "validation" for v in after.values()) / len(after)
     assert 0.085 < share < 0.115
-    other_seed = {d: corpus.split_of(d, 4321, 0.1) for d in ids}
+    other_seed = {d: corpus_clean.split_of(d, 4321, 0.1) for d in ids}
     assert sum(other_seed[d] != before[d] for d in ids) > 100
 
 
@@ -155,10 +155,10 @@ def test_file_sources_doc_ids_and_formats(tmp_path):
     (tmp_path / "txt/a.txt").write_bytes(b"Latin-1 caf\xe9 here")
     (tmp_path / "d.jsonl").write_text(json.dumps({"body": "json one"}) + "\n\n" + json.dumps({"body": "json two"}) + "\n")
     pq.write_table(pa.table({"body": ["pq one", None, "pq three"]}), tmp_path / "t.parquet")
-    counter = corpus.ReadCounter()
+    counter = corpus_files.ReadCounter()
 
     def ids(**kw):
-        return [(d.doc_id, d.text) for d in corpus.read_files(root=tmp_path, counter=counter, **kw)]
+        return [(d.doc_id, d.text) for d in corpus_readers.read_files(root=tmp_path, counter=counter, **kw)]
 
     assert ids(name="b", pattern="txt/*.txt", fmt="txt", unit="block") == [
         ("b:txt/a.txt:block=0", "Latin-1 caf\ufffd here"),
@@ -173,23 +173,43 @@ def test_file_sources_doc_ids_and_formats(tmp_path):
         ("p:t.parquet:row=0", "pq one"), ("p:t.parquet:row=2", "pq three")]
     with pytest.raises(PipelineError, match=r"d.jsonl:1: expected a string field 'text'"):
         ids(name="j", pattern="*.jsonl", fmt="jsonl")
-    with pytest.raises(PipelineError, match=r"prepare_corpus.sources\[g\].path: no file matches 'nothing/\*.txt'"):
+    with pytest.raises(SettingError, match=r"^sources\[g\].path: no file matches 'nothing/\*.txt'"):
         ids(name="g", pattern="nothing/*.txt", fmt="txt")
 
 
+def test_a_bad_setting_names_the_argument_and_the_stage_names_the_params_key(tmp_path):
+    """The library names its own argument (SettingError); the stage's settings_from names the params key."""
+    def no_match():
+        return list(corpus_readers.read_files("g", "nothing/*.txt", "txt", tmp_path, corpus_files.ReadCounter()))
+
+    with pytest.raises(SettingError) as err:
+        no_match()
+    assert (err.value.setting, err.value.message) == ("sources[g].path", "no file matches 'nothing/*.txt'")
+    assert str(err.value) == "sources[g].path: no file matches 'nothing/*.txt'"
+    with pytest.raises(PipelineError) as err, settings_from("prepare_corpus"):
+        no_match()
+    assert type(err.value) is PipelineError
+    assert str(err.value) == "params.yaml: prepare_corpus.sources[g].path: no file matches 'nothing/*.txt'"
+    with pytest.raises(PipelineError) as err, settings_from("prepare_corpus"):
+        raise SettingError("", "no document left after filtering")  # no single setting: the section is named
+    assert str(err.value) == "params.yaml: prepare_corpus: no document left after filtering"
+    with pytest.raises(ValueError, match="^other$"), settings_from("prepare_corpus"):
+        raise ValueError("other")  # passes unchanged
+
+
 def test_parse_doc_id_round_trips_the_locators():
-    ref = corpus.parse_doc_id("news_articles:NewsArticles.csv:row=17:article_id=18")
-    assert ref == corpus.DocRef("news_articles", "NewsArticles.csv", {"row": "17", "article_id": "18"})
-    assert corpus.parse_doc_id("mine:books/a.txt").locators == {}
-    assert corpus.parse_doc_id("wiki:wikitext/wikitext-2-raw-v1:train:row=9") == corpus.DocRef(
+    ref = corpus_clean.parse_doc_id("news_articles:NewsArticles.csv:row=17:article_id=18")
+    assert ref == corpus_clean.DocRef("news_articles", "NewsArticles.csv", {"row": "17", "article_id": "18"})
+    assert corpus_clean.parse_doc_id("mine:books/a.txt").locators == {}
+    assert corpus_clean.parse_doc_id("wiki:wikitext/wikitext-2-raw-v1:train:row=9") == corpus_clean.DocRef(
         "wiki", "wikitext/wikitext-2-raw-v1:train", {"row": "9"})
     with pytest.raises(ValueError, match="not a doc id"):
-        corpus.parse_doc_id("no-colon")
+        corpus_clean.parse_doc_id("no-colon")
 
 
 def test_packaged_news_articles(raw_data):
-    counter = corpus.ReadCounter()
-    docs = list(corpus.read_packaged("news_articles", raw_data, counter))
+    counter = corpus_files.ReadCounter()
+    docs = list(corpus_readers.read_packaged("news_articles", raw_data, counter))
     assert len(docs) == 3824
     assert docs[0].doc_id == "news_articles:NewsArticles.csv:row=0:article_id=1"
     assert docs[0].text.startswith("Michigan billionaire education activist Betsy DeVos")
@@ -199,23 +219,23 @@ def test_packaged_news_articles(raw_data):
     assert len({d.doc_id for d in docs}) == len(docs)
     assert counter.replaced_bytes == 0
     assert counter.mojibake_fixed > 5_000
-    assert all(corpus.parse_doc_id(d.doc_id).locators["article_id"] == str(i + 1) for i, d in enumerate(docs[:50]))
+    assert all(corpus_clean.parse_doc_id(d.doc_id).locators["article_id"] == str(i + 1) for i, d in enumerate(docs[:50]))
     with pytest.raises(PipelineError, match="unknown packaged source 'nope'"):
-        list(corpus.read_packaged("nope", raw_data, counter))
+        list(corpus_readers.read_packaged("nope", raw_data, counter))
     with pytest.raises(PipelineError, match=r"NewsArticles.csv: packaged source 'news_articles' not found"):
-        list(corpus.read_packaged("news_articles", raw_data / "missing", counter))
+        list(corpus_readers.read_packaged("news_articles", raw_data / "missing", counter))
 
 
 @pytest.mark.parametrize("name", ["parliament_speeches", "health_tweets", "convention_speeches", "debates",
                                   "headlines", "hamlet"])
 def test_other_packaged_sources_read(raw_data, name):
-    docs = list(corpus.read_packaged(name, raw_data, corpus.ReadCounter()))
+    docs = list(corpus_readers.read_packaged(name, raw_data, corpus_files.ReadCounter()))
     expected = {"parliament_speeches": 1000, "health_tweets": 63326, "convention_speeches": 189, "debates": 1122,
                 "headlines": 4080, "hamlet": 1}[name]
     assert len(docs) == expected
     assert len({d.doc_id for d in docs}) == expected
     assert all(d.source == name and d.doc_id.startswith(name + ":") for d in docs)
-    assert sum(corpus.count_words(d.text) for d in docs) > 20_000
+    assert sum(corpus_clean.count_words(d.text) for d in docs) > 20_000
 
 
 def test_iter_sentence_batches_streams_a_split_in_bounded_batches(tmp_path):
@@ -301,8 +321,8 @@ def test_stage_outputs_and_byte_identical_rerun(workdir, capsys):
     assert "caf\ufffd \ufffd." in by_id["stories:user/bad.txt:block=0"]["text"]
     assert sum(len(r["sentences"]) for r in rows) == metrics["sentences"]
     assert [len(r["sentences"]) for r in rows if "stories.txt" in r["doc_id"]] == [4] * 40
-    assert sum(corpus.count_words(r["text"]) for r in rows) == metrics["words"]
-    assert all(corpus.split_of(i, 7, 0.3) == s for s in saved for i in saved[s]["doc_id"])
+    assert sum(corpus_clean.count_words(r["text"]) for r in rows) == metrics["words"]
+    assert all(corpus_clean.split_of(i, 7, 0.3) == s for s in saved for i in saved[s]["doc_id"])
 
     os.rename("data/corpus", "data/corpus-first")
     code, err = _run(workdir, _params(sources), capsys)
@@ -333,7 +353,7 @@ def test_output_bytes_do_not_depend_on_num_proc_and_sharded_splits_load(workdir,
     saved = corpus.open_corpus("data/corpus")
     ids = [f"s:user/s.txt:block={i}" for i in range(80)]
     for split in corpus.SPLITS:
-        assert saved[split]["doc_id"] == [i for i in ids if corpus.split_of(i, 7, 0.3) == split]
+        assert saved[split]["doc_id"] == [i for i in ids if corpus_clean.split_of(i, 7, 0.3) == split]
     first = saved["train"][0]
     story = int(first["doc_id"].rsplit("=", 1)[1])
     assert first["sentences"][1] == f"Mr. Brown met Dr. Green at 5 p.m. in Washington, D.C. on day {story}."
@@ -352,7 +372,7 @@ def test_workers_read_at_most_a_window_of_batches_ahead():
     def batches():
         for i in range(40):
             pulled.append(i)
-            yield [corpus._Read("s", f"s:f:row={i}", f"Story {i} is here. It ends now.", 0, 0)]
+            yield [corpus_clean.DocumentRead("s", f"s:f:row={i}", f"Story {i} is here. It ends now.", 0, 0)]
 
     with corpus._Workers(RuleSplitter(), 3, 1_000, 1, num_proc=2) as workers:
         results = workers.map(batches())
@@ -434,7 +454,7 @@ def test_bad_input_one_line_error_no_partial_output(workdir, capsys, case, messa
 def test_an_empty_validation_split_fails_in_one_line_and_writes_nothing(workdir, capsys):
     """Too few documents for the split: prepare_corpus says so, and which key to change, not a later stage."""
     (workdir / "user/v.txt").write_text(f"{_story(1)}\n\n{_story(2)}\n")
-    assert {corpus.split_of(f"mine:user/v.txt:block={i}", 7, 0.01) for i in (0, 1)} == {"train"}
+    assert {corpus_clean.split_of(f"mine:user/v.txt:block={i}", 7, 0.01) for i in (0, 1)} == {"train"}
     sources = [{"name": "mine", "path": "user/v.txt", "format": "txt", "unit": "block"}]
     code, err = _run(workdir, _params(sources, validation_fraction=0.01), capsys)
     assert code == 1
@@ -446,7 +466,9 @@ def test_an_empty_validation_split_fails_in_one_line_and_writes_nothing(workdir,
 
 
 def test_an_empty_train_split_is_refused():
-    with pytest.raises(PipelineError) as err:
+    with pytest.raises(SettingError, match="^validation_fraction: no train document"):
+        corpus.check_splits({"validation": 1}, 0.3)
+    with pytest.raises(PipelineError) as err, settings_from("prepare_corpus"):
         corpus.check_splits({"validation": 1}, 0.3)
     assert str(err.value) == ("params.yaml: prepare_corpus.validation_fraction: no train document (1 documents kept, "
                               "all in validation at 0.3); lower validation_fraction or add documents to "
@@ -467,7 +489,7 @@ def test_wrong_params_type_via_cli(tmp_path):
 
 
 def test_news_path_constant_matches_packaged_table():
-    assert corpus.PACKAGED["news_articles"].path == NEWS_ARTICLES
+    assert corpus_readers.PACKAGED["news_articles"].path == NEWS_ARTICLES
 
 
 # ------------------------------------------------------------------- Debian sources (synthetic files, real formats)
@@ -512,17 +534,17 @@ def test_jane_austen_one_document_per_chapter_from_the_r_lazyload_database(tmp_p
             "", "FINIS"]
     persuasion = ["Persuasion", "", "Chapter 1", "", "Sir Walter Elliot, of Kellynch Hall."]
     rdb = _lazyload_db(tmp_path / "janeaustenr", {"emma": np.array(emma), "persuasion": np.array(persuasion)})
-    docs = list(corpus.read_jane_austen("jane_austen", rdb, corpus.ReadCounter()))
+    docs = list(corpus_debian.read_jane_austen("jane_austen", rdb, corpus_files.ReadCounter()))
     assert [(d.doc_id, d.text) for d in docs] == [
         ("jane_austen:Rdata.rdb:novel=emma:chapter=1:line=6",
          "Emma Woodhouse, handsome, clever, and rich.\nShe was the youngest."),  # VOLUME II left out
         ("jane_austen:Rdata.rdb:novel=emma:chapter=2:line=15", "Frank came.\nFINIS"),
         ("jane_austen:Rdata.rdb:novel=persuasion:chapter=1:line=2", "Sir Walter Elliot, of Kellynch Hall."),
     ]
-    assert corpus.parse_doc_id(docs[1].doc_id).locators == {"novel": "emma", "chapter": "2", "line": "15"}
+    assert corpus_clean.parse_doc_id(docs[1].doc_id).locators == {"novel": "emma", "chapter": "2", "line": "15"}
     (tmp_path / "janeaustenr/Rdata.rdx").unlink()
     with pytest.raises(PipelineError, match=r"Rdata.rdx: expected the R lazy-load index beside Rdata.rdb"):
-        list(corpus.read_jane_austen("jane_austen", rdb, corpus.ReadCounter()))
+        list(corpus_debian.read_jane_austen("jane_austen", rdb, corpus_files.ReadCounter()))
 
 
 def test_gutenberg_books_by_chapter_without_pride_and_prejudice(tmp_path):
@@ -539,7 +561,7 @@ def test_gutenberg_books_by_chapter_without_pride_and_prejudice(tmp_path):
                           "title": pd.array([r[1] for r in rows], dtype="string[python]")})
     path = tmp_path / "books.rda"
     rdata.write_rda(path, {"books": frame})
-    docs = list(corpus.read_gutenberg_books("gutenberg_books", path, corpus.ReadCounter()))
+    docs = list(corpus_debian.read_gutenberg_books("gutenberg_books", path, corpus_files.ReadCounter()))
     assert [(d.doc_id, d.text) for d in docs] == [
         ("gutenberg_books:books.rda:gutenberg_id=36:chapter=1:line=4",
          "THE EVE OF THE WAR\nNo one would have believed in the last years."),
@@ -595,7 +617,7 @@ It ends here.
 
 
 def test_rst_reduced_to_prose():
-    assert corpus.rst_to_prose(RST).split("\n") == [
+    assert corpus_debian.rst_to_prose(RST).split("\n") == [
         "Everything about kobjects",
         "A kobject is an object of type struct kobject; see kobject_init and the LWN article for more.",
         "Use it like this:",
@@ -610,7 +632,7 @@ def test_rst_reduced_to_prose():
 def test_rst_drops_code_looking_paragraphs_of_plain_text_bindings():
     text = ("Required properties:\n- compatible: should be \"acme,foo\"\n\nExample:\n\n\tfoo@0 {\n"
             "\t\tcompatible = \"acme,foo\";\n\t\treg = <0 0x100>;\n\t};\n")
-    assert corpus.rst_to_prose(text) == 'Required properties:\ncompatible: should be "acme,foo"\nExample:'
+    assert corpus_debian.rst_to_prose(text) == 'Required properties:\ncompatible: should be "acme,foo"\nExample:'
 
 
 def test_linux_docs_one_document_per_file(tmp_path):
@@ -620,8 +642,8 @@ def test_linux_docs_one_document_per_file(tmp_path):
     (docs_dir / "core-api").mkdir(parents=True)
     (docs_dir / "core-api/kobject.rst.gz").write_bytes(gzip.compress(RST.encode()))
     (docs_dir / "README.txt.gz").write_bytes(gzip.compress(b"Plain text\nwrapped.\n\nSecond \xff paragraph.\n"))
-    counter = corpus.ReadCounter()
-    docs = list(corpus.read_packaged("linux_docs", tmp_path, counter))
+    counter = corpus_files.ReadCounter()
+    docs = list(corpus_readers.read_packaged("linux_docs", tmp_path, counter))
     assert [d.doc_id for d in docs] == ["linux_docs:README.txt.gz", "linux_docs:core-api/kobject.rst.gz"]
     assert docs[0].text == "Plain text wrapped.\nSecond \ufffd paragraph."
     assert counter.replaced_bytes == 1
@@ -644,8 +666,8 @@ def test_wordnet_glosses_grouped_within_a_lexicographer_file(tmp_path, monkeypat
     (folder / "data.adj").write_text("00001740 00 a 01 able(a) 0 000 | having the necessary means  \n")
     for pos in ("verb", "adv"):
         (folder / f"data.{pos}").write_text(WORDNET_LINES[0] + "\n")
-    monkeypatch.setattr(corpus, "SYNSETS_PER_DOCUMENT", 2)
-    docs = list(corpus.read_packaged("wordnet_glosses", tmp_path, corpus.ReadCounter()))
+    monkeypatch.setattr(corpus_debian, "SYNSETS_PER_DOCUMENT", 2)
+    docs = list(corpus_readers.read_packaged("wordnet_glosses", tmp_path, corpus_files.ReadCounter()))
     assert [(d.doc_id, d.text) for d in docs] == [
         ("wordnet_glosses:data.noun:lexfile=noun.Tops:offset=00001740",
          "Entity: that which is perceived or known.\nPhysical entity, thing: an entity that has physical existence."),
@@ -688,8 +710,8 @@ def test_gcide_entries_grouped_and_markup_stripped(tmp_path, monkeypatch):
     folder.mkdir()
     (folder / "gcide.dict.dz").write_bytes(gzip.compress(data))
     (folder / "gcide.index").write_text("\n".join(sorted(index)) + "\n")
-    monkeypatch.setattr(corpus, "GCIDE_ENTRIES_PER_DOCUMENT", 2)
-    docs = list(corpus.read_packaged("gcide", tmp_path, corpus.ReadCounter()))
+    monkeypatch.setattr(corpus_debian, "GCIDE_ENTRIES_PER_DOCUMENT", 2)
+    docs = list(corpus_readers.read_packaged("gcide", tmp_path, corpus_files.ReadCounter()))
     first = len(entries[0].encode()) + 1
     assert [d.doc_id for d in docs] == [f"gcide:gcide.dict.dz:entry=0:offset={first}",
                                         f"gcide:gcide.dict.dz:entry=2:offset={data.index(b'Zymotic')}"]
@@ -706,7 +728,7 @@ def test_debian_sources_name_their_package_when_missing(tmp_path):
                           ("gcide", "dict-gcide")]:
         with pytest.raises(PipelineError, match=rf"packaged source '{name}' not found \(add {package} to "
                                                 r"fetch_data.packages and run `dvc repro fetch_data`\)"):
-            list(corpus.read_packaged(name, tmp_path, corpus.ReadCounter()))
+            list(corpus_readers.read_packaged(name, tmp_path, corpus_files.ReadCounter()))
         from bert_pipeline.data.sources import PACKAGES
         assert PACKAGES[package].kind == "deb"
 
@@ -714,7 +736,7 @@ def test_debian_sources_name_their_package_when_missing(tmp_path):
 def test_every_text_of_the_pinned_packages_is_a_source_but_the_sentiment_task_data():
     from bert_pipeline.data import sources
 
-    paths = {spec.path for spec in corpus.PACKAGED.values()}
+    paths = {spec.path for spec in corpus_readers.PACKAGED.values()}
     assert sources.ROTTEN_TOMATOES not in paths  # the sentiment task's data, test split included: no leakage
     texts = {sources.NEWS_ARTICLES, sources.PARLIAMENT_SPEECHES, sources.HEALTH_TWEETS, sources.CONVENTION_SPEECHES,
              sources.DEBATES, sources.HEADLINES, sources.HAMLET, sources.JANE_AUSTEN, sources.GUTENBERG_BOOKS,
@@ -726,7 +748,7 @@ def test_big_corpus_profile_names_every_source_and_its_packages():
     import yaml
 
     profile = yaml.safe_load((REPO / "profiles/big-corpus.yaml").read_text())
-    assert profile["prepare_corpus"]["sources"] == list(corpus.PACKAGED)
-    needed = {spec.package for spec in corpus.PACKAGED.values() if isinstance(spec, corpus.ReaderSpec)}
+    assert profile["prepare_corpus"]["sources"] == list(corpus_readers.PACKAGED)
+    needed = {spec.package for spec in corpus_readers.PACKAGED.values() if isinstance(spec, corpus_readers.ReaderSpec)}
     assert needed <= set(profile["fetch_data"]["packages"])
     assert committed_params()["prepare_corpus"]["sources"] == ["news_articles"]  # the default stays the news

@@ -13,6 +13,7 @@ from transformers import (
     BertForPreTraining,
 )
 
+from bert_pipeline.errors import SettingError
 from bert_pipeline.evaluation.speed import measure_throughput
 from bert_pipeline.model.configs import count_parameters
 from bert_pipeline.model.distillation import (
@@ -24,6 +25,7 @@ from bert_pipeline.model.distillation import (
     kl_loss,
     layer_map,
     mlm_loss,
+    resolve_student_layers,
 )
 from tests.conftest import params_error
 
@@ -63,6 +65,14 @@ def test_layer_map_rejects_out_of_range(student):
 
 def test_default_student_layers():
     assert [default_student_layers(n) for n in (1, 2, 3, 4, 12, 24)] == [1, 1, 1, 2, 6, 12]
+
+
+def test_resolve_student_layers_names_its_argument_not_a_params_key():
+    assert resolve_student_layers(None, 4, "teacher") == 2
+    with pytest.raises(SettingError) as err:
+        resolve_student_layers(5, 4, "teacher")
+    assert err.value.setting == "student_layers"
+    assert str(err.value) == "student_layers: expected an int from 1 to 4 (the teacher in teacher has 4 layers), got 5"
 
 
 # ------------------------------------------------------------------------------------------------ student

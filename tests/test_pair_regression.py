@@ -12,7 +12,7 @@ import pytest
 import torch
 from transformers import BertModel
 
-from bert_pipeline.data import kinds, tasks
+from bert_pipeline.data import kinds, task_builders, task_features, task_loaders
 from bert_pipeline.errors import PipelineError
 from bert_pipeline.evaluation.metrics import regression_metrics
 from bert_pipeline.evaluation.predictor import load_predictor
@@ -46,13 +46,13 @@ def test_pair_encoding_gives_token_types_zero_then_one():
     assert set(single["token_type_ids"][0]) == {0}
 
 
-def _docs(n_train: int, n_val: int) -> tuple[list[tasks.Document], dict[str, list[str]]]:
+def _docs(n_train: int, n_val: int) -> tuple[list[task_builders.Document], dict[str, list[str]]]:
     docs, heads = [], {}
     for i in range(n_train + n_val):
         split = "train" if i < n_train else "validation"
         sents = tuple(f"Article {i} sentence {k} has some words in it." for k in range(12))
         doc_id = f"news:{i}"
-        docs.append(tasks.Document(doc_id=doc_id, split=split, text=" ".join(sents), sentences=sents))
+        docs.append(task_builders.Document(doc_id=doc_id, split=split, text=" ".join(sents), sentences=sents))
         heads[doc_id] = [f"Headline number {i}", "sub"]
     return docs, heads
 
@@ -60,7 +60,7 @@ def _docs(n_train: int, n_val: int) -> tuple[list[tasks.Document], dict[str, lis
 def test_headline_match_is_balanced_held_out_and_deterministic():
     docs, heads = _docs(40, 20)
     sizes = {"train": 30, "validation": 10, "test": 10}
-    dd, info = tasks.build_headline_match(docs, heads, 20, sizes, 0.5, seed=3)
+    dd, info = task_builders.build_headline_match(docs, heads, 20, sizes, 0.5, seed=3)
     assert info["label_names"] == ["other_article", "same_article"]
     train_ids = {d.doc_id for d in docs if d.split == "train"}
     seen: dict[str, set[str]] = {}
@@ -78,16 +78,16 @@ def test_headline_match_is_balanced_held_out_and_deterministic():
         else:
             assert not seen[split] & train_ids  # validation/test only from corpus-validation articles
     assert not seen["validation"] & seen["test"]
-    again, _ = tasks.build_headline_match(docs, heads, 20, sizes, 0.5, seed=3)
-    assert all(again[s].to_dict() == dd[s].to_dict() for s in tasks.SPLITS)
-    other, _ = tasks.build_headline_match(docs, heads, 20, sizes, 0.5, seed=4)
+    again, _ = task_builders.build_headline_match(docs, heads, 20, sizes, 0.5, seed=3)
+    assert all(again[s].to_dict() == dd[s].to_dict() for s in task_features.SPLITS)
+    other, _ = task_builders.build_headline_match(docs, heads, 20, sizes, 0.5, seed=4)
     assert other["train"].to_dict() != dd["train"].to_dict()
 
 
 def test_headline_match_needs_two_articles_per_split():
     docs, heads = _docs(1, 20)
-    with pytest.raises(tasks.TaskDataError, match="headline_match: split 'train' has 1"):
-        tasks.build_headline_match(docs, heads, 20, {"train": 4, "validation": 4, "test": 4}, 0.5, seed=0)
+    with pytest.raises(task_features.TaskDataError, match="headline_match: split 'train' has 1"):
+        task_builders.build_headline_match(docs, heads, 20, {"train": 4, "validation": 4, "test": 4}, 0.5, seed=0)
 
 
 def test_regression_metrics_values():
@@ -125,17 +125,17 @@ def _length_rows(n: int, seed: int) -> list[dict[str, str]]:
 
 def test_user_regression_and_pair_files_load_and_bad_targets_are_one_line(tmp_path):
     path = _write_csv(tmp_path / "r.csv", _length_rows(5, 0))
-    dd, info = tasks.build_user_task(_user_spec(name="len", kind="regression", train=path, validation=path,
+    dd, info = task_loaders.build_user_task(_user_spec(name="len", kind="regression", train=path, validation=path,
                                                 test=path, text_column="sentence", label_column="score"))
     assert dd["train"].features["label"].dtype == "float32"
     assert info == {}
     bad = _write_csv(tmp_path / "bad.csv", [{"sentence": "the film", "score": "0.2"},
                                             {"sentence": "good", "score": "high"}])
-    with pytest.raises(tasks.TaskDataError, match=r"bad.csv: row 3: 'score' is 'high'; expected a number"):
-        tasks.load_classification_file(bad, "sentence", "score", regression=True)
+    with pytest.raises(task_features.TaskDataError, match=r"bad.csv: row 3: 'score' is 'high'; expected a number"):
+        task_loaders.load_classification_file(bad, "sentence", "score", regression=True)
     pairs = _write_csv(tmp_path / "p.csv", [{"a": "council voted", "b": "the city", "y": "yes"},
                                             {"a": "rain fell", "b": "the film", "y": "no"}])
-    dd, info = tasks.build_user_task(_user_spec(name="p", kind="pair_classification", train=pairs,
+    dd, info = task_loaders.build_user_task(_user_spec(name="p", kind="pair_classification", train=pairs,
                                                 validation=pairs, test=pairs, text_column="a",
                                                 text_pair_column="b", label_column="y"))
     assert dd["train"]["text_pair"] == ["the city", "the film"] and info == {"label_names": ["no", "yes"]}
@@ -180,7 +180,7 @@ def test_regression_learns_a_target_computable_from_the_text(workdir, capsys):
     splits = {}
     for s, (n, seed) in {"train": (256, 0), "validation": (48, 1), "test": (64, 2)}.items():
         splits[s] = _write_csv(workdir / f"{s}.csv", _length_rows(n, seed))
-    dd, info = tasks.build_user_task(_user_spec(name="length", kind="regression", text_column="sentence",
+    dd, info = task_loaders.build_user_task(_user_spec(name="length", kind="regression", text_column="sentence",
                                                 label_column="score", **splits))
     _save_task(workdir / "data/tasks", "length", dd, {"kind": "regression", **info})
     p = _ft_params({"length": {"max_length": 16, "epochs": 6, "batch_size": 16}})
@@ -213,7 +213,7 @@ def test_pair_task_learns_when_the_pair_decides(workdir, capsys):
         return out
 
     from datasets import Dataset, DatasetDict
-    feats = tasks.pair_features(["other", "same"])
+    feats = task_features.pair_features(["other", "same"])
     dd = DatasetDict({s: Dataset.from_list(rows(n), features=feats) for s, n in
                       (("train", 512), ("validation", 64), ("test", 64))})
     _save_task(workdir / "data/tasks", "pairs", dd, {"kind": "pair_classification", "label_names": ["other", "same"]})

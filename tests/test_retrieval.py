@@ -108,9 +108,9 @@ def test_section_labels_the_reference():
 def _save_pairs(folder):
     from datasets import Dataset, DatasetDict
 
-    from bert_pipeline.data import tasks
+    from bert_pipeline.data import task_builders, task_features
 
-    features = tasks.pair_features(tasks.HEADLINE_LABELS)
+    features = task_features.pair_features(task_builders.HEADLINE_LABELS)
     splits = {}
     for split, seed in (("train", 1), ("validation", 2), ("test", 3)):
         heads, docs = _pairs(12, seed)

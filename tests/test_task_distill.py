@@ -20,7 +20,7 @@ from transformers import (
     BertForTokenClassification,
 )
 
-from bert_pipeline.data import tasks
+from bert_pipeline.data import task_builders, task_features
 from bert_pipeline.data.masking import IGNORE_INDEX
 from bert_pipeline.errors import PipelineError
 from bert_pipeline.model import distillation
@@ -130,7 +130,7 @@ def _tokenizer():
 
 def _make_tasks(root: Path) -> None:
     """Three tiny tasks whose every example carries an ``id`` and a ``doc_id`` naming its split."""
-    feats = tasks.classification_features(tasks.SENTIMENT_LABELS)
+    feats = task_features.classification_features(task_builders.SENTIMENT_LABELS)
     feats["id"], feats["doc_id"] = Value("string"), Value("string")
 
     def sent(split, i):
@@ -142,15 +142,15 @@ def _make_tasks(root: Path) -> None:
                  for s, n in SPLIT_SIZES.items()}).save_to_disk(str(root / "sentiment"))
     (root / "sentiment/task.json").write_text(json.dumps({"kind": "classification", "main_metric": "accuracy",
                                                           "label_names": ["negative", "positive"]}))
-    names = tasks.ner_label_names(["PERSON", "GPE"])
-    ner_feats = Features({**tasks.ner_features(names), "doc_id": Value("string")})
+    names = task_features.ner_label_names(["PERSON", "GPE"])
+    ner_feats = Features({**task_features.ner_features(names), "doc_id": Value("string")})
     toks = ["anna", "smith", "met", "the", "film", "in", "paris", "."]
     tags = [1, 2, 0, 0, 0, 0, 3, 0]
     DatasetDict({s: Dataset.from_list([{"id": f"{s}-{i}", "tokens": toks * (1 + i % 3), "ner_tags": tags * (1 + i % 3),
                                         "doc_id": f"{s}-doc{i // 4}"} for i in range(n)], features=ner_feats)
                  for s, n in SPLIT_SIZES.items()}).save_to_disk(str(root / "ner"))
     (root / "ner/task.json").write_text(json.dumps({"kind": "ner", "label_names": names, "main_metric": "f1"}))
-    qa_feats = Features({**tasks.QA_FEATURES, "doc_id": Value("string")})
+    qa_feats = Features({**task_features.QA_FEATURES, "doc_id": Value("string")})
     ctx = "anna smith met the film in paris . "
     DatasetDict({s: Dataset.from_list([{"id": f"{s}-{i}", "title": "", "context": ctx * (1 + i % 4),
                                         "question": "@placeholder met the film in paris",

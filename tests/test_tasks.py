@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from bert_pipeline.data import tasks
+from bert_pipeline.data import task_builders, task_features, task_loaders, tasks
 from tests.conftest import tree_digests
 
 
@@ -25,20 +25,20 @@ def test_sentiment_split_disjoint_by_film_and_duplicates_dropped():
     # The same snippet for two films (and once more with other spacing/case) must survive only once.
     rows.append({"text": "film 3 snippet 0 is dull", "label": 0, "film": "film_30"})
     rows.append({"text": "FILM 3  snippet 0 is dull", "label": 0, "film": "film_31"})
-    dd, info = tasks.build_sentiment(rows, 0.1, 0.2, seed=7)
+    dd, info = task_builders.build_sentiment(rows, 0.1, 0.2, seed=7)
     assert info["duplicates_dropped"] == 2
-    films = {s: set(dd[s]["film"]) for s in tasks.SPLITS}
+    films = {s: set(dd[s]["film"]) for s in task_features.SPLITS}
     assert not films["train"] & films["validation"]
     assert not films["train"] & films["test"]
     assert not films["validation"] & films["test"]
-    texts = [t.casefold() for s in tasks.SPLITS for t in dd[s]["text"]]
+    texts = [t.casefold() for s in task_features.SPLITS for t in dd[s]["text"]]
     assert len(texts) == len(set(texts)) == 200
     assert len(dd["test"]) >= 40
     assert len(dd["validation"]) >= 20  # fractions of examples, whole films
     assert dd["train"].features["label"].names == ["negative", "positive"]
-    again, _ = tasks.build_sentiment(rows, 0.1, 0.2, seed=7)
+    again, _ = task_builders.build_sentiment(rows, 0.1, 0.2, seed=7)
     assert again["test"]["film"] == dd["test"]["film"]
-    other, _ = tasks.build_sentiment(rows, 0.1, 0.2, seed=8)
+    other, _ = task_builders.build_sentiment(rows, 0.1, 0.2, seed=8)
     assert set(other["test"]["film"]) != films["test"]
 
 
@@ -46,7 +46,7 @@ def test_read_rotten_tomatoes_maps_fresh_and_rotten(tmp_path):
     p = tmp_path / "rt.csv"
     p.write_text("category,text,movie_name,has_plot_and_reviews\nplot,A plot.,a,True\nfresh,Good.,a,True\n"
                  "rotten,Bad  film.,b,False\n", encoding="utf-8")
-    rows = tasks.read_rotten_tomatoes(p)
+    rows = task_builders.read_rotten_tomatoes(p)
     assert [(r["text"], r["label"], r["film"], r["row"]) for r in rows] == [("Good.", 1, "a", 2), ("Bad film.", 0, "b", 3)]
 
 
@@ -71,30 +71,30 @@ def _fake_tagger(texts):
     return out
 
 
-def _docs(n: int = 30, n_val: int = 10) -> list[tasks.Document]:
+def _docs(n: int = 30, n_val: int = 10) -> list[task_builders.Document]:
     docs = []
     for d in range(n):
         sents = tuple(f"On Monday doc {d} sentence {k} met Anna Smith in Paris with FBI and NASA ." for k in range(4))
-        docs.append(tasks.Document(f"news:row={d}", "validation" if d < n_val else "train", " ".join(sents), sents))
+        docs.append(task_builders.Document(f"news:row={d}", "validation" if d < n_val else "train", " ".join(sents), sents))
     return docs
 
 
 def test_to_bio_drop_and_misc():
     tagged = [("NASA", "B", "FAC"), ("met", "O", ""), ("Anna", "B", "PERSON"), ("Smith", "I", "PERSON")]
-    assert tasks.to_bio(tagged, ["PERSON"], "drop") == (["NASA", "met", "Anna", "Smith"], ["O", "O", "B-PERSON", "I-PERSON"])
-    assert tasks.to_bio(tagged, ["PERSON"], "misc")[1] == ["B-MISC", "O", "B-PERSON", "I-PERSON"]
+    assert task_builders.to_bio(tagged, ["PERSON"], "drop") == (["NASA", "met", "Anna", "Smith"], ["O", "O", "B-PERSON", "I-PERSON"])
+    assert task_builders.to_bio(tagged, ["PERSON"], "misc")[1] == ["B-MISC", "O", "B-PERSON", "I-PERSON"]
 
 
 def test_silver_ner_split_by_article_heldout_only_from_corpus_validation():
     docs = _docs()
     sizes = {"train": 50, "validation": 12, "test": 12}
-    dd, info = tasks.build_silver_ner(docs, _fake_tagger, ["PERSON", "GPE", "DATE", "ORG"], "drop", sizes, 3, 40, 0.5, 1)
+    dd, info = task_builders.build_silver_ner(docs, _fake_tagger, ["PERSON", "GPE", "DATE", "ORG"], "drop", sizes, 3, 40, 0.5, 1)
     corpus_split = {d.doc_id: d.split for d in docs}
-    arts = {s: set(dd[s]["doc_id"]) for s in tasks.SPLITS}
+    arts = {s: set(dd[s]["doc_id"]) for s in task_features.SPLITS}
     assert all(corpus_split[a] == "train" for a in arts["train"])
     assert all(corpus_split[a] == "validation" for a in arts["validation"] | arts["test"])
     assert not arts["validation"] & arts["test"]
-    assert [len(dd[s]) for s in tasks.SPLITS] == [50, 12, 12]
+    assert [len(dd[s]) for s in task_features.SPLITS] == [50, 12, 12]
     names = dd["train"].features["ner_tags"].feature.names
     assert names == info["label_names"] == ["O", "B-PERSON", "I-PERSON", "B-GPE", "I-GPE", "B-DATE", "I-DATE",
                                             "B-ORG", "I-ORG"]
@@ -114,12 +114,12 @@ def test_cloze_qa_answers_at_start_and_split_by_article():
         return [[("Anna Smith", "PERSON"), ("Paris", "GPE"), ("Berlin", "GPE")] for _ in texts]
 
     sizes = {"train": 30, "validation": 8, "test": 8}
-    dd, info = tasks.build_cloze_qa(docs, heads, finder, ["PERSON", "GPE"], 25, 2, sizes, "@placeholder", 0.5, 3)
-    assert [len(dd[s]) for s in tasks.SPLITS] == [30, 8, 8]
-    arts = {s: set(dd[s]["doc_id"]) for s in tasks.SPLITS}
+    dd, info = task_builders.build_cloze_qa(docs, heads, finder, ["PERSON", "GPE"], 25, 2, sizes, "@placeholder", 0.5, 3)
+    assert [len(dd[s]) for s in task_features.SPLITS] == [30, 8, 8]
+    arts = {s: set(dd[s]["doc_id"]) for s in task_features.SPLITS}
     assert not arts["validation"] & arts["test"]
     assert not arts["train"] & (arts["validation"] | arts["test"])
-    for s in tasks.SPLITS:
+    for s in task_features.SPLITS:
         for ex in dd[s]:
             a, start = ex["answers"]["text"][0], ex["answers"]["answer_start"][0]
             assert ex["context"][start:start + len(a)] == a
@@ -127,20 +127,20 @@ def test_cloze_qa_answers_at_start_and_split_by_article():
             assert a not in ex["question"].split("(")[0]
     assert set(info["answer_types"]) == {"GPE", "PERSON"}
     assert sum(info["answer_types"].values()) == 46
-    answers = {a for s in tasks.SPLITS for ex in dd[s] for a in ex["answers"]["text"]}
+    answers = {a for s in task_features.SPLITS for ex in dd[s] for a in ex["answers"]["text"]}
     assert answers == {"Anna Smith", "Paris"}  # Berlin never occurs in a body
 
 
 def test_passages_and_find_entity():
-    assert tasks.passages(["a b c.", "d e.", "f g h i."], 5) == ["a b c. d e.", "f g h i."]
-    assert tasks.find_entity("Mr. Parisian in Paris", "Paris") == 16
-    assert tasks.find_entity("paris", "Paris") == -1
+    assert task_builders.passages(["a b c.", "d e.", "f g h i."], 5) == ["a b c. d e.", "f g h i."]
+    assert task_builders.find_entity("Mr. Parisian in Paris", "Paris") == 16
+    assert task_builders.find_entity("paris", "Paris") == -1
 
 
 def test_split_tasks_are_byte_identical_on_disk(tmp_path):
     digests = []
     for run in range(2):
-        dd, _ = tasks.build_sentiment(_rt_rows(), 0.1, 0.1, seed=5)
+        dd, _ = task_builders.build_sentiment(_rt_rows(), 0.1, 0.1, seed=5)
         dd.save_to_disk(str(tmp_path / f"r{run}"))
         digests.append(tree_digests(tmp_path / f"r{run}"))
     assert digests[0] == digests[1]
@@ -150,19 +150,19 @@ def test_split_tasks_are_byte_identical_on_disk(tmp_path):
 def test_classification_csv_and_jsonl(tmp_path):
     p = tmp_path / "a.csv"
     p.write_text("text,label\nnice,pos\nbad,neg\nok,pos\n", encoding="utf-8")
-    ds = tasks.load_classification_file(p)
+    ds = task_loaders.load_classification_file(p)
     assert ds.features["label"].names == ["neg", "pos"]
     assert ds["label"] == [1, 0, 1]
     j = tmp_path / "a.jsonl"
     j.write_text('{"text": "x", "label": 1}\n{"text": "y", "label": 0}\n', encoding="utf-8")
-    assert tasks.load_classification_file(j)["label"] == [1, 0]
+    assert task_loaders.load_classification_file(j)["label"] == [1, 0]
 
 
 def test_one_class_label_column_is_one_line_naming_file_and_rows(tmp_path):
     p = tmp_path / "one.csv"
     p.write_text("text,label\nnice,pos\ngood,pos\n", encoding="utf-8")
-    with pytest.raises(tasks.TaskDataError) as err:
-        tasks.load_classification_file(p)
+    with pytest.raises(task_features.TaskDataError) as err:
+        task_loaders.load_classification_file(p)
     msg = str(err.value)
     assert "\n" not in msg
     assert msg.startswith(f"{p}: rows 2-3:")
@@ -173,14 +173,14 @@ def test_conll_reads_iob1_and_rejects_non_bio(tmp_path):
     good = tmp_path / "g.conll"
     good.write_text("-DOCSTART- -X- -X- O\n\nEU NNP B-NP I-ORG\nrejects VBZ B-VP O\nGerman JJ B-NP I-MISC\n\n"
                     "Peter NNP B-NP B-PER\nBlackburn NNP I-NP I-PER\n", encoding="utf-8")
-    toks, tags = tasks.load_conll(good)
+    toks, tags = task_loaders.load_conll(good)
     assert toks == [["EU", "rejects", "German"], ["Peter", "Blackburn"]]
     assert tags == [["B-ORG", "O", "B-MISC"], ["B-PER", "I-PER"]]
-    assert tasks.conll_label_names(tags) == ["O", "B-MISC", "I-MISC", "B-ORG", "I-ORG", "B-PER", "I-PER"]
+    assert task_loaders.conll_label_names(tags) == ["O", "B-MISC", "I-MISC", "B-ORG", "I-ORG", "B-PER", "I-PER"]
     bad = tmp_path / "b.conll"
     bad.write_text("EU NNP B-NP B-ORG\nrejects VBZ B-VP PER\n", encoding="utf-8")
-    with pytest.raises(tasks.TaskDataError, match=r"b\.conll: line 2: tag 'PER' is not BIO"):
-        tasks.load_conll(bad)
+    with pytest.raises(task_features.TaskDataError, match=r"b\.conll: line 2: tag 'PER' is not BIO"):
+        task_loaders.load_conll(bad)
 
 
 def _squad(tmp_path: Path, start: int) -> Path:
@@ -194,11 +194,11 @@ def _squad(tmp_path: Path, start: int) -> Path:
 
 
 def test_squad_loader_and_bad_answer_start(tmp_path):
-    ds = tasks.load_squad(_squad(tmp_path, 23))
+    ds = task_loaders.load_squad(_squad(tmp_path, 23))
     assert ds["id"] == ["q1", "q2"]
     assert ds[1]["answers"] == {"text": ["the Rhine"], "answer_start": [23]}
-    with pytest.raises(tasks.TaskDataError) as err:
-        tasks.load_squad(_squad(tmp_path, 20))
+    with pytest.raises(task_features.TaskDataError) as err:
+        task_loaders.load_squad(_squad(tmp_path, 20))
     msg = str(err.value)
     assert "\n" not in msg
     assert "squad.json: data[0].paragraphs[0].qas[1] (id 'q2')" in msg

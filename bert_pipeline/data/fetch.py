@@ -27,7 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from bert_pipeline.data.sources import PACKAGES, Extract, SourcePackage
-from bert_pipeline.errors import PipelineError
+from bert_pipeline.errors import PipelineError, SettingError
 from bert_pipeline.io import atomic_dir, dumps_json, sha256_file
 
 log = logging.getLogger(__name__)
@@ -95,6 +95,8 @@ def ensure_archive(
     already in the store is left in place for the user to inspect.
 
     Raises:
+        SettingError: a Debian package could not be downloaded (setting ``packages``: :func:`fetch`'s list that
+            names it).
         PipelineError: download failed, archive missing after download, or sha256 mismatch.
     """
     store.mkdir(parents=True, exist_ok=True)
@@ -116,8 +118,7 @@ def ensure_archive(
         except PipelineError as exc:
             if package.kind != "deb":
                 raise
-            raise PipelineError(f"params.yaml: fetch_data.packages: {package.name}: {exc}; "
-                                f"{_deb_hint(package, store)}") from None
+            raise SettingError("packages", f"{package.name}: {exc}; {_deb_hint(package, store)}") from None
         got = Path(tmp) / package.filename
         if not got.exists():
             found = ", ".join(sorted(p.name for p in Path(tmp).iterdir())) or "nothing"
@@ -201,11 +202,12 @@ def extract_deb(package: SourcePackage, archive: Path, raw_dir: Path) -> list[Pa
     unpacked); member names are taken without their leading ``./``. Links and folders are never written.
 
     Raises:
-        PipelineError: no ``dpkg-deb`` on ``PATH``, it failed (not a .deb), or a listed member is missing.
+        SettingError: no ``dpkg-deb`` on ``PATH`` (setting ``packages``: :func:`fetch`'s list that names it).
+        PipelineError: ``dpkg-deb`` failed (not a .deb), or a listed member is missing.
     """
     if shutil.which("dpkg-deb") is None:
-        raise PipelineError(f"params.yaml: fetch_data.packages: {package.name}: dpkg-deb not found on PATH (a Debian "
-                            "package is read with Debian/Ubuntu's dpkg); drop it from fetch_data.packages")
+        raise SettingError("packages", f"{package.name}: dpkg-deb not found on PATH (a Debian package is read with "
+                           "Debian/Ubuntu's dpkg); drop it from fetch_data.packages")
     singles = {item.member: item for item in package.extracts if not item.member.endswith("/")}
     folders = [item for item in package.extracts if item.member.endswith("/")]
     found: set[str] = set()
@@ -253,31 +255,31 @@ def extract_deb(package: SourcePackage, archive: Path, raw_dir: Path) -> list[Pa
 
 
 def fetch(
-    names: list[str],
+    packages: list[str],
     raw_dir: Path,
     store: Path,
     downloader: Callable[[str, Path], None] = pip_download,
     deb_downloader: Callable[[str, Path], None] = apt_download,
 ) -> dict:
-    """Fetch and extract the named packages into ``raw_dir`` atomically; return the SOURCES.json record.
+    """Fetch and extract the named ``packages`` (keys of :data:`PACKAGES`) into ``raw_dir`` atomically; return the
+    SOURCES.json record.
 
     ``downloader`` fetches wheels, ``deb_downloader`` Debian packages (both ``(requirement, dest folder)``).
 
     Raises:
-        PipelineError: unknown package name, download/hash failure, missing member.
+        SettingError: ``packages``: an unknown package name, or a Debian package that cannot be downloaded or read.
+        PipelineError: download/hash failure, missing member.
     """
-    unknown = [n for n in names if n not in PACKAGES]
+    unknown = [n for n in packages if n not in PACKAGES]
     if unknown:
-        raise PipelineError(
-            f"params.yaml: fetch_data.packages: unknown package {unknown[0]!r} (known: {', '.join(PACKAGES)})"
-        )
+        raise SettingError("packages", f"unknown package {unknown[0]!r} (known: {', '.join(PACKAGES)})")
     archives = {
         name: ensure_archive(PACKAGES[name], store, deb_downloader if PACKAGES[name].kind == "deb" else downloader)
-        for name in names
+        for name in packages
     }
     sources = []
     with atomic_dir(raw_dir) as tmp:
-        for name in names:
+        for name in packages:
             pkg = PACKAGES[name]
             files = extract(pkg, archives[name], tmp)
             entry = {

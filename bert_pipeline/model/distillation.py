@@ -27,7 +27,7 @@ from torch import nn
 from torch.nn import functional
 
 from bert_pipeline.data.masking import IGNORE_INDEX
-from bert_pipeline.errors import PipelineError
+from bert_pipeline.errors import PipelineError, SettingError
 from bert_pipeline.model.objectives import masked_lm_forward, top1_hits
 
 log = logging.getLogger(__name__)
@@ -40,17 +40,16 @@ def default_student_layers(teacher_layers: int) -> int:
     return max(1, teacher_layers // 2)
 
 
-def resolve_student_layers(student_layers: int | None, teacher_layers: int, teacher_dir: Path | str,
-                           key: str = "distill.student_layers") -> int:
+def resolve_student_layers(student_layers: int | None, teacher_layers: int, teacher_dir: Path | str) -> int:
     """``student_layers`` (None = half the teacher's, :func:`default_student_layers`), checked against the teacher.
 
     Raises:
-        PipelineError: more layers than the teacher has, or fewer than 1 (names the params ``key``).
+        SettingError: ``student_layers``: more layers than the teacher has, or fewer than 1.
     """
     layers = default_student_layers(teacher_layers) if student_layers is None else student_layers
     if not 1 <= layers <= teacher_layers:
-        raise PipelineError(
-            f"params.yaml: {key}: expected an int from 1 to {teacher_layers} (the teacher in "
+        raise SettingError(
+            "student_layers", f"expected an int from 1 to {teacher_layers} (the teacher in "
             f"{teacher_dir} has {teacher_layers} layers), got {layers}"
         )
     return layers

@@ -299,7 +299,7 @@ def distill_task(
     Raises:
         FinetuneError: a missing task or logits folder, logits that do not match the transfer set's features
             (stale cache), windows that cannot be built, or a non-finite loss.
-        PipelineError: ``spec.student_layers`` outside 1..the teacher's depth (names ``task_distill.student_layers``).
+        SettingError: ``student_layers`` (``spec.student_layers``) outside 1..the teacher's depth.
     """
     from bert_pipeline.evaluation.predictor import load_predictor
     from bert_pipeline.model.configs import count_parameters
@@ -323,7 +323,7 @@ def distill_task(
                             f"{task_dir.name}`")
     heldout, evaluators = heldout_evaluators(task_dir, dd, info, tokenizer, task, data_seed, eval_batch_size, precision)
     depth = teacher.model.config.num_hidden_layers
-    layers = distillation.resolve_student_layers(spec.student_layers, depth, teacher_dir, "task_distill.student_layers")
+    layers = distillation.resolve_student_layers(spec.student_layers, depth, teacher_dir)
     objective = distillation_objective(kind, cache.logits, features.scored, temperature=spec.temperature,
                                        alpha_ce=spec.alpha_ce, alpha_task=spec.alpha_task)
     collate = collator(kind, tokenizer)

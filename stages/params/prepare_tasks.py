@@ -47,7 +47,7 @@ class QaTaskParams(Section):
 
 class HeadlineMatchParams(Section):
     """``prepare_tasks.headline_match``: sentence pairs (news title, body passage), half from the same article,
-    half from another one (:func:`bert_pipeline.data.tasks.build_headline_match`). ``passage_words``: the body
+    half from another one (:func:`bert_pipeline.data.task_builders.build_headline_match`). ``passage_words``: the body
     passage's most words; ``pairs``: most pairs per split (even: half positive)."""
 
     passage_words: Annotated[int, annotated_types.Ge(10)]

@@ -1,0 +1,235 @@
+"""User task loaders: sequence tasks (classification, sentence pairs, regression) from CSV or JSONL, NER from
+CoNLL-2003 files, QA from SQuAD v1.1 JSON, or a Hugging Face dataset by name; :func:`build_user_task` loads one
+``user_tasks`` entry.
+
+Bad input raises :class:`bert_pipeline.data.task_features.TaskDataError` (one line naming the file and the row or
+line) or, for a missing file, :class:`bert_pipeline.errors.PipelineError`.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from datasets import Dataset, DatasetDict, Features, Value
+
+from bert_pipeline.data import kinds
+from bert_pipeline.data.task_features import (
+    QA_FEATURES,
+    SPLITS,
+    TaskDataError,
+    classification_features,
+    ner_dataset,
+    ner_label_names,
+    pair_features,
+)
+from bert_pipeline.errors import PipelineError
+
+
+# ------------------------------------------------------------------------------------------ user tasks
+def load_classification_file(path: str | Path, text_column: str = "text", label_column: str = "label",
+                             text_pair_column: str | None = None, regression: bool = False) -> Dataset:
+    """Load a user sequence-task file: CSV (header row) or JSONL (one object a line).
+
+    Columns ``text`` (from ``text_column``), ``text_pair`` (from ``text_pair_column``, for pair tasks) and
+    ``label``: a ClassLabel with the sorted distinct values as names, or with ``regression`` a float32 target.
+
+    Raises:
+        TaskDataError: unreadable row, missing column, empty text, a label that is not a number (regression), or
+            fewer than two classes (classification).
+    """
+    path = Path(path)
+    columns = [text_column] + ([text_pair_column] if text_pair_column else []) + [label_column]
+    rows: list[tuple[int, list[Any]]] = []
+    if path.suffix.lower() in (".jsonl", ".json"):
+        with open(path, encoding="utf-8") as fh:
+            for i, line in enumerate(fh, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    obj = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise TaskDataError(f"{path}: line {i}: invalid JSON ({exc.msg})") from None
+                if not isinstance(obj, dict) or any(c not in obj for c in columns):
+                    raise TaskDataError(f"{path}: line {i}: expected an object with {' and '.join(map(repr, columns))}")
+                rows.append((i, [obj[c] for c in columns]))
+    else:
+        with open(path, encoding="utf-8", newline="") as fh:
+            reader = csv.DictReader(fh)
+            for col in columns:
+                if col not in (reader.fieldnames or []):
+                    raise TaskDataError(f"{path}: column {col!r} missing (header: {', '.join(reader.fieldnames or [])})")
+            for i, rec in enumerate(reader, start=2):
+                rows.append((i, [rec[c] for c in columns]))
+    unit = "line" if path.suffix.lower() in (".jsonl", ".json") else "row"
+    for i, values in rows:
+        for col, text in zip(columns[:-1], values[:-1], strict=True):
+            if not isinstance(text, str) or not text.strip():
+                raise TaskDataError(f"{path}: {unit} {i}: empty or non-text {col!r}")
+        label = values[-1]
+        if label is None or str(label).strip() == "":
+            raise TaskDataError(f"{path}: {unit} {i}: empty {label_column!r}")
+        if regression:
+            try:
+                target = float(label)
+            except (TypeError, ValueError):
+                raise TaskDataError(f"{path}: {unit} {i}: {label_column!r} is {label!r}; expected a number "
+                                    f"(a regression target)") from None
+            if not np.isfinite(target):
+                raise TaskDataError(f"{path}: {unit} {i}: {label_column!r} is {label!r}; expected a finite number")
+    data: dict[str, list[Any]] = {"text": [v[0] for _, v in rows]}
+    if text_pair_column:
+        data["text_pair"] = [v[1] for _, v in rows]
+    if regression:
+        data["label"] = [float(v[-1]) for _, v in rows]
+        feats = {"text": Value("string"), **({"text_pair": Value("string")} if text_pair_column else {}),
+                 "label": Value("float32")}
+        return Dataset.from_dict(data, features=Features(feats))
+    classes = sorted({str(v[-1]) for _, v in rows})
+    if len(classes) < 2:
+        first = rows[0][0] if rows else 0
+        last = rows[-1][0] if rows else 0
+        only = repr(classes[0]) if classes else "none"
+        raise TaskDataError(
+            f"{path}: {unit}s {first}-{last}: column {label_column!r} holds one class ({only}); expected at least 2"
+        )
+    data["label"] = [classes.index(str(v[-1])) for _, v in rows]
+    feats = pair_features(classes) if text_pair_column else classification_features(classes)
+    return Dataset.from_dict(data, features=feats)
+
+
+_BIO = re.compile(r"^(O|[BI]-\S+)$")
+
+
+def load_conll(path: str | Path, tag_column: int = -1) -> tuple[list[list[str]], list[list[str]]]:
+    """Read a CoNLL-2003 file: one token a line (token first, NER tag in ``tag_column``), blank line between
+    sentences, ``-DOCSTART-`` lines skipped.
+
+    Tags must be BIO (``O``, ``B-TYPE``, ``I-TYPE``); IOB1 input (``I-`` opening an entity, as in the
+    original CoNLL-2003 files) is converted to BIO (IOB2: ``B-`` at every entity start).
+
+    Returns:
+        (sentences of tokens, sentences of BIO tag strings).
+    Raises:
+        TaskDataError: ``file: line N: ...`` for a tag not in BIO form or a line without a tag.
+    """
+    sents, tags, cur_t, cur_g = [], [], [], []
+    with open(path, encoding="utf-8") as fh:
+        for n, line in enumerate(fh, start=1):
+            parts = line.split()
+            if not parts or parts[0] == "-DOCSTART-":
+                if cur_t:
+                    sents.append(cur_t)
+                    tags.append(cur_g)
+                    cur_t, cur_g = [], []
+                continue
+            if len(parts) < 2:
+                raise TaskDataError(f"{path}: line {n}: expected a token and a tag, got {line.strip()!r}")
+            tag = parts[tag_column]
+            if not _BIO.match(tag):
+                raise TaskDataError(f"{path}: line {n}: tag {tag!r} is not BIO (expected O, B-TYPE or I-TYPE)")
+            if tag.startswith("I-"):
+                prev = cur_g[-1] if cur_g else "O"
+                if prev == "O" or prev[2:] != tag[2:]:
+                    tag = "B-" + tag[2:]
+            cur_t.append(parts[0])
+            cur_g.append(tag)
+    if cur_t:
+        sents.append(cur_t)
+        tags.append(cur_g)
+    return sents, tags
+
+
+
+def conll_label_names(*tag_lists: list[list[str]]) -> list[str]:
+    """BIO label names covering every type seen, types sorted."""
+    types = sorted({t[2:] for tags in tag_lists for sent in tags for t in sent if t != "O"})
+    return ner_label_names(types)
+
+
+def load_squad(path: str | Path) -> Dataset:
+    """Read a SQuAD v1.1 JSON file into the SQuAD layout, checking every answer span.
+
+    Raises:
+        TaskDataError: ``file: data[i].paragraphs[j].qas[k] (id ...): ...`` when the structure is wrong or
+            an answer's text is not at its ``answer_start`` in the context.
+    """
+    try:
+        obj = json.loads(Path(path).read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise TaskDataError(f"{path}: line {exc.lineno}: invalid JSON ({exc.msg})") from None
+    if not isinstance(obj, dict) or not isinstance(obj.get("data"), list):
+        raise TaskDataError(f"{path}: expected a SQuAD v1.1 object with a 'data' list")
+    rows = []
+    for i, art in enumerate(obj["data"]):
+        for j, para in enumerate(art.get("paragraphs", [])):
+            context = para.get("context")
+            if not isinstance(context, str):
+                raise TaskDataError(f"{path}: data[{i}].paragraphs[{j}]: 'context' missing")
+            for k, qa in enumerate(para.get("qas", [])):
+                where = f"{path}: data[{i}].paragraphs[{j}].qas[{k}] (id {qa.get('id')!r})"
+                answers = qa.get("answers") or []
+                if not answers or "question" not in qa or "id" not in qa:
+                    raise TaskDataError(f"{where}: expected 'id', 'question' and at least one answer")
+                texts, starts = [], []
+                for a in answers:
+                    text, start = a.get("text"), a.get("answer_start")
+                    if not isinstance(text, str) or not isinstance(start, int):
+                        raise TaskDataError(f"{where}: answer needs 'text' (str) and 'answer_start' (int)")
+                    got = context[start:start + len(text)]
+                    if got != text:
+                        raise TaskDataError(f"{where}: answer text {text!r} is not at answer_start {start} (found {got!r})")
+                    texts.append(text)
+                    starts.append(start)
+                rows.append({"id": str(qa["id"]), "title": str(art.get("title", "")), "context": context,
+                             "question": qa["question"], "answers": {"text": texts, "answer_start": starts}})
+    return Dataset.from_list(rows, features=QA_FEATURES)
+
+
+def load_hf_task(name: str, config: str | None = None) -> DatasetDict:
+    """Load a Hugging Face dataset by name (needs the network unless cached; never used by defaults/tests)."""
+    from datasets import load_dataset
+
+    return load_dataset(name, config)
+
+
+
+def build_user_task(spec: Any) -> tuple[DatasetDict, dict[str, Any]]:
+    """Load one user task (files per split or a Hugging Face dataset); ``spec`` is one ``prepare_tasks.user_tasks``
+    entry (``name``, ``kind``, ``train``/``validation``/``test`` or ``hf_dataset``/``hf_config``, columns).
+
+    Raises:
+        PipelineError: a missing split file, or bad rows (one line naming file and row).
+    """
+    if spec.hf_dataset:
+        dd = load_hf_task(spec.hf_dataset, spec.hf_config)
+        info: dict[str, Any] = {}
+        if spec.kind == "ner":
+            info["label_names"] = dd["train"].features["ner_tags"].feature.names
+        elif spec.kind in kinds.LABELLED_KINDS:
+            info["label_names"] = dd["train"].features[spec.label_column].names
+        return dd, info
+    paths = {s: getattr(spec, s) for s in SPLITS}
+    for split, p in paths.items():
+        if not p or not Path(p).exists():
+            raise PipelineError(f"prepare_tasks.user_tasks[{spec.name}].{split}: file {p!r} not found")
+    if spec.kind == kinds.REGRESSION:
+        return DatasetDict({s: load_classification_file(p, spec.text_column, spec.label_column, spec.text_pair_column,
+                                                        regression=True) for s, p in paths.items()}), {}
+    if spec.kind in kinds.LABELLED_KINDS:
+        pair = spec.text_pair_column if spec.kind == kinds.PAIR_CLASSIFICATION else None
+        parts = {s: load_classification_file(p, spec.text_column, spec.label_column, pair) for s, p in paths.items()}
+        names = sorted({n for d in parts.values() for n in d.features["label"].names})
+        for s, d in parts.items():
+            if d.features["label"].names != names:
+                raise PipelineError(f"{paths[s]}: labels {d.features['label'].names} differ from the other splits' {names}")
+        return DatasetDict(parts), {"label_names": names}
+    if spec.kind == "ner":
+        read = {s: load_conll(p) for s, p in paths.items()}
+        names = conll_label_names(*[tags for _, tags in read.values()])
+        return DatasetDict({s: ner_dataset(tok, tags, names, s) for s, (tok, tags) in read.items()}), {"label_names": names}
+    return DatasetDict({s: load_squad(p) for s, p in paths.items()}), {}
