@@ -488,8 +488,8 @@ def test_distill_outputs(smoke_run):
     assert metrics["eval_predicted_tokens"] > 0
     assert metrics["steps"] == 4
     assert metrics["bad_steps"] == 0
-    card = card_header(folder)
-    assert (card["pipeline_tag"], card["base_model"]) == ("fill-mask", "models/pretrained")
+    card = card_header(smoke_run / "models/release/distilled")
+    assert (card["pipeline_tag"], card["base_model"]) == ("fill-mask", "models/release/pretrained")
     assert card["bert_pipeline"]["tokens_seen"] == metrics["tokens_seen"] > 0
     if metrics["teacher"]["mlm_accuracy"] > 0:
         assert metrics["mlm_accuracy_share"] == pytest.approx(
