@@ -34,6 +34,7 @@ from stages.params.task_distill import TaskDistillView
 from stages.teacher_logits import check_teacher
 
 LOGITS = Path("data/teacher_logits")
+SHARED_KEYS = {"teacher", "student", "student_layers", "temperature", "alpha_ce", "alpha_task", "learning_rate", "seeds"}
 
 
 def run(task_name: str, params: TaskDistillView, tracker: Any = None) -> dict[str, Any]:
@@ -74,7 +75,11 @@ def main(argv: list[str] | None = None) -> None:
     params = load_view(TaskDistillView)
     if params.finetune.num_threads:
         torch.set_num_threads(params.finetune.num_threads)
-    section = {**params.task_distill.model_dump(), "loop": params.finetune.model_dump(include=LOOP_KEYS - {"seeds"}),
+    td = params.task_distill
+    # the settings this task's run uses (dvc.yaml's params of distill_task@{task}), not the other tasks' entries
+    section = {**td.model_dump(include=SHARED_KEYS), "epochs": td.epochs.get(args.task),
+               "teacher_only_examples": td.teacher_only_examples.get(args.task, 0),
+               "loop": params.finetune.model_dump(include=LOOP_KEYS - {"seeds"}),
                "task": params.finetune.tasks[args.task].model_dump() if args.task in params.finetune.tasks else None}
     with tracking.stage_run(f"distill_task@{args.task}", section,
                             tags={"model": params.task_distill.student, "task": args.task,

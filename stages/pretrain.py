@@ -81,7 +81,8 @@ def _relaunch_distributed(num_processes: int, config_file: str | None) -> None:
 
 def main() -> None:
     require_inputs("pretrain")
-    p = load_view(PretrainView).pretrain
+    view = load_view(PretrainView)
+    p = view.pretrain
     if p.compute.num_processes > 1 and not under_launcher():
         if os.environ.get(LAUNCHED):  # the launcher started one plain process (e.g. distributed_type NO)
             raise PipelineError(f"pretrain.compute.accelerate_config: accelerate launch started one process, not "
@@ -100,6 +101,11 @@ def main() -> None:
     from bert_pipeline.train.precision import make_accelerator
 
     loaded = load_pretraining(p)
+    objective = view.create_pretraining_data.objective
+    if loaded.data.objective != objective:  # data/pretraining was built before the objective changed
+        raise PipelineError(f"{DATA_DIR}/info.json: built for create_pretraining_data.objective "
+                            f"{loaded.data.objective!r}, params.yaml says {objective!r}; run `dvc repro "
+                            f"create_pretraining_data` first")
     accelerator = make_accelerator(p.precision)
     if accelerator.num_processes != p.compute.num_processes:
         raise PipelineError(f"pretrain.compute.num_processes: {p.compute.num_processes}, but the launcher started "

@@ -66,6 +66,19 @@ def test_bad_inputs_one_line_and_no_model(in_tmp, mlflow_in_tmp, raw, capsys, ch
     assert not (in_tmp / "checkpoints").exists()
 
 
+def test_data_built_for_another_objective_is_one_line(in_tmp, mlflow_in_tmp, raw, capsys):
+    """params.yaml's objective (sop) against data/pretraining built for NSP: the stage names both and the fix."""
+    pretrain_workspace(in_tmp, raw)
+    params = yaml.safe_load((in_tmp / "params.yaml").read_text())
+    params["create_pretraining_data"]["objective"] = "sop"
+    params["pretrain"]["model"]["family"] = "albert"
+    params["train_tokenizer"]["model"] = "unigram"
+    (in_tmp / "params.yaml").write_text(yaml.safe_dump(params))
+    assert _stage_error(capsys) == ("error: data/pretraining/info.json: built for create_pretraining_data.objective "
+                                    "'nsp', params.yaml says 'sop'; run `dvc repro create_pretraining_data` first")
+    assert not (in_tmp / "models" / "pretrained").exists()
+
+
 def test_stage_outputs_and_byte_identical_rerun(in_tmp, mlflow_in_tmp, raw, one_thread):
     import json
     import shutil
