@@ -43,6 +43,12 @@ def pytest_configure(config):
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
+def pytest_collection_modifyitems(config, items):
+    """The end-to-end tests (marker ``e2e``, minutes of stages) first: under pytest-xdist (``pyproject.toml``) their
+    worker starts them at once while the other works through the unit tests."""
+    items.sort(key=lambda item: item.get_closest_marker("e2e") is None)  # stable: each file keeps its order
+
+
 # ------------------------------------------------------------------------------------------------ params
 def committed_params() -> dict[str, Any]:
     """A fresh copy of the committed params.yaml, as the plain mapping a stage's schema validates."""
