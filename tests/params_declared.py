@@ -10,7 +10,9 @@ the stage for nothing.
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 
@@ -24,7 +26,7 @@ def declared_params(repo: Path) -> dict[str, tuple[str, list[str]]]:
         for stage in dvc.index.stages:
             keys = [key for dep in stage.deps if type(dep).__name__ == "ParamsDependency"
                     and Path(dep.def_path).name == "params.yaml" for key in dep.params]
-            out[stage.cmd] = (stage.addressing, keys)
+            out[stage.cmd] = (stage.name, keys)
     return out
 
 
@@ -62,3 +64,17 @@ def problems(repo: Path, record_file: Path) -> list[str]:
         out += [f"{address}: reads {key}, which dvc.yaml does not declare in its params" for key in undeclared]
         out += [f"{address}: declares {key} in its params, which its code never reads" for key in unused]
     return out
+
+
+@contextlib.contextmanager
+def recorded_reads(monkeypatch) -> Iterator[set[str]]:
+    """Record, in this process, the params keys a stage's ``main`` reads while the block runs (its views come
+    wrapped in :class:`stages.params.base.RecordedParams`); yields the set the keys are added to. No exit hook is
+    registered: compare the set with :func:`declared_params` and :func:`mismatches` after the block."""
+    from stages.params import base
+
+    reads: set[str] = set()
+    monkeypatch.setenv(base.RECORD_ENV, "in-process")
+    monkeypatch.setattr(base, "_READS", reads)
+    monkeypatch.setattr(base, "_RECORDING", ["in-process"])  # as if the exit hook were registered
+    yield reads
