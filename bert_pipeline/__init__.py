@@ -1,5 +1,6 @@
-"""The BERT pipeline library: corpus to registered models, by part. It reads no ``params.yaml`` and names no DVC
-path; the stages in ``stages/`` wire params and paths to it (``ARCHITECTURE.md`` has the map).
+"""The BERT pipeline library: corpus to registered models, by part. It reads no params file and names no DVC
+path (``tests/test_layering.py`` keeps it so); the stages in ``stages/`` wire params and paths to it
+(``ARCHITECTURE.md`` has the map).
 
 - :mod:`bert_pipeline.data`: sources, fetching, corpus cleaning, sentence splitting, WordPiece, instances, masking,
   shards, task sets;

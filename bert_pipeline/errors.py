@@ -14,7 +14,7 @@ class SettingError(PipelineError):
     says what was expected. ``str(err)`` is ``"{setting}: {message}"`` (the message alone when ``setting`` is empty).
 
     The library knows no params key: the stage that passed the value maps ``setting`` to its key
-    (:func:`stages.settings_from`), so the user's line reads ``params.yaml: SECTION.SETTING: MESSAGE``.
+    (:func:`stages.settings_from`), so the user's line names the params file and ``SECTION.SETTING: MESSAGE``.
     """
 
     def __init__(self, setting: str, message: str) -> None:

@@ -1,8 +1,9 @@
 """The flow's side of MLflow: one parent run per flow run; stage runs nest under it.
 
 The parent run id reaches the stage processes through an environment variable (never ``MLFLOW_RUN_ID``, which
-would make a stage resume the parent run instead of opening its own nested run). The variable names, the default
-experiment and the tracking URI rule are :mod:`bert_pipeline.mlops.tracking`'s, so the two sides cannot disagree.
+would make a stage resume the parent run instead of opening its own nested run). The variable names and the default
+experiment are :mod:`bert_pipeline.mlops.tracking`'s, the tracking URI rule and the experiment lookup (with DVC's
+temporary copies) :mod:`stages.dvc_adapter`'s, so the flow and the stages cannot disagree.
 """
 
 from __future__ import annotations
@@ -15,10 +16,9 @@ from bert_pipeline.mlops.tracking import (
     EXPERIMENT_ENV,
     FLOW_RUN_ENV,
     PARENT_RUN_ENV,
-    experiment_id,
     experiment_url,
-    tracking_uri,
 )
+from stages.dvc_adapter import experiment_id, tracking_uri
 
 log = logging.getLogger(__name__)
 

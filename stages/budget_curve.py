@@ -170,7 +170,7 @@ def main() -> None:
     params = load_view(BudgetCurveView)
     check_members(params)
     curve = params.budget_curve
-    from bert_pipeline.mlops import tracking
+    from stages import dvc_adapter
 
     baseline = [read_result(FINETUNE_METRICS / f"{curve.baseline}-{t}.json") for t in curve.tasks]
     own = [read_result(FINETUNE_METRICS / f"{curve.member}-{t}.json") for t in curve.tasks]
@@ -182,7 +182,7 @@ def main() -> None:
     timings = [{"fraction": 0.0, "pretrain_seconds": 0.0, "pretrain_cpu_seconds": 0.0},
                {"fraction": 1.0, "pretrain_seconds": own_timing.get("seconds"),
                 "pretrain_cpu_seconds": own_timing.get("cpu_seconds")}]
-    with tracking.stage_run("budget_curve", {"budget_curve": curve.model_dump(), "seeds": params.finetune.seeds}) as run:
+    with dvc_adapter.stage_run("budget_curve", {"budget_curve": curve.model_dump(), "seeds": params.finetune.seeds}) as run:
         for fraction in sorted(curve.fractions):
             point, timing = train_point(fraction, params, baseline)
             points.append(point)

@@ -35,11 +35,14 @@ per-token tags or decoded answers; ``speedup``: PyTorch ms / ONNX Runtime ms at 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
+import os
 import shlex
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -199,19 +202,41 @@ def entries_by_task(teacher: str, student: str, scratch: str, only: list[str] | 
     return out
 
 
+PROGRESS_BAR_ENV = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
+"""MLflow's switch (``mlflow.environment_variables``) for its artifact upload/download progress bars: ``promote``
+turns it off unless the user set it, so each registered version is one log line, not four bars."""
+
+
+@contextlib.contextmanager
+def quiet_artifact_transfers() -> Iterator[None]:
+    """MLflow's artifact progress bars off for the block (``MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR=false`` unless the
+    environment sets it already), the environment restored afterwards."""
+    if os.environ.get(PROGRESS_BAR_ENV) is not None:
+        yield
+        return
+    os.environ[PROGRESS_BAR_ENV] = "false"
+    try:
+        yield
+    finally:
+        os.environ.pop(PROGRESS_BAR_ENV, None)
+
+
 def run_promote(args: argparse.Namespace) -> None:
+    """Register each task's fine-tuned versions and move its aliases: one INFO line per version on stderr
+    (:func:`bert_pipeline.mlops.registry.version_line`), the task's decision on stdout."""
     from mlflow import MlflowClient
 
     from bert_pipeline.mlops.registry import promote_task
-    from bert_pipeline.mlops.tracking import tracking_uri
+    from stages.dvc_adapter import copy_origin, tracking_uri
 
     params = load_params()
     p = params.evaluate
     uri = tracking_uri()
     client = MlflowClient(tracking_uri=uri, registry_uri=uri)
-    for entries in entries_by_task(p.teacher, p.student, p.scratch, args.tasks, params.finetune.data_seed).values():
-        decision = promote_task(client, entries, uri, force=args.force)
-        sys.stdout.write(decision.line() + "\n")
+    with quiet_artifact_transfers():
+        for entries in entries_by_task(p.teacher, p.student, p.scratch, args.tasks, params.finetune.data_seed).values():
+            decision = promote_task(client, entries, uri, force=args.force, copy_origin=copy_origin)
+            sys.stdout.write(decision.line() + "\n")
 
 
 # ------------------------------------------------------------------------------------------------ predict

@@ -44,7 +44,6 @@ def main() -> None:
     require_inputs("distill")  # before the slow imports below
     from bert_pipeline.data.masking import collator_from_info, load_info
     from bert_pipeline.data.tokenizer import load_tokenizer
-    from bert_pipeline.mlops.tracking import lock_pointer, stage_run
     from bert_pipeline.model.configs import save_model
     from bert_pipeline.model.distillation import load_teacher, resolve_student_layers
     from bert_pipeline.train.checkpoint import CheckpointManager, fingerprint
@@ -52,6 +51,7 @@ def main() -> None:
     from bert_pipeline.train.loop import TrainConfig, TrainingError
     from bert_pipeline.train.precision import make_accelerator
     from bert_pipeline.train.pretrain import history_csv, open_instances
+    from stages.dvc_adapter import lock_pointer, stage_run
 
     p = load_view(DistillView).distill
     teacher = load_teacher(TEACHER_DIR)

@@ -27,7 +27,7 @@ from bert_pipeline.errors import PipelineError
 from bert_pipeline.mlops import tracking
 from bert_pipeline.train.finetune import FinetuneError
 from bert_pipeline.train.task_distill import StudentSpec, distill_task
-from stages import require_inputs, settings_from
+from stages import dvc_adapter, require_inputs, settings_from
 from stages.finetune import LOOP_KEYS, MODELS_OUT, TASKS, save_member, training_facts
 from stages.params.base import load_view
 from stages.params.task_distill import TaskDistillView
@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> None:
                "teacher_only_examples": td.teacher_only_examples.get(args.task, 0),
                "loop": params.finetune.model_dump(include=LOOP_KEYS - {"seeds"}),
                "task": params.finetune.tasks[args.task].model_dump() if args.task in params.finetune.tasks else None}
-    with tracking.stage_run(f"distill_task@{args.task}", section,
+    with dvc_adapter.stage_run(f"distill_task@{args.task}", section,
                             tags={"model": params.task_distill.student, "task": args.task,
                                   "teacher": params.task_distill.teacher}) as tracker:
         run(args.task, params, tracker)

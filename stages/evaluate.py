@@ -6,7 +6,8 @@ measures each member's CPU inference cost (:func:`bert_pipeline.evaluation.famil
 - ``reports/summary.md``: the table (a row per member: parameters, each task's test score, the average, relative
   speed with the teacher = 1.0x), the findings (pre-training gain over scratch, the student's share and speed-up),
   the figures (linked as ``figures/NAME.png``), corpus and tokenizer facts, sources, and the report card
-  (provenance); a cached output, so ``dvc exp apply`` brings it back;
+  (provenance: git, the sha256 of ``dvc.lock`` as it stands while this stage runs, :mod:`stages.dvc_adapter`); a
+  cached output, so ``dvc exp apply`` brings it back;
 - ``reports/figures/*.png``: the page's figures, drawn offline (:mod:`bert_pipeline.evaluation.figures`) from
   ``plots/pretrain.csv``, ``plots/distill.csv``, ``plots/tokenizer_fertility.csv`` and this stage's tables; DVC's
   image plots (``dvc plots show`` shows them with no JavaScript);
@@ -34,8 +35,7 @@ from bert_pipeline.evaluation.family import FamilyInputs, csv_text, evaluate_fam
 from bert_pipeline.evaluation.figures import FigureSources
 from bert_pipeline.evaluation.report import ReportSources
 from bert_pipeline.io import atomic_dir, atomic_write_text, write_json
-from bert_pipeline.mlops import tracking
-from stages import require_inputs
+from stages import dvc_adapter, require_inputs
 from stages.headline import write_headline
 from stages.params.base import load_view
 from stages.params.evaluate import EvaluateView
@@ -53,6 +53,7 @@ PLOTS = Path("plots/evaluate")
 PRETRAIN_HISTORY = Path("plots/pretrain.csv")
 DISTILL_HISTORY = Path("plots/distill.csv")
 FERTILITY = Path("plots/tokenizer_fertility.csv")
+BUDGET_CURVE = METRICS / "budget_curve.json"
 OUT_METRICS = METRICS / "evaluate.json"
 OUT_TIMING = METRICS / "evaluate-timing.json"
 REPORT_SOURCES = ReportSources(
@@ -60,19 +61,22 @@ REPORT_SOURCES = ReportSources(
     pretrain="metrics/pretrain.json", distill="metrics/distill.json", corpus="metrics/corpus.json",
     tokenizer="metrics/tokenizer.json", evaluate=OUT_METRICS.as_posix(), evaluate_timing=OUT_TIMING.as_posix(),
     sources_json=SOURCES.as_posix(), figures=FIGURES.relative_to(REPORT.parent).as_posix(),
-    export="metrics/export.json", export_timing="metrics/export-timing.json")
+    export="metrics/export.json", export_timing="metrics/export-timing.json", budget_curve=BUDGET_CURVE.as_posix(),
+    budget_curve_timing="metrics/budget_curve-timing.json", variants="metrics/variants.json",
+    variants_timing="metrics/variants-timing.json", retrieval="metrics/retrieval.json",
+    lock_file=dvc_adapter.LOCK_FILE.as_posix())
 FIGURE_SOURCES = FigureSources(
     pretrain_history=PRETRAIN_HISTORY, distill_history=DISTILL_HISTORY, fertility=FERTILITY,
     cite_pretrain_history=PRETRAIN_HISTORY.as_posix(), cite_distill_history=DISTILL_HISTORY.as_posix(),
-    cite_fertility=FERTILITY.as_posix(), cite_evaluate_plots=PLOTS.as_posix())
+    cite_fertility=FERTILITY.as_posix(), cite_evaluate_plots=PLOTS.as_posix(), cite_budget_curve=BUDGET_CURVE.as_posix())
 
 
 def main() -> None:
     require_inputs("evaluate")
     p = load_view(EvaluateView).evaluate
     inputs = FamilyInputs(FINETUNE_METRICS, FINETUNED, TASKS, METRICS, SOURCES, Path.cwd(), REPORT_SOURCES,
-                          FIGURE_SOURCES)
-    with tracking.stage_run("evaluate", p.model_dump()) as run:
+                          FIGURE_SOURCES, dvc_adapter.lock_sha256())
+    with dvc_adapter.stage_run("evaluate", p.model_dump()) as run:
         result = evaluate_family(inputs, **p.model_dump())
         with atomic_dir(PLOTS) as tmp:
             (tmp / "sentiment_confusion").mkdir()

@@ -28,9 +28,8 @@ from bert_pipeline.console import run_main
 from bert_pipeline.errors import PipelineError
 from bert_pipeline.evaluation.family import load_test_split
 from bert_pipeline.io import atomic_dir, flatten, write_json
-from bert_pipeline.mlops import tracking
 from bert_pipeline.mlops.onnx_export import export_folder
-from stages import require_inputs
+from stages import dvc_adapter, require_inputs
 from stages.headline import write_headline
 from stages.params.base import load_view
 from stages.params.export import ExportParams, ExportView
@@ -99,7 +98,7 @@ def main() -> None:
     params = load_view(ExportView)
     p = params.export
     start = time.perf_counter()
-    with tracking.stage_run("export", p.model_dump()) as run:
+    with dvc_adapter.stage_run("export", p.model_dump()) as run:
         chosen = selected_folders(p.models, FINETUNED, params.finetune.tasks)
         parity: dict[str, Any] = {}
         timing: dict[str, Any] = {}

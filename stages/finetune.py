@@ -27,9 +27,8 @@ import torch
 from bert_pipeline.console import run_main
 from bert_pipeline.errors import PipelineError
 from bert_pipeline.io import atomic_dir, write_json
-from bert_pipeline.mlops import tracking
 from bert_pipeline.train.finetune import FinetuneError, Grid, MemberSpec, finetune_task
-from stages import require_inputs
+from stages import dvc_adapter, require_inputs
 from stages.headline import write_headline
 from stages.params.base import load_view
 from stages.params.finetune import FinetuneModel, FinetuneParams, FinetuneView
@@ -200,7 +199,7 @@ def main(argv: list[str] | None = None) -> None:
     section = p.model_dump(exclude={"models", "tasks", "user_model"})
     section["model"] = resolve_model(args.model, p).model_dump()
     section["task"] = p.tasks[args.task].model_dump() if args.task in p.tasks else None
-    with tracking.stage_run(f"finetune@{args.model}-{args.task}", section,
+    with dvc_adapter.stage_run(f"finetune@{args.model}-{args.task}", section,
                             tags={"model": args.model, "task": args.task, "seeds": p.seeds}) as tracker:
         run(args.model, args.task, p, tracker)
 

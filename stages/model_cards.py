@@ -31,7 +31,7 @@ from bert_pipeline.errors import PipelineError
 from bert_pipeline.io import atomic_dir
 from bert_pipeline.model import card
 from stages import require_inputs
-from stages.params.base import load_view
+from stages.params.base import DEFAULT_PARAMS, load_view
 from stages.params.finetune import FinetuneModel, FinetuneParams
 from stages.params.model_cards import ModelCardsView
 from stages.params.task_distill import TaskDistillParams
@@ -49,6 +49,13 @@ CORPUS_METRICS = Path("metrics/corpus.json")  # prepare_corpus's record
 DATA_INFO = Path("data/pretraining/info.json")  # create_pretraining_data's record of the instances
 TASKS = Path("data/tasks")
 SOURCES = Path("data/raw/SOURCES.json")  # the data packages' versions and licences
+REPORT = Path("reports/summary.md")  # stage evaluate's page (stages.evaluate.REPORT; not imported: its code is no dep)
+CARD_CITATIONS = card.CardCitations(
+    sources_record=SOURCES.as_posix(), corpus_record=CORPUS_METRICS.as_posix(), instances_record=DATA_INFO.as_posix(),
+    pretrain_record=PRETRAIN_METRICS.as_posix(), distill_record=DISTILL_METRICS.as_posix(),
+    finetune_records=FINETUNE_METRICS.as_posix(), distilled=DISTILLED.as_posix(), finetuned=FINETUNED.as_posix(),
+    report=REPORT.as_posix(), params_file=DEFAULT_PARAMS.as_posix())
+"""What the cards cite: the files above, the pipeline's folders, the report and the params file."""
 LOOP_KEYS = {"seeds", "data_seed", "warmup_ratio", "weight_decay", "max_grad_norm", "early_stopping_patience",
              "evals_per_epoch", "eval_batch_size"}  # stages.finetune.LOOP_KEYS, ``precision`` from the record
 
@@ -106,7 +113,7 @@ def pretrained_card(view: ModelCardsView, sources: list[Any]) -> str:
         quality={**quality, "init": card.portable_path(p.init, Path.cwd())}, data_info=_record(DATA_INFO),
         corpus=card.read_json_record(CORPUS_METRICS), settings=settings,
         architecture=_architecture(PRETRAINED, quality["parameters"], p.model.size if p.init == "scratch" else None),
-        sources=sources, folder=released(PRETRAINED))
+        sources=sources, folder=released(PRETRAINED), cites=CARD_CITATIONS)
 
 
 def distilled_card(view: ModelCardsView, sources: list[Any]) -> str:
@@ -116,7 +123,7 @@ def distilled_card(view: ModelCardsView, sources: list[Any]) -> str:
     return card.distilled_card(
         metrics=metrics, settings=settings, data_info=_record(DATA_INFO),
         architecture=_architecture(DISTILLED, metrics["student"]["parameters"]), teacher=released(PRETRAINED),
-        corpus=card.read_json_record(CORPUS_METRICS), sources=sources, folder=released(DISTILLED))
+        corpus=card.read_json_record(CORPUS_METRICS), sources=sources, folder=released(DISTILLED), cites=CARD_CITATIONS)
 
 
 def member_settings(record: dict[str, Any], finetune: FinetuneParams,
@@ -151,7 +158,7 @@ def finetuned_card(record: dict[str, Any], finetune: FinetuneParams, sources: li
     return card.finetuned_card(
         name=name, task=task, record=record, task_info=card.read_json_record(TASKS / task / "task.json") or {},
         task_settings=finetune.tasks[task].model_dump(), member=spec.model_dump(), loop=loop, sources=sources,
-        base=base, architecture=shape, folder=released(folder))
+        base=base, architecture=shape, folder=released(folder), cites=CARD_CITATIONS)
 
 
 def write_release(view: ModelCardsView, out: Path) -> list[str]:

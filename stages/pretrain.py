@@ -95,10 +95,10 @@ def main() -> None:
         _relaunch_distributed(p.compute.num_processes, config)
         return
 
-    from bert_pipeline.mlops import tracking
     from bert_pipeline.model.configs import save_model
     from bert_pipeline.train import pretrain as pretraining
     from bert_pipeline.train.precision import make_accelerator
+    from stages import dvc_adapter
 
     loaded = load_pretraining(p)
     objective = view.create_pretraining_data.objective
@@ -113,7 +113,7 @@ def main() -> None:
     main_process = accelerator.is_main_process
     section = p.model_dump(mode="json")
     tracked = {"pretrain": section, "create_pretraining_data.objective": loaded.data.objective}
-    with tracking.stage_run("pretrain", tracked) if main_process else contextlib.nullcontext() as run:
+    with dvc_adapter.stage_run("pretrain", tracked) if main_process else contextlib.nullcontext() as run:
         def on_log(step: int, row: dict) -> None:
             if run is not None:
                 run.log_metrics({k: v for k, v in row.items() if k != "step"}, step=step)

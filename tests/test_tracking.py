@@ -1,7 +1,10 @@
-"""bert_pipeline.mlops.tracking against a temporary SQLite store: tags, nesting, params, metrics, end on error, pointers."""
+"""bert_pipeline.mlops.tracking against a temporary SQLite store: tags, nesting, params, metrics, end on error, pointers;
+and stages.dvc_adapter's side of it: the DVC experiment's tags, the repository root of DVC's temporary copies, the
+lock pointer."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 import sys
@@ -11,6 +14,7 @@ import pytest
 from mlflow import MlflowClient
 
 from bert_pipeline.mlops import tracking
+from stages import dvc_adapter
 
 
 def test_run_tags_params_metrics_nesting(module_mlflow_uri, monkeypatch, tmp_path):
@@ -88,13 +92,38 @@ def test_default_uri_is_absolute_repo_root_also_in_dvc_temp_copies(tmp_path, mon
     inner = repo / ".dvc" / "tmp" / "exps" / "tmpabc" / "stages"
     inner.mkdir(parents=True)
     (repo / "dvc.yaml").write_text("stages: {}\n")
-    assert tracking.repo_root(inner) == repo.resolve()
-    assert tracking.tracking_uri(repo / ".dvc") == f"sqlite:///{repo.resolve().as_posix()}/mlflow.db"
+    assert dvc_adapter.repo_root(inner) == repo.resolve()
+    assert dvc_adapter.copy_origin(inner) == repo and dvc_adapter.copy_origin(repo) is None
+    assert dvc_adapter.tracking_uri(repo / ".dvc") == f"sqlite:///{repo.resolve().as_posix()}/mlflow.db"
     clone = repo / ".dvc" / "tmp" / "flows" / "run-x"  # the flow's clone has a .git of its own
     (clone / ".git").mkdir(parents=True)
-    assert tracking.tracking_uri(clone) == f"sqlite:///{repo.resolve().as_posix()}/mlflow.db"
+    assert dvc_adapter.tracking_uri(clone) == f"sqlite:///{repo.resolve().as_posix()}/mlflow.db"
+    assert tracking.tracking_uri(clone) == f"sqlite:///{clone.resolve().as_posix()}/mlflow.db"  # the library: as given
+    assert tracking.artifact_location(f"sqlite:///{inner}/mlflow.db", "e", dvc_adapter.copy_origin) == (
+        (repo.resolve() / "mlruns" / "e").as_uri())
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://tracking:5000")
-    assert tracking.tracking_uri(inner) == "http://tracking:5000"
+    assert dvc_adapter.tracking_uri(inner) == "http://tracking:5000"
+
+
+def test_a_stage_run_under_dvc_exp_run_carries_the_experiment(module_mlflow_uri, monkeypatch):
+    """``dvc exp run`` hands the experiment's name and baseline commit to the stage's process (``DVC_EXP_NAME``,
+    ``DVC_EXP_BASELINE_REV``: dvc.env); the stage's run and its seed runs carry them as tags."""
+    monkeypatch.delenv(tracking.PARENT_RUN_ENV, raising=False)
+    monkeypatch.setenv("DVC_EXP_NAME", "tepid-bark")
+    monkeypatch.setenv("DVC_EXP_BASELINE_REV", "a" * 40)
+    with dvc_adapter.stage_run("finetune@a-b", {"x": 1}, uri=module_mlflow_uri, tags={"task": "b"}) as run:
+        with run.nested("seed 1", {"seed": 1}) as child:
+            pass
+    client = MlflowClient(module_mlflow_uri)
+    for run_id in (run.run_id, child.run_id):
+        tags = client.get_run(run_id).data.tags
+        assert (tags["dvc_experiment"], tags["dvc_baseline_rev"], tags["task"]) == ("tepid-bark", "a" * 40, "b")
+    monkeypatch.delenv("DVC_EXP_NAME")
+    monkeypatch.delenv("DVC_EXP_BASELINE_REV")
+    with dvc_adapter.stage_run("evaluate", {}, uri=module_mlflow_uri) as plain:  # dvc repro: no experiment
+        pass
+    assert not {"dvc_experiment", "dvc_baseline_rev"} & set(client.get_run(plain.run_id).data.tags)
+    assert dvc_adapter.experiment_tags({"DVC_EXP_NAME": "x", "DVC_EXP_BASELINE_REV": ""}) == {"dvc_experiment": "x"}
 
 
 def test_dvc_dir_md5_matches_dvc_and_lock_pointer(tmp_path):
@@ -111,9 +140,11 @@ def test_dvc_dir_md5_matches_dvc_and_lock_pointer(tmp_path):
     lock = tmp_path / "dvc.lock"
     lock.write_text(f"schema: '2.0'\nstages:\n  pretrain:\n    outs:\n    - path: models/pretrained\n"
                     f"      md5: {recorded}\n")
-    assert tracking.lock_pointer("models/pretrained", lock) == {"path": "models/pretrained", "md5": recorded,
-                                                                "stage": "pretrain"}
-    assert tracking.lock_pointer("models/other", lock) is None
+    assert dvc_adapter.lock_pointer("models/pretrained", lock) == {"path": "models/pretrained", "md5": recorded,
+                                                                   "stage": "pretrain"}
+    assert dvc_adapter.lock_pointer("models/other", lock) is None
+    assert dvc_adapter.lock_sha256(tmp_path) == hashlib.sha256(lock.read_bytes()).hexdigest()
+    assert dvc_adapter.lock_sha256(folder) is None
 
 
 def test_flatten_params_nested_lists():

@@ -73,7 +73,7 @@ def _import_rdata(path: Path):
 def read_r_lazyload(path: Path) -> Iterator[tuple[str, object]]:
     """Yield ``(name, value)`` for each object of an R lazy-load database (``Rdata.rdb`` + ``Rdata.rdx``).
 
-    An installed R package keeps its data sets so (``data/Rdata.rdb``): the ``.rdx`` index is a gzip-compressed R
+    An installed R package keeps its data sets so (``PACKAGE/data/Rdata.rdb``): the ``.rdx`` index is a gzip-compressed R
     serialization (read with :func:`rdata.read_rds`) of ``variables`` (name -> byte offset and length in the
     ``.rdb``) and ``compressed``; each ``.rdb`` record is a 4-byte big-endian length, then the zlib-compressed R
     serialization of one object, parsed with :func:`rdata.parser.parse_data` and converted with

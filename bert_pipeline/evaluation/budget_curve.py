@@ -112,7 +112,7 @@ def no_pretraining(scratch: Sequence[FinetuneResult]) -> BudgetPoint:
 
 
 def curve_record(points: Sequence[BudgetPoint], seeds: Sequence[int], member: str, baseline: str) -> dict[str, Any]:
-    """The quality record ``metrics/budget_curve.json``: ``{"member", "baseline", "seeds", "points": [{"fraction",
+    """The budget curve's quality record: ``{"member", "baseline", "seeds", "points": [{"fraction",
     "steps", "tokens_seen", "mlm_accuracy", "gain": {key: Gain.record()}}]}``, points by budget (byte-identical
     for the same inputs)."""
     return {"member": member, "baseline": baseline, "seeds": list(seeds), "points": [
@@ -130,7 +130,7 @@ def column(key: str) -> str:
 
 
 def curve_csv(record: Mapping[str, Any]) -> str:
-    """``plots/budget_curve.csv``: ``fraction, tokens_seen, mlm_accuracy`` and each score's mean gain in
+    """The budget curve's plot table: ``fraction, tokens_seen, mlm_accuracy`` and each score's mean gain in
     points (x100), a row per budget."""
     keys = sorted({k for p in record["points"] for k in p["gain"]})
     buffer = io.StringIO()

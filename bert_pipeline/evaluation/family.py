@@ -209,8 +209,9 @@ def pair_shares(pairs: list[DistillationPair], index: dict[tuple[str, str], Fine
 class FamilyInputs:
     """Where the family's results are: fine-tuning metrics and models, the task sets, the upstream metrics files
     (``metrics_dir`` holds ``pretrain.json``, ``distill.json``, ``corpus.json``, ``tokenizer.json`` and the timing
-    files), the raw data's ``SOURCES.json``, the repository (git, ``dvc.lock``), and the upstream plot CSVs the
-    figures are drawn from (``figures``; none by default)."""
+    files), the raw data's ``SOURCES.json``, the repository (git), what the page cites (``sources``), the upstream
+    plot CSVs the figures are drawn from (``figures``), and the sha256 of the pipeline's lock file for the report
+    card (``lock_sha256``, None when there is none)."""
 
     finetune_metrics: Path
     finetuned: Path
@@ -219,7 +220,8 @@ class FamilyInputs:
     sources_json: Path
     repo: Path
     sources: ReportSources
-    figures: FigureSources = field(default_factory=FigureSources)
+    figures: FigureSources
+    lock_sha256: str | None
 
 
 @dataclass
@@ -297,7 +299,7 @@ def evaluate_family(inputs: FamilyInputs, *, teacher: str, student: str, scratch
     header, rows = table(results, facts, teacher, student, scratch, reference)
     lines = findings(results, facts, teacher, student, scratch, tokens_seen, inputs.sources)
     lines += upstream_findings(pretrain, read_json(inputs.metrics_dir / "distill.json"), inputs.sources)
-    card = report_card(inputs.repo, inputs.metrics_dir, inputs.sources_json, tokens_seen)
+    card = report_card(inputs.repo, inputs.metrics_dir, inputs.sources_json, tokens_seen, inputs.lock_sha256)
     lengths = "/".join(str(n) for n in sorted({s.seq_length for s in speeds.values()}))
     note = (f"Speed: CPU, {num_threads} thread(s), inputs padded to {lengths} tokens, median of "
             f"{timed_runs} runs after {warmup_runs} warm-up; throughput at batch {throughput_batch_size}; "
@@ -308,8 +310,7 @@ def evaluate_family(inputs: FamilyInputs, *, teacher: str, student: str, scratch
     per_type = ner_per_type(index, models)
     curve = read_json(inputs.metrics_dir / "budget_curve.json")
     figures = family_figures(inputs.figures, score_vs_speed=score_vs_speed, confusion=confusion,
-                             ner_per_type=per_type, reference=reference, budget_curve=curve,
-                             cite_budget_curve=inputs.sources.budget_curve)
+                             ner_per_type=per_type, reference=reference, budget_curve=curve)
     budget = budget_curve_section(curve, read_json(inputs.metrics_dir / "budget_curve-timing.json"),
                                   inputs.sources.budget_curve, inputs.sources.budget_curve_timing)
     onnx = onnx_section(read_json(inputs.metrics_dir / "export.json"),

@@ -119,7 +119,7 @@ def _series(rows: Sequence[Mapping[str, Any]], x: str, y: str, scale: float = 1.
 def training_curves_png(rows: Sequence[Mapping[str, Any]], title: str) -> bytes:
     """Three panels by optimizer step: train loss, held-out MLM loss, held-out MLM accuracy (%).
 
-    ``rows``: a training history as ``plots/pretrain.csv`` / ``plots/distill.csv`` hold it (columns ``step``,
+    ``rows``: a training history as the pre-training and distillation history CSVs hold it (columns ``step``,
     ``train_loss``, ``eval_mlm_loss``, ``eval_mlm_accuracy`` as fractions, optionally ``eval_unigram_accuracy``,
     drawn dashed as the always-the-most-frequent-token baseline); empty cells are skipped. A panel whose column has
     no number says "no evaluation" instead of a line.
@@ -150,8 +150,8 @@ def training_curves_png(rows: Sequence[Mapping[str, Any]], title: str) -> bytes:
 
 def budget_curve_png(record: Mapping[str, Any]) -> bytes:
     """Pre-training gain (points, pre-trained minus from scratch) against tokens seen (millions), a line per score
-    with the seeds' range as error bars; the dashed line is no gain. ``record``: ``metrics/budget_curve.json``
-    (:func:`bert_pipeline.evaluation.budget_curve.curve_record`)."""
+    with the seeds' range as error bars; the dashed line is no gain. ``record``: the budget curve's quality
+    record (:func:`bert_pipeline.evaluation.budget_curve.curve_record`)."""
     points = record.get("points", [])
     keys = sorted({k for p in points for k in p["gain"]})
 
@@ -292,7 +292,7 @@ def ner_per_type_png(rows: Sequence[Sequence[Any]]) -> bytes:
 def fertility_png(rows: Sequence[Mapping[str, Any]]) -> bytes:
     """Bars of how many validation words take 1, 2, ... WordPiece tokens (share of words, %).
 
-    ``rows``: ``plots/tokenizer_fertility.csv`` rows (``tokens_per_word``, ``count``).
+    ``rows``: the tokenizer fertility table's rows (``tokens_per_word``, ``count``).
     """
     xs, counts = _series(rows, "tokens_per_word", "count")
     total = sum(counts) or 1.0
@@ -313,26 +313,28 @@ HISTORY_COLUMNS = ("step", "train_loss", "eval_mlm_loss", "eval_mlm_accuracy")
 """Columns a training history CSV must have for :func:`training_curves_png`."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class FigureSources:
-    """The files :func:`family_figures` reads, each with the repository-relative name the caption cites; a path
-    that does not exist gives no figure (a profile without that stage's output)."""
+    """The files :func:`family_figures` reads, each with the repository-relative name the caption cites (given by
+    the caller); a path that is None or does not exist gives no figure (a profile without that stage's output).
+    ``cite_evaluate_plots``: the folder of the plot tables the family figures are drawn from; ``cite_budget_curve``:
+    the budget curve's record."""
 
     pretrain_history: Path | None = None
     distill_history: Path | None = None
     fertility: Path | None = None
-    cite_pretrain_history: str = "plots/pretrain.csv"
-    cite_distill_history: str = "plots/distill.csv"
-    cite_fertility: str = "plots/tokenizer_fertility.csv"
-    cite_evaluate_plots: str = "plots/evaluate"
+    cite_pretrain_history: str
+    cite_distill_history: str
+    cite_fertility: str
+    cite_evaluate_plots: str
+    cite_budget_curve: str
 
 
 def family_figures(sources: FigureSources, *, score_vs_speed: Sequence[Sequence[Any]],
                    confusion: Mapping[str, Sequence[Sequence[str]]], ner_per_type: Sequence[Sequence[Any]],
-                   reference: str | None = None, budget_curve: Mapping[str, Any] | None = None,
-                   cite_budget_curve: str = "metrics/budget_curve.json") -> list[ReportFigure]:
+                   reference: str | None = None, budget_curve: Mapping[str, Any] | None = None) -> list[ReportFigure]:
     """The report's figures, in page order: pre-training and distillation curves, the budget curve (two points or
-    more of ``budget_curve``, cited as ``cite_budget_curve``), score vs speed (wall clock), the sentiment confusion
+    more of ``budget_curve``, cited as ``sources.cite_budget_curve``), score vs speed (wall clock), the sentiment confusion
     matrices, NER F1 per type, tokenizer fertility; a figure without data is left out.
 
     Raises:
@@ -348,7 +350,8 @@ def family_figures(sources: FigureSources, *, score_vs_speed: Sequence[Sequence[
                                     training_curves_png(rows, title)))
     if budget_curve and len(budget_curve.get("points", ())) > 1:
         out.append(ReportFigure("budget_curve.png", "Pre-training gain over from scratch against tokens seen (test "
-                                "main metric, seeds' range)", cite_budget_curve, budget_curve_png(budget_curve)))
+                                "main metric, seeds' range)", sources.cite_budget_curve,
+                                budget_curve_png(budget_curve)))
     plots = sources.cite_evaluate_plots
     if score_vs_speed:
         out.append(ReportFigure("score_vs_speed.png", "Average test score against CPU speed at batch 1 (wall clock)",

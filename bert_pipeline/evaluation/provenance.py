@@ -1,11 +1,11 @@
 """The report card: the provenance of a run (Karpathy 2025, nanochat's ``report.py``: one section per stage plus
-the environment). Git commit and dirty flag, the ``dvc.lock`` hash, data sources with versions and licences,
-hardware, library versions, wall seconds per stage, tokens seen in pre-training.
+the environment). Git commit and dirty flag, the hash of the pipeline's lock file (given by the caller, which knows
+where it is), data sources with versions and licences, hardware, library versions, wall seconds per stage, tokens
+seen in pre-training.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import platform
@@ -31,14 +31,6 @@ def git_state(repo: Path) -> dict[str, Any]:
     commit = git("rev-parse", "HEAD")
     status = git("status", "--porcelain", "--untracked-files=no")
     return {"commit": commit.strip() if commit else None, "dirty": None if status is None else bool(status.strip())}
-
-
-def file_sha256(path: Path) -> str | None:
-    """Hex sha256 of a file, or None when it does not exist."""
-    try:
-        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-    except FileNotFoundError:
-        return None
 
 
 def hardware() -> dict[str, Any]:
@@ -108,15 +100,16 @@ def data_sources(sources_json: Path) -> list[dict[str, str]]:
     return [{k: str(s.get(k, "")) for k in ("name", "version", "licence", "sha256")} for s in raw.get("sources", [])]
 
 
-def report_card(repo: Path, metrics_dir: Path, sources_json: Path, tokens_seen: int | None) -> dict[str, Any]:
-    """The provenance of a run: git commit and dirty flag, ``dvc.lock`` sha256, data sources with versions and
-    licences, hardware, library versions, wall seconds per stage, tokens seen in pre-training.
-
-    ``dvc.lock`` is hashed as it stands while this stage runs (every upstream stage already recorded).
+def report_card(repo: Path, metrics_dir: Path, sources_json: Path, tokens_seen: int | None,
+                lock_sha256: str | None) -> dict[str, Any]:
+    """The provenance of a run: git commit and dirty flag of ``repo``, the lock file's sha256 (``lock_sha256``, None
+    when there is none; the caller hashes it as it stands while the run goes on, every upstream stage already
+    recorded), data sources with versions and licences, hardware, library versions, wall seconds per stage, tokens
+    seen in pre-training.
     """
     return {
         "git": git_state(repo),
-        "dvc_lock_sha256": file_sha256(Path(repo) / "dvc.lock"),
+        "lock_sha256": lock_sha256,
         "data_sources": data_sources(sources_json),
         "hardware": hardware(),
         "libraries": library_versions(),
@@ -127,12 +120,12 @@ def report_card(repo: Path, metrics_dir: Path, sources_json: Path, tokens_seen: 
 
 def render_report_card(card: Mapping[str, Any], sources: Any) -> str:
     """The report card as Markdown bullet lists; ``sources`` (:class:`bert_pipeline.evaluation.report.ReportSources`)
-    names the files it cites."""
+    names the files it cites (the lock file as ``sources.lock_file``)."""
     git = card.get("git", {})
     dirty = {True: "dirty (uncommitted changes)", False: "clean", None: "unknown"}[git.get("dirty")]
     lines = ["## Report card", "",
              f"- git commit: `{git.get('commit') or 'unknown'}`, work tree {dirty}",
-             f"- dvc.lock sha256: `{card.get('dvc_lock_sha256') or 'absent'}`"]
+             f"- {sources.lock_file} sha256: `{card.get('lock_sha256') or 'absent'}`"]
     if card.get("tokens_seen"):
         lines.append(f"- tokens seen in pre-training: {card['tokens_seen']:,} ({sources.pretrain})")
     lines += ["", f"Data sources ({sources.sources_json}):", ""]

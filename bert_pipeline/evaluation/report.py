@@ -33,13 +33,14 @@ TASK_ORDER = ("sentiment", "ner", "qa", "headline_match")
 SILVER_TASKS = frozenset({"ner"})
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ReportSources:
     """The files the report cites, as paths relative to the repository (the pipeline's layout, given by the stage).
 
     ``finetune_metrics``: the folder of ``{model}-{task}.json`` fine-tuning metrics; ``finetuned_models``: the
-    folder of ``{model}-{task}/`` models; ``figures``: the PNG folder as the page links it; the others are single
-    files.
+    folder of ``{model}-{task}/`` models; ``metrics_dir``: the folder of the timing files; ``figures``: the PNG
+    folder as the page links it; ``lock_file``: the pipeline's lock file, whose hash the report card shows; the
+    others are single files.
     """
 
     finetune_metrics: str
@@ -52,15 +53,16 @@ class ReportSources:
     evaluate: str
     evaluate_timing: str
     sources_json: str
-    figures: str = "figures"
+    figures: str
     """The figures folder relative to the page's own folder (the links' prefix: ``figures/x.png``)."""
-    export: str = ""
-    export_timing: str = ""
-    budget_curve: str = "metrics/budget_curve.json"
-    budget_curve_timing: str = "metrics/budget_curve-timing.json"
-    variants: str = "metrics/variants.json"
-    variants_timing: str = "metrics/variants-timing.json"
-    retrieval: str = "metrics/retrieval.json"
+    export: str
+    export_timing: str
+    budget_curve: str
+    budget_curve_timing: str
+    variants: str
+    variants_timing: str
+    retrieval: str
+    lock_file: str
 
 
 @dataclass(frozen=True)

@@ -182,8 +182,10 @@ def _fluent_store(uri: str) -> Iterator[None]:
                 os.environ[key] = value
 
 
-def log_version(client: Any, entry: Entry, uri: str) -> str:
-    """Log ``entry``'s folder as a new version of registered model ``entry.task``; return its version number.
+def log_version(client: Any, entry: Entry, uri: str, copy_origin: tracking.CopyOrigin = tracking.no_copies) -> str:
+    """Log ``entry``'s folder as a new version of registered model ``entry.task``; return its version number. The
+    run goes to the pipeline's experiment (:func:`bert_pipeline.mlops.tracking.experiment_id`, ``copy_origin``: which
+    paths lie in a temporary copy of the repository).
 
     Sequence/token classifiers use the ``mlflow.transformers`` flavour; QA an ``mlflow.pyfunc`` model from code.
     """
@@ -197,7 +199,7 @@ def log_version(client: Any, entry: Entry, uri: str) -> str:
     if os.environ.get(tracking.PARENT_RUN_ENV):  # nested under the flow's run when the flow passes one
         tags["mlflow.parentRunId"] = os.environ[tracking.PARENT_RUN_ENV]
     with _fluent_store(uri), mlflow.start_run(run_name=f"register-{entry.member}-{entry.task}", tags=tags,
-                                              experiment_id=tracking.experiment_id(client, uri)) as run:
+                                              experiment_id=tracking.experiment_id(client, uri, None, copy_origin)) as run:
         mlflow.log_metric(f"test_{entry.main_metric}", entry.score)
         mlflow.set_tag("flavour", flavour)
         if flavour == "pyfunc":
@@ -219,7 +221,7 @@ def log_version(client: Any, entry: Entry, uri: str) -> str:
                 name="model", task=kind.replace("sequence-", "text-"), pip_requirements=pip_requirements(),
                 registered_model_name=entry.task, model_card=_model_card(entry.model_dir),
             )
-        log.info("%s: logged %s as run %s", entry.task, entry.model_dir, run.info.run_id)
+        log.debug("%s: logged %s as run %s", entry.task, entry.model_dir, run.info.run_id)
     return str(info.registered_model_version)
 
 
@@ -263,17 +265,19 @@ def serving_flavour(model_dir: Path) -> str:
     return "transformers"
 
 
-def register(client: Any, entry: Entry, uri: str) -> str:
-    """Register ``entry`` (or reuse the version with the same content) and set its tags; return the version."""
+def register(client: Any, entry: Entry, uri: str,
+             copy_origin: tracking.CopyOrigin = tracking.no_copies) -> tuple[str, bool]:
+    """Register ``entry`` (or reuse the version with the same content) and set its tags; return the version and
+    whether it is new."""
     sha = model_sha256(entry.model_dir)
     found = find_version(client, entry.task, sha)
-    version = str(found.version) if found else log_version(client, entry, uri)
+    version = str(found.version) if found else log_version(client, entry, uri, copy_origin)
     tags = {"family_member": entry.member, "flavour": serving_flavour(entry.model_dir), "seed": "" if entry.seed is None else str(entry.seed),
             "main_metric": entry.main_metric, "score": repr(float(entry.score)),
             "test_split_sha256": entry.split_sha256, "model_sha256": sha, "source": entry.source}
     for key, value in tags.items():
         client.set_model_version_tag(entry.task, version, key, value)
-    return version
+    return version, found is None
 
 
 def champion_of(client: Any, task: str) -> Any | None:
@@ -284,8 +288,13 @@ def champion_of(client: Any, task: str) -> Any | None:
         return None
 
 
-def promote_task(client: Any, entries: Sequence[Entry], uri: str, force: bool = False) -> Decision:
+def promote_task(client: Any, entries: Sequence[Entry], uri: str, force: bool = False,
+                 copy_origin: tracking.CopyOrigin = tracking.no_copies) -> Decision:
     """Register ``entries`` (one task), point ``candidate`` at the best, move ``champion`` if :func:`decide` says so.
+
+    ``copy_origin``: which paths lie in a temporary copy of the repository (:func:`log_version`). Logs one INFO line
+    per version (:func:`version_line`) and nothing else at INFO; MLflow's artifact progress bars are the caller's to
+    switch off (``bert-pipeline promote`` does).
 
     Raises:
         PipelineError: no entries, or entries of several tasks / main metrics.
@@ -297,7 +306,8 @@ def promote_task(client: Any, entries: Sequence[Entry], uri: str, force: bool = 
     if len(tasks) != 1 or len(metrics) != 1:
         raise PipelineError(f"promote_task: one task and main metric expected, got {sorted(tasks)} {sorted(metrics)}")
     task = entries[0].task
-    versions = [register(client, e, uri) for e in entries]
+    registered = [register(client, e, uri, copy_origin) for e in entries]
+    versions = [version for version, _ in registered]
     best = max(range(len(entries)), key=lambda i: (entries[i].score, -i))
     cand, cand_version = entries[best], versions[best]
     client.set_registered_model_alias(task, CANDIDATE, cand_version)
@@ -316,5 +326,18 @@ def promote_task(client: Any, entries: Sequence[Entry], uri: str, force: bool = 
         client.set_registered_model_alias(task, CHAMPION, cand_version)
     decision = Decision(task, cand_version, cand.member, cand.score, champ_version, champ_score, promoted, reason)
     client.set_model_version_tag(task, cand_version, "promotion_decision", decision.line())
-    log.info("%s", decision.line())
+    champion = cand_version if promoted else champ_version
+    for entry, (version, new) in zip(entries, registered, strict=True):
+        log.info("%s", version_line(entry, version, new, [alias for alias, at in ((CANDIDATE, cand_version),
+                                                                                    (CHAMPION, champion)) if at == version]))
+    log.debug("%s", decision.line())
     return decision
+
+
+def version_line(entry: Entry, version: str, new: bool, aliases: Sequence[str]) -> str:
+    """One registered version as one line: ``TASK vN: MEMBER seed S, test METRIC SCORE, new|already registered,
+    aliases A, B|none`` (e.g. ``sentiment v2: distilled seed 8, test accuracy 0.7500, new, aliases candidate,
+    champion``): the aliases it holds after the promotion."""
+    seed = "none" if entry.seed is None else entry.seed
+    return (f"{entry.task} v{version}: {entry.member} seed {seed}, test {entry.main_metric} {entry.score:.4f}, "
+            f"{'new' if new else 'already registered'}, aliases {', '.join(aliases) or 'none'}")

@@ -1,11 +1,18 @@
 """MLflow tracking shared by every training stage: one run per stage execution, always ended.
 
-    with stage_run("pretrain", params=section_dict) as run:
+    with stage_run("pretrain", params=section_dict, uri=tracking_uri(root)) as run:
         run.log_metrics({"train_loss": 2.3}, step=10)
         run.log_model_pointer(model_dir)
 
+(The stages open their runs through ``stages.dvc_adapter.stage_run``, which supplies what only the side that knows
+DVC knows: the repository root, its temporary copies, the experiment's tags.)
+
 - Experiment ``bert-pipeline`` (ARCHITECTURE.md; ``MLFLOW_EXPERIMENT_NAME`` overrides); tags ``stage``, ``git_revision``, ``git_dirty``, ``params_hash`` and,
   under Prefect, ``prefect_flow_run_id`` (from ``BERT_PIPELINE_FLOW_RUN_ID``, else ``PREFECT__FLOW_RUN_ID``).
+- A stage run by ``dvc exp run`` also carries the DVC experiment: tag ``dvc_experiment`` (its name) and tag
+  ``dvc_baseline_rev`` (the commit it is based on). DVC hands both to the stage's process in its environment; the
+  stage side reads them (``stages.dvc_adapter.experiment_tags``) and passes them in ``tags``. Seed runs
+  (:meth:`StageRun.nested`) inherit them with the other tags.
 - Nested under a parent run only when the orchestrator passes its id explicitly in
   ``BERT_PIPELINE_PARENT_RUN_ID`` (never ``MLFLOW_RUN_ID``, which would resume the parent run instead).
 - Params flattened to dotted keys; a value longer than the backend's limit (``MAX_PARAM_VAL_LENGTH`` of the installed
@@ -16,12 +23,13 @@
   "Model training" once (a remembered switch) or the link says ``?workflowType=machine_learning``:
   :func:`experiment_url` gives that link (checked in headless Chromium, ``bench/mlflow_ui.py``).
 - The experiment is created with its artifact location beside the store (:func:`artifact_location`): for the local
-  SQLite store ``<repo>/mlruns/<experiment>``, never under the working directory, which inside
-  ``dvc exp run --temp`` is a copy DVC deletes after the run. An existing experiment whose artifacts point into
-  such a copy is refused in one line (:func:`experiment_id`).
-- Tracking URI from ``MLFLOW_TRACKING_URI``, default ``sqlite:///<absolute repository root>/mlflow.db``; inside a
-  ``dvc exp run --temp`` copy (``<repo>/.dvc/tmp/exps/...``) or a flow's clone (``<repo>/.dvc/tmp/flows/...``) the
-  root is the original repository, so temporary experiments land in the user's store.
+  SQLite store ``<store folder>/mlruns/<experiment>``, never under the working directory, which may be a temporary
+  copy of the repository that is deleted after the run (DVC's ``exp run --temp``). The caller says which paths lie
+  in such a copy and where its original repository is (``copy_origin``); a store inside a copy keeps its artifacts
+  in the original repository, and an existing experiment whose artifacts point into a copy is refused in one line
+  (:func:`experiment_id`).
+- Tracking URI from ``MLFLOW_TRACKING_URI``, default ``sqlite:///<repository root>/mlflow.db`` (:func:`tracking_uri`;
+  the caller gives the root: the original repository, so temporary experiments land in the user's store).
 - Models are recorded as a pointer (path + content hash, DVC's directory md5), not a second copy.
 
 Uses ``MlflowClient`` with explicit run ids: no fluent global active run, so nothing leaks between runs.
@@ -37,11 +45,9 @@ import os
 import re
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 from bert_pipeline.errors import PipelineError
 from bert_pipeline.io import flatten
@@ -56,9 +62,6 @@ EXPERIMENT_ENV = "MLFLOW_EXPERIMENT_NAME"
 # MLflow 3's kind of experiment (the UI's own values: genai_development, custom_model_development, finetuning, ...).
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
 EXPERIMENT_KIND = "custom_model_development"
-DVC_TEMP_PARTS = (".dvc", "tmp")
-"""Everything under ``<repo>/.dvc/tmp/`` is temporary: ``dvc exp run --temp`` copies (``exps/``), the flow's clones
-(``flows/``)."""
 PARAMS_ARTIFACT = "params.json"
 
 
@@ -71,38 +74,23 @@ def param_limits() -> tuple[int, int]:
     return int(MAX_ENTITY_KEY_LENGTH), int(MAX_PARAM_VAL_LENGTH)
 
 
-def _in_dvc_temp_copy(path: Path) -> int | None:
-    """Index in ``path.parts`` where the first ``.dvc/tmp`` starts (:data:`DVC_TEMP_PARTS`), or None."""
-    parts = path.parts
-    width = len(DVC_TEMP_PARTS)
-    for i in range(len(parts) - width + 1):
-        if parts[i : i + width] == DVC_TEMP_PARTS:
-            return i
+CopyOrigin = Callable[[Path], Path | None]
+"""For a path inside a temporary copy of the repository (a folder deleted after its run), the original repository's
+root; None for any other path. The caller knows where such copies live (``stages.dvc_adapter.copy_origin``)."""
+
+
+def no_copies(path: Path) -> Path | None:
+    """The :data:`CopyOrigin` of a repository without temporary copies: no path lies in one."""
     return None
 
 
-def repo_root(start: str | Path | None = None) -> Path:
-    """The repository root: the original one when ``start`` is inside a DVC temporary experiment copy.
-
-    Walks up from ``start`` (default: the working directory) to the first folder holding ``dvc.yaml`` or
-    ``.git``; a path under ``<repo>/.dvc/tmp/`` (a ``dvc exp run --temp`` copy, a flow's clone) maps to ``<repo>``.
-    """
-    here = Path(start or Path.cwd()).resolve()
-    temp = _in_dvc_temp_copy(here)
-    if temp is not None:
-        return Path(*here.parts[:temp])
-    for folder in (here, *here.parents):
-        if (folder / "dvc.yaml").exists() or (folder / ".git").exists():
-            return folder
-    return here
-
-
-def tracking_uri(start: str | Path | None = None) -> str:
-    """``MLFLOW_TRACKING_URI`` if set, else ``sqlite:///<absolute repo root>/mlflow.db``."""
+def tracking_uri(root: str | Path) -> str:
+    """``MLFLOW_TRACKING_URI`` if set, else ``sqlite:///<absolute root>/mlflow.db`` (``root``: the repository whose
+    store the runs go to, the original one when the caller runs in a temporary copy)."""
     uri = os.environ.get("MLFLOW_TRACKING_URI")
     if uri:
         return uri
-    return f"sqlite:///{(repo_root(start) / 'mlflow.db').as_posix()}"
+    return f"sqlite:///{(Path(root).resolve() / 'mlflow.db').as_posix()}"
 
 
 def _local_path(location: str) -> Path | None:
@@ -117,17 +105,18 @@ def _local_path(location: str) -> Path | None:
     return None
 
 
-def artifact_location(uri: str, experiment: str) -> str | None:
-    """Where a new experiment keeps its artifacts: ``<store folder>/mlruns/<experiment>`` for a local SQLite store.
+def artifact_location(uri: str, experiment: str, copy_origin: CopyOrigin = no_copies) -> str | None:
+    """Where a new experiment keeps its artifacts: ``<store folder>/mlruns/<experiment>`` for a local SQLite store,
+    the original repository's ``mlruns/<experiment>`` when the store lies in a temporary copy (``copy_origin``).
 
     MLflow's own default for a store without a server is ``./mlruns`` of the working directory, which for a stage run
-    by ``dvc exp run --temp`` is a copy DVC deletes afterwards (and with it every model ``promote`` registered
-    there). Other stores (a tracking server, a file store) are left to choose (None).
+    in a temporary copy (DVC's ``exp run --temp``) is deleted afterwards (and with it every model ``promote``
+    registered there). Other stores (a tracking server, a file store) are left to choose (None).
     """
     if not uri.startswith("sqlite:///"):
         return None
     database = Path(uri[len("sqlite:///"):]).resolve()
-    root = repo_root(database.parent) if _in_dvc_temp_copy(database) is not None else database.parent
+    root = copy_origin(database.parent) or database.parent
     folder = re.sub(r"[^A-Za-z0-9._-]+", "_", experiment).strip("._") or "experiment"
     return (root / "mlruns" / folder).as_uri()
 
@@ -139,24 +128,24 @@ def experiment_url(server: str, experiment: str) -> str:
     return f"{server.rstrip('/')}/#/experiments/{experiment}?workflowType=machine_learning"
 
 
-def experiment_id(client: Any, uri: str, name: str | None = None) -> str:
+def experiment_id(client: Any, uri: str, name: str | None = None, copy_origin: CopyOrigin = no_copies) -> str:
     """The id of experiment ``name`` (default ``$MLFLOW_EXPERIMENT_NAME``, else ``bert-pipeline``), created at
     :func:`artifact_location` when missing. Every run of the pipeline (stages, the flow's parent run, ``promote``)
-    gets its experiment here.
+    gets its experiment here; ``copy_origin`` says which paths lie in a temporary copy of the repository.
 
     Raises:
-        PipelineError: the experiment exists but keeps its artifacts in a DVC temporary copy (under ``.dvc/tmp/``,
-            deleted after the run that created it: what MLflow's ``./mlruns`` default gave a stage run there).
+        PipelineError: the experiment exists but keeps its artifacts in a temporary copy (deleted after the run
+            that created it: what MLflow's ``./mlruns`` default gave a stage run there).
     """
     name = name or os.environ.get(EXPERIMENT_ENV) or EXPERIMENT
     found = client.get_experiment_by_name(name)
     if found is None:
-        return client.create_experiment(name, artifact_location=artifact_location(uri, name),
+        return client.create_experiment(name, artifact_location=artifact_location(uri, name, copy_origin),
                                         tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND})
     if found.tags.get(EXPERIMENT_KIND_TAG) is None:  # an experiment from before the tag: open it on its runs too
         client.set_experiment_tag(found.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
     folder = _local_path(found.artifact_location or "")
-    if folder is not None and _in_dvc_temp_copy(folder) is not None:
+    if folder is not None and copy_origin(folder) is not None:
         state = "which no longer exists" if not folder.exists() else "which DVC deletes after its run"
         raise PipelineError(
             f"MLflow experiment {name!r} (id {found.experiment_id}) of {uri} keeps its artifacts in a DVC temporary "
@@ -206,7 +195,7 @@ def git_revision(cwd: str | Path | None = None) -> tuple[str, bool]:
 def dvc_dir_md5(folder: str | Path) -> str:
     """DVC's hash of a folder output: md5 of the JSON list of ``{"md5", "relpath"}`` entries, plus ``.dir``.
 
-    The same value ``dvc.lock`` records for the output once DVC commits it, computed before the stage ends.
+    The same value DVC's lock file records for the output once DVC commits it, computed before the stage ends.
     """
     root = Path(folder)
     entries = []
@@ -217,22 +206,6 @@ def dvc_dir_md5(folder: str | Path) -> str:
                 digest.update(block)
         entries.append({"md5": digest.hexdigest(), "relpath": path.relative_to(root).as_posix()})
     return hashlib.md5(json.dumps(entries, sort_keys=True).encode("utf-8")).hexdigest() + ".dir"
-
-
-def lock_pointer(out_path: str, lock_file: str | Path = "dvc.lock") -> dict[str, str] | None:
-    """The ``{"path", "md5", "stage"}`` of output ``out_path`` recorded in ``dvc.lock``, or None if absent.
-
-    For stages that consume an upstream model (distill reads the teacher's pointer this way).
-    """
-    try:
-        lock = yaml.safe_load(Path(lock_file).read_text(encoding="utf-8")) or {}
-    except OSError:
-        return None
-    for stage, entry in (lock.get("stages") or {}).items():
-        for out in entry.get("outs") or []:
-            if out.get("path") == out_path:
-                return {"path": out_path, "md5": str(out.get("md5")), "stage": stage}
-    return None
 
 
 class StageRun:
@@ -318,26 +291,27 @@ def run_of_folder(run: StageRun, folder: str | Path) -> str | None:
 def stage_run(
     stage: str,
     params: dict[str, Any],
-    uri: str | None = None,
+    uri: str,
     parent_run_id: str | None = None,
     tags: dict[str, Any] | None = None,
     experiment: str | None = None,
+    copy_origin: CopyOrigin = no_copies,
 ) -> Iterator[StageRun]:
     """Open one MLflow run for a stage execution; end it FINISHED, or FAILED on any exception (re-raised).
 
     Args:
         stage: stage name (tag ``stage``, run name).
         params: the params the stage read (logged flattened; hashed into tag ``params_hash``).
-        uri: tracking URI; default :func:`tracking_uri`.
+        uri: tracking URI (:func:`tracking_uri`).
         parent_run_id: the parent run; default ``$BERT_PIPELINE_PARENT_RUN_ID`` (never ``MLFLOW_RUN_ID``).
-        tags: extra tags.
+        tags: extra tags (a stage's DVC experiment: ``dvc_experiment``, ``dvc_baseline_rev``).
         experiment: experiment name; default ``$MLFLOW_EXPERIMENT_NAME``, else ``bert-pipeline``.
+        copy_origin: which paths lie in a temporary copy of the repository (:func:`experiment_id`).
     """
     from mlflow import MlflowClient
 
-    uri = uri or tracking_uri()
     client = MlflowClient(tracking_uri=uri)
-    exp_id = experiment_id(client, uri, experiment)
+    exp_id = experiment_id(client, uri, experiment, copy_origin)
     revision, dirty = git_revision()
     run_tags = {
         "stage": stage,

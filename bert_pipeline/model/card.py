@@ -14,8 +14,9 @@ how it scores (test means over seeds; NER's silver-label caveat, QA's automatic 
 how to load it.
 
 Every function takes plain values (metrics records, ``config.json`` dicts, ``SOURCES.json`` entries, params as
-dicts) and reads no ``params.yaml`` and no DVC path. A card holds no date, wall-clock figure or absolute path:
-the same inputs give the same bytes, so a model folder's DVC hash stays reproducible.
+dicts) and reads no params file and names no pipeline path: the folder a card describes and the files it cites
+come in as arguments (:class:`CardCitations`, given by the stage). A card holds no date, wall-clock figure or
+absolute path: the same inputs give the same bytes, so a model folder's DVC hash stays reproducible.
 """
 
 from __future__ import annotations
@@ -144,9 +145,32 @@ class BaseModel:
         return block if isinstance(block, Mapping) else {}
 
 
+@dataclass(frozen=True, kw_only=True)
+class CardCitations:
+    """The files and folders a card cites, as the pipeline names them (repository-relative; given by the stage).
+
+    ``sources_record``: the data packages' record (``SOURCES.json``); ``corpus_record``: the corpus statistics
+    record; ``instances_record``: the pre-training instances' record; ``pretrain_record``, ``distill_record``: the
+    encoders' quality records; ``finetune_records``: the folder of the ``{model}-{task}.json`` fine-tuning records;
+    ``distilled``: the distilled student's folder; ``finetuned``: the folder of the ``{model}-{task}`` fine-tuned
+    models; ``report``: the family report; ``params_file``: the file of the pipeline's params.
+    """
+
+    sources_record: str
+    corpus_record: str
+    instances_record: str
+    pretrain_record: str
+    distill_record: str
+    finetune_records: str
+    distilled: str
+    finetuned: str
+    report: str
+    params_file: str
+
+
 # ------------------------------------------------------------------------------------------------ reading
 def read_json_record(path: str | Path) -> Any:
-    """A JSON record a card cites (``metrics/corpus.json``, ``SOURCES.json``), or ``None`` when the file is absent:
+    """A JSON record a card cites (the corpus statistics, ``SOURCES.json``), or ``None`` when the file is absent:
     a card says "not recorded" rather than failing a stage that ran without the file (a test workspace, a
     stage run outside DVC).
 
@@ -236,20 +260,20 @@ def _render(data: ModelCardData, title: str, sections: Sequence[tuple[str, str]]
     return f"---\n{data.to_yaml()}\n---\n\n" + "\n\n".join(body) + "\n"
 
 
-def _sources_text(sources: Sequence[Mapping[str, Any]]) -> str:
+def _sources_text(sources: Sequence[Mapping[str, Any]], cites: CardCitations) -> str:
     if not sources:
         return "The data packages were not recorded (no `SOURCES.json` beside the raw data)."
     rows = ["| package | version | licence | citation |", "| --- | --- | --- | --- |"]
     rows += [f"| {_cell(str(s.get('name')))} | {_cell(str(s.get('version')))} | {_cell(str(s.get('licence')))} | "
              f"{_cell(str(s.get('citation', '')))} |" for s in sources]
     return ("The pipeline's data packages, pinned by version and sha256 and fetched as data, never installed "
-            "(`data/raw/SOURCES.json`); the data named above comes from these. The weights are Apache-2.0; the data "
+            f"(`{cites.sources_record}`); the data named above comes from these. The weights are Apache-2.0; the data "
             "keeps its own terms:\n\n" + "\n".join(rows))
 
 
-def _corpus_text(corpus: Mapping[str, Any] | None) -> str:
+def _corpus_text(corpus: Mapping[str, Any] | None, cites: CardCitations) -> str:
     if not corpus:
-        return "The corpus statistics were not recorded (no `metrics/corpus.json`)."
+        return f"The corpus statistics were not recorded (no `{cites.corpus_record}`)."
     per_source = corpus.get("per_source", {})
     rows = [(f"`{name}`", f"{_num(s.get('documents'))} documents, {_num(s.get('sentences'))} sentences, "
              f"{_num(s.get('words'))} words") for name, s in sorted(per_source.items())]
@@ -257,13 +281,13 @@ def _corpus_text(corpus: Mapping[str, Any] | None) -> str:
     split_text = ", ".join(f"{name} {_num(s.get('documents'))} documents ({_num(s.get('words'))} words)"
                            for name, s in sorted(splits.items()))
     return ("English documents cleaned (NFC, control characters removed, short documents and exact duplicates "
-            "dropped) and split into sentences by spaCy, by `prepare_corpus` (`metrics/corpus.json`):\n\n"
+            f"dropped) and split into sentences by spaCy, by `prepare_corpus` (`{cites.corpus_record}`):\n\n"
             + _table(rows, ("source", "kept")) + f"\n\nSplit by a seeded hash of each document's id: {split_text}. "
             "The validation documents are never trained on; the held-out scores below and the NER/QA test sets "
             "come from them.")
 
 
-def _instances_text(info: Mapping[str, Any]) -> str:
+def _instances_text(info: Mapping[str, Any], cites: CardCitations) -> str:
     rules = info.get("rules", {})
     train = info.get("splits", {}).get("train", {})
     parts = [f"objective `{info.get('objective')}`", f"sequences of at most {info.get('max_seq_length')} tokens"]
@@ -277,7 +301,7 @@ def _instances_text(info: Mapping[str, Any]) -> str:
         parts.append(f"{info['masking']} masking{dupe}")
     if train:
         parts.append(f"{_num(train.get('instances'))} train instances of {_num(train.get('tokens'))} tokens")
-    return ("Pre-training instances (`create_pretraining_data`, BERT's recipe, `data/pretraining/info.json`): "
+    return (f"Pre-training instances (`create_pretraining_data`, BERT's recipe, `{cites.instances_record}`): "
             + "; ".join(parts) + ".")
 
 
@@ -300,13 +324,13 @@ def _limits(first: str | None, extra: Sequence[str]) -> str:
 
 
 # ------------------------------------------------------------------------------------------------ encoders
-def _encoder_load(folder: str, pair_head: bool) -> str:
+def _encoder_load(folder: str, pair_head: bool, cites: CardCitations) -> str:
     keep = "  # AutoModelForPreTraining keeps the pair head too" if pair_head else ""
     return (f"```python\nfrom transformers import AutoModelForMaskedLM, AutoTokenizer\n\n"
             f'tokenizer = AutoTokenizer.from_pretrained("{folder}")\n'
             f'model = AutoModelForMaskedLM.from_pretrained("{folder}"){keep}\n```\n\n'
             "Fine-tune it with the pipeline: `python -m stages.finetune --model NAME --task TASK` (`NAME` a key of "
-            "`finetune.models` in `params.yaml` whose `path` is this folder, or the folder itself); "
+            f"`finetune.models` in `{cites.params_file}` whose `path` is this folder, or the folder itself); "
             "`dvc repro` runs the family's `finetune@{model}-{task}` stages.")
 
 
@@ -336,17 +360,18 @@ def _training_rows(settings: Mapping[str, Any], tokens_seen: int | None, max_seq
 
 def pretrained_card(*, quality: Mapping[str, Any], settings: Mapping[str, Any], data_info: Mapping[str, Any],
                     architecture: Architecture, corpus: Mapping[str, Any] | None = None,
-                    sources: Sequence[Mapping[str, Any]] = (), folder: str = "models/pretrained") -> str:
+                    sources: Sequence[Mapping[str, Any]] = (), folder: str, cites: CardCitations) -> str:
     """The card of ``pretrain``'s model folder.
 
     Args:
-        quality: ``metrics/pretrain.json`` (``init``, ``objective``, ``steps``, ``tokens_seen``, ``eval``,
+        quality: the pre-training quality record (``init``, ``objective``, ``steps``, ``tokens_seen``, ``eval``,
             ``first_eval``, ``mlm_accuracy_over_unigram``).
         settings: the ``pretrain`` params as a dict, ``precision`` replaced by the resolved one and
             ``num_processes`` added.
-        data_info: ``data/pretraining/info.json`` (objective, ``max_seq_length``, masking rules, splits).
-        corpus: ``metrics/corpus.json``; sources: ``SOURCES.json``'s ``sources`` (either may be absent).
+        data_info: the pre-training instances' record (objective, ``max_seq_length``, masking rules, splits).
+        corpus: the corpus statistics record; sources: ``SOURCES.json``'s ``sources`` (either may be absent).
         folder: the folder's repository-relative name, used in the loading example.
+        cites: the files and folders the card names.
 
     Returns:
         The card's text (``---`` YAML ``---`` then Markdown), ending in a newline.
@@ -374,12 +399,12 @@ def pretrained_card(*, quality: Mapping[str, Any], settings: Mapping[str, Any], 
         f"A {family} encoder with its {head} (`{CLASS_PREFIXES.get(architecture.model_type, 'Bert')}"
         f"For{'PreTraining' if objective != 'none' else 'MaskedLM'}`), "
         + ("pre-trained from random weights" if scratch else f"pre-trained further from `{init}`")
-        + " by this repository's DVC pipeline (stage `pretrain`). It is the family's teacher: `models/distilled` "
-        "is distilled from it and `models/finetuned/pretrained-*` are fine-tuned from it.\n\n"
+        + f" by this repository's DVC pipeline (stage `pretrain`). It is the family's teacher: `{cites.distilled}` "
+        f"is distilled from it and `{cites.finetuned}/pretrained-*` are fine-tuned from it.\n\n"
         + _table([("family member", role), ("architecture", f"{architecture.model_type}, {head}"), *architecture.rows()])
     )
     evaluation = (
-        "Held-out masked-LM on the corpus's validation documents (`metrics/pretrain.json`):\n\n"
+        f"Held-out masked-LM on the corpus's validation documents (`{cites.pretrain_record}`):\n\n"
         + _table([
             ("MLM accuracy", f"{_pct(ev.get('mlm_accuracy'))} (first evaluation {_pct(first.get('mlm_accuracy'))})"),
             ("unigram baseline", f"{_pct(ev.get('unigram_accuracy'))} (always the most frequent token); the model "
@@ -388,34 +413,33 @@ def pretrained_card(*, quality: Mapping[str, Any], settings: Mapping[str, Any], 
             *([("pair accuracy", _pct(ev.get("pair_accuracy")))] if "pair_accuracy" in ev else []),
             ("predicted tokens", _num(ev.get("predicted_tokens"))),
         ])
-        + "\n\nDownstream scores are in the fine-tuned models' cards and `reports/summary.md`."
+        + f"\n\nDownstream scores are in the fine-tuned models' cards and `{cites.report}`."
     )
     sections = [
         ("Model description", description),
-        ("Training data", "\n\n".join([_corpus_text(corpus), _instances_text(data_info),
-                                        "### Data sources and licences\n\n" + _sources_text(sources)])),
+        ("Training data", "\n\n".join([_corpus_text(corpus, cites), _instances_text(data_info, cites),
+                                        "### Data sources and licences\n\n" + _sources_text(sources, cites)])),
         ("Training procedure", _table([("objective", PAIR_OBJECTIVE.get(objective, objective)),
                                        *_training_rows(settings, quality.get("tokens_seen"),
                                                        data_info.get("max_seq_length"))])),
         ("Evaluation", evaluation),
         ("Limits and intended use", _limits(SMALL_PRETRAINED, [])),
-        ("How to load", _encoder_load(folder, objective != "none")),
+        ("How to load", _encoder_load(folder, objective != "none", cites)),
     ]
     return _render(data, title, sections)
 
 
 def distilled_card(*, metrics: Mapping[str, Any], settings: Mapping[str, Any], data_info: Mapping[str, Any],
-                   architecture: Architecture, teacher: str = "models/pretrained",
-                   corpus: Mapping[str, Any] | None = None, sources: Sequence[Mapping[str, Any]] = (),
-                   folder: str = "models/distilled") -> str:
+                   architecture: Architecture, teacher: str, corpus: Mapping[str, Any] | None = None,
+                   sources: Sequence[Mapping[str, Any]] = (), folder: str, cites: CardCitations) -> str:
     """The card of ``distill``'s model folder (a DistilBERT-style student, Sanh et al. 2019).
 
     Args:
-        metrics: ``metrics/distill.json`` (``teacher``/``student`` layers, parameters and MLM accuracy,
+        metrics: the distillation quality record (``teacher``/``student`` layers, parameters and MLM accuracy,
             ``layer_map``, ``parameter_ratio``, ``mlm_accuracy_share``, ``steps``, ``tokens_seen``).
         settings: the ``distill`` params as a dict, ``precision`` replaced by the resolved one.
-        data_info: ``data/pretraining/info.json``; teacher: the teacher's folder (the card's ``base_model``).
-        corpus, sources, folder: as :func:`pretrained_card`.
+        data_info: the pre-training instances' record; teacher: the teacher's folder (the card's ``base_model``).
+        corpus, sources, folder, cites: as :func:`pretrained_card`.
 
     Returns:
         The card's text, ending in a newline.
@@ -434,7 +458,7 @@ def distilled_card(*, metrics: Mapping[str, Any], settings: Mapping[str, Any], d
         f"A DistilBERT-style student (Sanh et al. 2019) of the teacher `{teacher}`, trained by this repository's DVC "
         "pipeline (stage `distill`): the teacher's architecture with fewer layers, initialised from the teacher's "
         f"layers {metrics.get('layer_map')}, then trained to match the teacher. "
-        "`models/finetuned/distilled-*` are fine-tuned from it.\n\n"
+        f"`{cites.finetuned}/distilled-*` are fine-tuned from it.\n\n"
         + _table([("family member", "distilled student"), ("teacher", f"`{teacher}` ({_num(teach.get('layers'))} layers, "
                   f"{_num(teach.get('parameters'))} parameters)"), *architecture.rows(),
                   ("share of the teacher's parameters", _pct(metrics.get("parameter_ratio")))])
@@ -445,25 +469,26 @@ def distilled_card(*, metrics: Mapping[str, Any], settings: Mapping[str, Any], d
             f"({settings.get('cos_positions')} positions)")
     evaluation = (
         "Held-out masked-LM on the corpus's validation documents, teacher and student on the same batches "
-        "(`metrics/distill.json`):\n\n"
+        f"(`{cites.distill_record}`):\n\n"
         + _table([("student MLM accuracy", _pct(student.get("mlm_accuracy"))),
                   ("teacher MLM accuracy", _pct(teach.get("mlm_accuracy"))),
                   ("student's share of the teacher's accuracy", _pct(metrics.get("mlm_accuracy_share"))),
                   ("student MLM loss / perplexity", f"{_num(student.get('mlm_loss'))} / {_num(student.get('perplexity'))}"),
                   ("predicted tokens", _num(metrics.get("eval_predicted_tokens")))])
-        + "\n\nSpeed (wall clock) is not part of this card; see `reports/summary.md`."
+        + f"\n\nSpeed (wall clock) is not part of this card; see `{cites.report}`."
     )
     sections = [
         ("Model description", description),
         ("Training data", "\n\n".join([
             f"The teacher's pre-training instances, reused unchanged (see `{teacher}/README.md`).",
-            _corpus_text(corpus), _instances_text(data_info), "### Data sources and licences\n\n" + _sources_text(sources)])),
+            _corpus_text(corpus, cites), _instances_text(data_info, cites),
+            "### Data sources and licences\n\n" + _sources_text(sources, cites)])),
         ("Training procedure", _table([("objective", loss),
                                        *_training_rows(settings, tokens, data_info.get("max_seq_length"))])),
         ("Evaluation", evaluation),
         ("Limits and intended use", _limits(SMALL_PRETRAINED, [
             "- A student of a small teacher: it learnt from the teacher's predictions and rarely knows more."])),
-        ("How to load", _encoder_load(folder, False)),
+        ("How to load", _encoder_load(folder, False, cites)),
     ]
     return _render(data, f"DistilBERT-style student of {teacher}", sections)
 
@@ -566,12 +591,12 @@ def _finetuned_load(folder: str, kind: str, pooling: str | None) -> str:
 def finetuned_card(*, name: str, task: str, record: Mapping[str, Any], task_info: Mapping[str, Any],
                    task_settings: Mapping[str, Any], member: Mapping[str, Any], loop: Mapping[str, Any],
                    architecture: Architecture, base: BaseModel, sources: Sequence[Mapping[str, Any]] = (),
-                   folder: str | None = None) -> str:
-    """The card of a ``models/finetuned/{model}-{task}/`` folder.
+                   folder: str, cites: CardCitations) -> str:
+    """The card of a fine-tuned ``{model}-{task}`` folder.
 
     Args:
         name: the family member (``finetune.models`` key or the name given to ``--model``); task: the task name.
-        record: the metrics record the stage writes (``metrics/finetune/{model}-{task}.json``: ``kind``,
+        record: the metrics record the stage writes (``{model}-{task}.json`` of ``cites.finetune_records``: ``kind``,
             ``main_metric``, ``silver``, ``seeds``, ``epochs``, ``test``/``validation`` ``{metric: {mean, seeds}}``,
             ``low_resource``, ``runs``, example counts); the model-index values are its test means.
         task_info: the task's ``task.json``; task_settings: its ``finetune.tasks`` entry as a dict.
@@ -580,7 +605,8 @@ def finetuned_card(*, name: str, task: str, record: Mapping[str, Any], task_info
             ``evals_per_epoch``, ``data_seed`` and the resolved ``precision``.
         architecture: the fine-tuned model's shape; base: the encoder it started from (no ``base_model`` in the
             card when ``member["init"] == "random"``: the scratch baseline starts from no weights).
-        sources: ``SOURCES.json``'s ``sources``; folder: the output folder's repository-relative name.
+        sources: ``SOURCES.json``'s ``sources``; folder: the output folder's repository-relative name; cites: the
+            files and folders the card names.
 
     Returns:
         The card's text, ending in a newline.
@@ -589,7 +615,6 @@ def finetuned_card(*, name: str, task: str, record: Mapping[str, Any], task_info
         KeyError: ``record`` has no ``kind``, ``main_metric`` or ``test``.
     """
     kind, main, test = record["kind"], record["main_metric"], record["test"]
-    folder = folder or f"models/finetuned/{name}-{task}"
     scratch = member.get("init") == "random"
     labels = list(task_info.get("label_names") or [])
     pooling = member.get("pooling") if kind in SEQUENCE_KINDS else None
@@ -693,7 +718,7 @@ def finetuned_card(*, name: str, task: str, record: Mapping[str, Any], task_info
              f"{', '.join(f'{v:.4f}' for v in test[m]['seeds'])} |" for m in sorted(test)]
     evaluation = [f"Test split ({_num(record.get('test_examples'))} examples), mean over "
                   f"{len(record.get('seeds', []))} seed(s); main metric **{main}** "
-                  f"(`metrics/finetune/{name}-{task}.json`):", "\n".join(rows)]
+                  f"(`{cites.finetune_records}/{name}-{task}.json`):", "\n".join(rows)]
     if kind == "ner":
         evaluation.append("Entity-level precision, recall and F1 (seqeval, exact spans), per type as `f1_TYPE`.")
     low = record.get("low_resource")
@@ -711,7 +736,7 @@ def finetuned_card(*, name: str, task: str, record: Mapping[str, Any], task_info
     sections = [
         ("Model description", description),
         ("Training data", "\n\n".join([task_text, "### Pre-training", pre,
-                                        "### Data sources and licences\n\n" + _sources_text(sources)])),
+                                        "### Data sources and licences\n\n" + _sources_text(sources, cites)])),
         ("Training procedure", _table(training)),
         ("Evaluation", "\n\n".join(evaluation)),
         ("Limits and intended use", limits),

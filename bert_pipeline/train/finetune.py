@@ -636,7 +636,7 @@ def metrics_record(info: dict[str, Any], model_path: str, init: str, seeds: Sequ
                    train_examples: int, heldout: dict[str, Dataset], test: list[dict[str, float]],
                    validation: list[dict[str, float]], history: list[dict[str, Any]],
                    low_resource: dict[str, Any] | None) -> dict[str, Any]:
-    """The quality record of one member on one task (``metrics/finetune/{model}-{task}.json`` without the stage's
+    """The quality record of one member on one task (the stage's ``{model}-{task}.json`` without the stage's
     ``model`` and ``task`` keys): per-seed test and validation metrics (:func:`summarize_seeds`), the split sizes,
     each seed's training history. Byte-identical on CPU for the same inputs and params."""
     return {
@@ -649,7 +649,7 @@ def metrics_record(info: dict[str, Any], model_path: str, init: str, seeds: Sequ
 
 
 def timing_record(device: torch.device, timing: dict[str, list[float]]) -> dict[str, Any]:
-    """The wall-clock record (``metrics/finetune-timing/``): device, threads, total and per-seed seconds (of the
+    """The wall-clock record (the stage's timing file): device, threads, total and per-seed seconds (of the
     chosen setting; ``grid_train_seconds`` and ``low_resource_grid_train_seconds``, when a grid was tried, are
     every setting's, and the total counts them)."""
     total = (timing.get("grid_train_seconds") or sum(timing.get("train_seconds", ()))) + (
