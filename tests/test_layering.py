@@ -28,16 +28,6 @@ FORBIDDEN = re.compile(r"""
     | params\.yaml                                                       # the params file
 """, re.VERBOSE)
 
-# PENDING: hits in the three files another branch (corpus-split: SettingError, the library's errors without params
-# keys) is rewriting; this test does not edit them. Each entry is (file, the hit line's text, stripped). Empty this
-# list once that branch is merged and the lines are gone or reworded.
-PENDING: frozenset[tuple[str, str]] = frozenset({
-    ("bert_pipeline/data/fetch.py",
-     'if pkg.kind == "deb":  # the wheels\' records stay as they were (the default\'s data/raw hash with them)'),
-})
-PENDING_FILES = ("bert_pipeline/data/corpus.py", "bert_pipeline/data/fetch.py", "bert_pipeline/model/distillation.py")
-
-
 def hits(text: str, name: str) -> list[str]:
     """``name:line: text`` of every line of ``text`` holding a :data:`FORBIDDEN` token."""
     return [f"{name}:{number}: {line.strip()}" for number, line in enumerate(text.splitlines(), 1)
@@ -45,13 +35,10 @@ def hits(text: str, name: str) -> list[str]:
 
 
 def library_hits(root: Path = LIBRARY, base: Path = REPO) -> list[str]:
-    """The hits of every ``*.py`` under ``root`` (named relative to ``base``), :data:`PENDING` left out."""
+    """The hits of every ``*.py`` under ``root`` (named relative to ``base``)."""
     found = []
     for path in sorted(root.rglob("*.py")):
-        name = path.relative_to(base).as_posix()
-        for hit in hits(path.read_text(encoding="utf-8"), name):
-            if (name, hit.split(": ", 1)[1]) not in PENDING:
-                found.append(hit)
+        found += hits(path.read_text(encoding="utf-8"), path.relative_to(base).as_posix())
     return found
 
 
@@ -60,10 +47,6 @@ def test_the_library_names_no_dvc_path_lock_folder_or_params_file():
     assert not found, ("the library names DVC paths or the params file; take them as arguments from the stage "
                        "(stages/*.py constants, stages/dvc_adapter.py) and reword docstrings to speak of the "
                        "argument:\n" + "\n".join(found))
-
-
-def test_pending_entries_are_only_the_other_branchs_files():
-    assert {name for name, _ in PENDING} <= set(PENDING_FILES)
 
 
 def test_the_checker_finds_what_it_must_and_nothing_else():

