@@ -12,7 +12,14 @@ from typing import Any
 import pytest
 import yaml
 
-import bert_pipeline  # noqa: F401  (sets the offline/telemetry defaults before anything else imports HF libraries)
+# Under pytest-xdist (pyproject.toml) two workers share the machine's cores: one intra-op thread per process, the
+# stages the end-to-end test starts included (they inherit it), since tiny models gain nothing from more and two
+# processes' spinning threads on 2 cores cost far more than they give. Set before torch is first imported.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    os.environ.setdefault("MKL_NUM_THREADS", "1")
+
+import bert_pipeline  # noqa: E402, F401  (the offline/telemetry defaults before anything imports HF libraries)
 
 REPO = Path(__file__).resolve().parents[1]
 
