@@ -73,6 +73,12 @@ Probability = Annotated[float, annotated_types.Ge(0.0), annotated_types.Le(1.0)]
 SpeedSeqLength = Annotated[int, annotated_types.Ge(8), annotated_types.Le(512)]  # tokens an input is padded to when timed
 
 
+def first_repeat(values: list[Any]) -> Any | None:
+    """The smallest value that occurs more than once in ``values`` (what a "distinct" check names), or None."""
+    repeated = sorted({v for v in values if values.count(v) > 1})
+    return repeated[0] if repeated else None
+
+
 
 # ------------------------------------------------------------------------------------------ error format
 MAX_LISTED_KEYS = 6  # keys a message lists before it counts the rest

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field, field_validator
 
-from stages.params.base import Section, View
+from stages.params.base import Section, View, first_repeat
 
 
 class FetchDataParams(Section):
@@ -15,9 +15,8 @@ class FetchDataParams(Section):
     @field_validator("packages")
     @classmethod
     def _distinct(cls, value: list[str]) -> list[str]:
-        repeated = sorted({p for p in value if value.count(p) > 1})
-        if repeated:
-            raise ValueError(f"fetch_data.packages: expected each package once, got {repeated[0]!r} more than once (drop the repeat)")
+        if (repeated := first_repeat(value)) is not None:
+            raise ValueError(f"fetch_data.packages: expected each package once, got {repeated!r} more than once (drop the repeat)")
         return value
 
 

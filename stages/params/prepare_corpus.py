@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 import annotated_types
 from pydantic import Field, field_validator
 
-from stages.params.base import Section, View
+from stages.params.base import Section, View, first_repeat
 
 
 class FileSource(Section):
@@ -54,10 +54,8 @@ class PrepareCorpusParams(Section):
     @field_validator("sources")
     @classmethod
     def _unique_names(cls, value: list[CorpusSource]) -> list[CorpusSource]:
-        names = [s if isinstance(s, str) else s.name for s in value]
-        dupes = sorted({n for n in names if names.count(n) > 1})
-        if dupes:
-            raise ValueError(f"prepare_corpus.sources: source names must be unique, got {dupes[0]!r} twice")
+        if (repeated := first_repeat([s if isinstance(s, str) else s.name for s in value])) is not None:
+            raise ValueError(f"prepare_corpus.sources: source names must be unique, got {repeated!r} twice")
         return value
 
 
