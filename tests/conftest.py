@@ -79,6 +79,23 @@ def write_params(root: Path, raw: dict[str, Any] | None = None, **sections: dict
     return path
 
 
+def tiny_finetune(raw: dict[str, Any], **changes: Any) -> dict[str, Any]:
+    """Make ``raw``'s ``finetune`` section tiny for a stage that fine-tunes in a test (budget_curve, variants): one
+    seed, fp32, members ``pretrained`` (``models/pretrained``) and ``scratch`` (its config, random weights) of one
+    epoch, sentiment on 16/8/8 examples of 16 tokens with a low-resource run of 8 examples; then ``changes``.
+    Returns ``raw``."""
+    member = {"path": "models/pretrained", "learning_rate": 1.0e-3, "pooling": "mean", "epochs": 1,
+              "low_resource_epochs": 1}
+    finetune = raw["finetune"]
+    finetune.update({"seeds": [42], "precision": "fp32", "eval_batch_size": 8, "low_resource_train_examples": 8,
+                     "low_resource_epochs": 1, "low_resource_tasks": ["sentiment"]})
+    finetune["models"].update(pretrained=member, scratch={**member, "init": "random"})
+    finetune["tasks"]["sentiment"] = {"max_train_examples": 16, "max_validation_examples": 8, "max_test_examples": 8,
+                                      "max_length": 16, "epochs": 1, "batch_size": 8}
+    finetune.update(changes)
+    return raw
+
+
 def family_params(family: str) -> dict[str, Any]:
     """The committed params with ``pretrain.model.family`` set to ``family`` and the objective and vocabulary model
     the schema's cross-checks expect for it (RoBERTa: BPE and no NSP; ALBERT: Unigram and SOP)."""

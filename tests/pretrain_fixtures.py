@@ -139,11 +139,18 @@ def save_pretraining_data(folder, n_train: int, n_validation: int, max_seq_lengt
     (folder / "info.json").write_text(json.dumps(info), encoding="utf-8")
 
 
+# A tiny fp32 ``pretrain`` section's changes: 4 steps of batch 8, checkpoints and evaluations every 2 steps, 2
+# held-out batches of 8, a ``tiny`` model of 64 positions (instances of up to 32 tokens, RoBERTa's offset of 2 too).
+TINY_PRETRAIN = {
+    "max_steps": 4, "batch_size": 8, "warmup_steps": 1, "save_steps": 2, "eval_steps": 2, "max_eval_batches": 2,
+    "eval_batch_size": 8, "logging_steps": 1, "precision": "fp32",
+    "model": {"size": "tiny", "config": {"max_position_embeddings": 64}}}
+
+
 def pretrain_workspace(root, raw, n_train: int = 64, **pretrain):
-    """A repository-like folder for the pretrain stage: ``params.yaml`` (``raw``, the committed params, with a tiny
-    fp32 ``pretrain`` section of 4 steps, batch 8, checkpoints and evaluations every 2 steps, then ``pretrain``'s
-    keys), ``models/tokenizer`` (:func:`save_tokenizer`) and ``data/pretraining`` (``n_train`` NSP instances of up
-    to 32 tokens, 16 held out). Returns ``root``."""
+    """A repository-like folder for the pretrain stage: ``params.yaml`` (``raw``, the committed params, with
+    :data:`TINY_PRETRAIN`'s changes, then ``pretrain``'s keys), ``models/tokenizer`` (:func:`save_tokenizer`) and
+    ``data/pretraining`` (``n_train`` NSP instances of up to 32 tokens, 16 held out). Returns ``root``."""
     import copy
     from pathlib import Path
 
@@ -151,10 +158,7 @@ def pretrain_workspace(root, raw, n_train: int = 64, **pretrain):
 
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
-    write_params(root, copy.deepcopy(raw), pretrain={
-        "max_steps": 4, "batch_size": 8, "warmup_steps": 1, "save_steps": 2, "eval_steps": 2, "max_eval_batches": 2,
-        "eval_batch_size": 8, "logging_steps": 1, "precision": "fp32",
-        "model": {"size": "tiny", "config": {"max_position_embeddings": 64}}, **pretrain})
+    write_params(root, copy.deepcopy(raw), pretrain={**copy.deepcopy(TINY_PRETRAIN), **pretrain})
     save_tokenizer(root / "models" / "tokenizer")
     save_pretraining_data(root / "data" / "pretraining", n_train, 16)
     return root

@@ -1,10 +1,13 @@
-"""The budget curve's arithmetic, record, CSV and report section (bert_pipeline.evaluation.budget_curve); the
-stage itself runs in the smoke profile (tests/test_e2e_smoke.py)."""
+"""The budget curve's arithmetic, record, CSV and report section (bert_pipeline.evaluation.budget_curve), and the
+stage itself on a tiny workspace: one extra budget pre-trained and fine-tuned for real, in process (the smoke
+profile of tests/test_e2e_smoke.py trains none)."""
 
 from __future__ import annotations
 
 import csv
 import io
+import json
+from pathlib import Path
 
 import pytest
 
@@ -20,6 +23,7 @@ from bert_pipeline.evaluation.budget_curve import (
 )
 from bert_pipeline.evaluation.figures import budget_curve_png
 from bert_pipeline.evaluation.report import parse_finetune_metrics
+from tests.conftest import REPO, run_stage, save_tiny_tasks, tiny_finetune
 
 
 def _result(model, task, seeds, low=None, metric="f1"):
@@ -118,7 +122,6 @@ def test_the_figure_is_a_png():
 def test_the_stage_refuses_members_whose_curve_means_nothing(overrides, message):
     from stages.budget_curve import check_members
     from stages.params.root import load_params
-    from tests.conftest import REPO
 
     check_members(load_params(REPO / "params.yaml"))  # the default's members are fine
     with pytest.raises(PipelineError, match="^params.yaml: " + message.replace("(", r"\(").replace(")", r"\)")):
@@ -131,7 +134,79 @@ def test_the_stage_refuses_members_whose_curve_means_nothing(overrides, message)
 def test_fractions_are_checked_in_the_schema(fractions, message):
     from stages.params.base import ParamsError
     from stages.params.root import load_params
-    from tests.conftest import REPO
 
     with pytest.raises(ParamsError, match=message):
         load_params(REPO / "params.yaml", {"budget_curve.fractions": fractions})
+
+
+def _json(path: str) -> dict:
+    return json.loads(Path(path).read_text(encoding="utf-8"))
+
+
+def test_stage_trains_an_extra_budget_reads_what_dvc_yaml_declares_and_reuses_it(in_tmp, mlflow_in_tmp, raw,
+                                                                                 monkeypatch, capsys, one_thread):
+    """A tiny workspace (tests.pretrain_fixtures.pretrain_workspace: 4 pre-training steps; the tiny tasks, whose
+    words the synthetic vocabulary reads as [UNK]): the pipeline's own stages make the 0 and 1x points
+    (``pretrain.main``, ``finetune.run`` of the member and its baseline on sentiment), then the stage pre-trains
+    and fine-tunes budget 0.5 (2 steps) for real. Its record pairs the seeds' scores, its CSV and headline follow,
+    the params it read are the ones dvc.yaml declares, and a rerun reuses the finished point byte for byte."""
+    from stages import budget_curve, finetune, pretrain
+    from stages.params.base import load_view
+    from stages.params.finetune import FinetuneView
+    from tests.params_declared import declared_params, mismatches, recorded_reads
+    from tests.pretrain_fixtures import pretrain_workspace
+
+    raw["budget_curve"].update(fractions=[0.5], tasks=["sentiment"])
+    pretrain_workspace(in_tmp, tiny_finetune(raw))
+    save_tiny_tasks(in_tmp / "data/tasks")
+    pretrain.main()
+    p = load_view(FinetuneView).finetune
+    for member in ("pretrained", "scratch"):
+        finetune.run(member, "sentiment", p)
+    with recorded_reads(monkeypatch) as reads:
+        code, err = run_stage(budget_curve.main, capsys)
+    assert code == 0, err
+    assert "budget 0.5x: pre-training 2 steps (pretrain.max_steps 4)" in err
+
+    curve, quality = _json("metrics/budget_curve.json"), _json("metrics/pretrain.json")
+    assert (curve["member"], curve["baseline"], curve["seeds"]) == ("pretrained", "scratch", [42])
+    points = curve["points"]
+    assert [(p["fraction"], p["steps"]) for p in points] == [(0.0, 0), (0.5, 2), (1.0, 4)]
+    assert 0 == points[0]["tokens_seen"] < points[1]["tokens_seen"] < points[2]["tokens_seen"] == quality["tokens_seen"]
+    assert points[0]["mlm_accuracy"] is None and 0.0 <= points[1]["mlm_accuracy"] <= 1.0
+    assert points[2]["mlm_accuracy"] == quality["eval"]["mlm_accuracy"]
+    scores = {}  # (member, score key): the test main metric per seed, from the fine-tuning records
+    for member in ("pretrained", "scratch"):
+        record = _json(f"metrics/finetune/{member}-sentiment.json")
+        scores[member, "sentiment"] = record["test"]["accuracy"]["seeds"]
+        scores[member, "sentiment@8"] = record["low_resource"]["test"]["accuracy"]["seeds"]
+    for point in points:
+        assert sorted(point["gain"]) == ["sentiment", "sentiment@8"]
+        for key, gain in point["gain"].items():
+            assert gain["scratch"] == scores["scratch", key]
+            expected = {0.0: scores["scratch", key], 1.0: scores["pretrained", key]}.get(point["fraction"])
+            if expected is not None:  # 0 and 1x are read from the files; 0.5x was fine-tuned by the stage
+                assert gain["pretrained"] == expected
+            assert len(gain["pretrained"]) == 1 and all(0.0 <= v <= 1.0 for v in gain["pretrained"])
+            assert gain["seeds"] == [round(a - b, 6) for a, b in zip(gain["pretrained"], gain["scratch"], strict=True)]
+    assert all(g["seeds"] == [0.0] for g in points[0]["gain"].values())
+    with open("plots/budget_curve.csv", newline="", encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    assert [int(r["tokens_seen"]) for r in rows] == [p["tokens_seen"] for p in points]
+    for row, point in zip(rows, points, strict=True):
+        assert float(row["sentiment"]) == pytest.approx(100 * point["gain"]["sentiment"]["mean"], abs=1e-3)
+        assert float(row["sentiment_low_resource"]) == pytest.approx(100 * point["gain"]["sentiment@8"]["mean"], abs=1e-3)
+    headline = _json("metrics/headline/budget_curve.json")["gain_over_scratch"]
+    assert headline == {"sentiment": points[2]["gain"]["sentiment"]["mean"],
+                        "sentiment_low_resource": points[2]["gain"]["sentiment@8"]["mean"]}
+    timing = _json("metrics/budget_curve-timing.json")["points"]
+    assert [t["fraction"] for t in timing] == [0.0, 0.5, 1.0] and timing[1]["finetune_seconds"] >= 0
+
+    declared = declared_params(REPO)["python -m stages.budget_curve"][1]
+    assert mismatches(declared, reads) == ([], [])
+
+    before = Path("metrics/budget_curve.json").read_bytes()
+    code, err = run_stage(budget_curve.main, capsys)
+    assert code == 0, err
+    assert "budget 0.5x: reusing checkpoints/budget_curve/0.5/point.json" in err and "pre-training" not in err
+    assert Path("metrics/budget_curve.json").read_bytes() == before

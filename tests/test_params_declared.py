@@ -1,6 +1,7 @@
 """The recording of the params a stage reads (stages.params.base.RecordedParams) and the comparison with dvc.yaml's
 declarations (tests/params_declared.py). The comparison over every stage of the graph runs in the end-to-end smoke
-test (tests/test_e2e_smoke.py), which runs each stage with recording on."""
+test (tests/test_e2e_smoke.py), which runs each stage with recording on; budget_curve and variants, which train nothing
+there, are compared with training on in tests/test_budget_curve.py and tests/test_variants.py."""
 
 from __future__ import annotations
 

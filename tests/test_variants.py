@@ -1,4 +1,6 @@
-"""The variants comparison: recipes, record and the report's table (bert_pipeline.evaluation.variants)."""
+"""The variants comparison: recipes, record and the report's table (bert_pipeline.evaluation.variants), and the
+stage itself training RoBERTa and ALBERT for real on a tiny corpus, in process (the smoke profile of
+tests/test_e2e_smoke.py trains no family)."""
 
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ from bert_pipeline.evaluation.variants import (
     variants_record,
     variants_section,
 )
-from tests.conftest import run_stage, write_params
+from tests.conftest import REPO, run_stage, save_tiny_tasks, synthetic_texts, tiny_finetune, write_params
 
 
 def _row(family, parameters, mlm, scores):
@@ -102,3 +104,70 @@ def test_stage_refuses_a_member_that_is_not_pretrained(in_tmp, capsys):
     code, err = run_stage(variants.main, capsys)
     assert code != 0 and "variants.member: 'minilm' fine-tunes 'data/raw/minilm'" in err
 
+
+
+def _save_corpus(folder: Path, n_train: int = 40, n_validation: int = 8) -> None:
+    """A ``data/corpus`` DatasetDict: :func:`tests.conftest.synthetic_texts`'s words in sentences of 8, then two
+    sentences of the tiny tasks' words (so each vocabulary has them)."""
+    import datasets
+
+    def doc(i: int, text: str) -> dict:
+        words = text.split()
+        sentences = [" ".join(words[k:k + 8]) for k in range(0, len(words), 8)]
+        sentences += ["The film was very good.", "Anna smith met the film in paris, it was bad."]
+        return {"doc_id": f"synthetic:d{i}", "source": "synthetic", "text": " ".join(sentences),
+                "sentences": sentences}
+
+    docs = [doc(i, text) for i, text in enumerate(synthetic_texts(n_train + n_validation))]
+    datasets.DatasetDict(train=datasets.Dataset.from_list(docs[:n_train]),
+                         validation=datasets.Dataset.from_list(docs[n_train:])).save_to_disk(str(folder))
+
+
+def test_stage_trains_roberta_and_albert_and_reads_what_dvc_yaml_declares(in_tmp, mlflow_in_tmp, raw, monkeypatch,
+                                                                         capsys, one_thread):
+    """RoBERTa and ALBERT each with its own vocabulary (BPE, Unigram: 320 entries, BPE's floor is 261), data (32
+    tokens) and pre-training (tiny, 4 steps), fine-tuned on sentiment: the record, headline and timing hold both,
+    ALBERT (shared layers, factorised embedding) has fewer parameters than RoBERTa at the same size, and the params
+    the stage read are the ones dvc.yaml declares."""
+    from bert_pipeline.evaluation.variants import RECIPES
+    from stages import variants
+    from tests.params_declared import declared_params, mismatches, recorded_reads
+    from tests.pretrain_fixtures import TINY_PRETRAIN
+
+    _save_corpus(in_tmp / "data/corpus")
+    save_tiny_tasks(in_tmp / "data/tasks")
+    write_params(in_tmp, tiny_finetune(raw, low_resource_tasks=[]),
+                 variants={"families": ["roberta", "albert"], "tasks": ["sentiment"]},
+                 train_tokenizer={"vocab_size": 320, "batch_size": 100},
+                 create_pretraining_data={"max_seq_length": 32, "dupe_factor": 1, "shard_size": 16, "num_proc": 1},
+                 pretrain=TINY_PRETRAIN, evaluate={"seq_length": 32})
+    with recorded_reads(monkeypatch) as reads:
+        code, err = run_stage(variants.main, capsys)
+    assert code == 0, err
+
+    record = json.loads(Path("metrics/variants.json").read_text(encoding="utf-8"))
+    assert (record["member"], record["tasks"], record["seeds"]) == ("pretrained", ["sentiment"], [42])
+    assert [r["family"] for r in record["families"]] == ["roberta", "albert"]
+    rows = {r["family"]: r for r in record["families"]}
+    for family, row in rows.items():
+        recipe = RECIPES[family]
+        assert (row["recipe"]["tokenizer"], row["recipe"]["objective"], row["recipe"]["masking"]) == (
+            recipe.tokenizer, recipe.objective, recipe.masking)
+        assert row["steps"] == 4 and row["tokens_seen"] > 0 and 0.0 <= row["mlm_accuracy"] <= 1.0
+        assert list(row["scores"]) == ["sentiment"]
+        score = row["scores"]["sentiment"]
+        assert score["metric"] == "accuracy" and len(score["seeds"]) == 1 and 0.0 <= score["mean"] <= 1.0
+        config = json.loads((Path("checkpoints/variants") / family / "model/config.json").read_text(encoding="utf-8"))
+        assert config["model_type"] == family
+    assert (rows["roberta"]["recipe"]["tokenizer"], rows["roberta"]["recipe"]["objective"]) == ("bpe", "none")
+    assert (rows["albert"]["recipe"]["tokenizer"], rows["albert"]["recipe"]["objective"]) == ("unigram", "sop")
+    assert 0 < rows["albert"]["parameters"] < rows["roberta"]["parameters"]
+    assert Path("checkpoints/variants/roberta/tokenizer/merges.txt").is_file()  # byte-level BPE
+    headline = json.loads(Path("metrics/headline/variants.json").read_text(encoding="utf-8"))["variants"]
+    assert headline == {f"{f}_average": round(r["scores"]["sentiment"]["mean"], 6) for f, r in rows.items()}
+    timing = json.loads(Path("metrics/variants-timing.json").read_text(encoding="utf-8"))["families"]
+    assert [t["family"] for t in timing] == ["roberta", "albert"]
+    assert all(t["examples_per_second"] > 0 and t["pretrain_seconds"] >= 0 for t in timing)
+
+    declared = declared_params(REPO)["python -m stages.variants"][1]
+    assert mismatches(declared, reads) == ([], [])
