@@ -483,9 +483,10 @@ def finetune_pair(task: str, data: Path, params: dict[str, Any], members: dict[s
     """Fine-tune each member on ``task`` (first seed only) and score both on test; ``gain`` = pretrained - scratch.
 
     Raises:
-        PipelineError: a fine-tuning failure (one line, from :class:`bert_pipeline.train.finetune.FinetuneError`).
+        PipelineError: a fine-tuning failure (one line, from :class:`bert_pipeline.train.finetune_data.FinetuneError`).
     """
-    from bert_pipeline.train.finetune import FinetuneError, Grid, finetune_task
+    from bert_pipeline.train.finetune import Grid, finetune_task
+    from bert_pipeline.train.finetune_data import FinetuneError
 
     ft = params["finetune"]
     grid = Grid(*(tuple(ft["grid"][key]) for key in ("learning_rates", "epochs", "low_resource_epochs")))

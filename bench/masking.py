@@ -48,7 +48,7 @@ def default_tokenizer() -> Path:
 def token_stream(tokenizer, corpus: Path, n_tokens: int):
     """Flat ids + offsets of ``[CLS] A [SEP] B [SEP]`` instances of length <= 128, about ``n_tokens`` tokens."""
     from bert_pipeline.data.instances import create_instances
-    from bert_pipeline.data.shards import tokenize_documents
+    from bert_pipeline.data.shard_builder import tokenize_documents
     from bert_pipeline.data.tokenizer import load_tokenizer, raw_backend
 
     vocab = VocabInfo.from_tokenizer(tokenizer)

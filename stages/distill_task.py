@@ -25,7 +25,7 @@ import torch
 from bert_pipeline.console import run_main
 from bert_pipeline.errors import PipelineError
 from bert_pipeline.mlops import tracking
-from bert_pipeline.train.finetune import FinetuneError
+from bert_pipeline.train.finetune_data import FinetuneError
 from bert_pipeline.train.task_distill import StudentSpec, distill_task
 from stages import dvc_adapter, require_inputs, settings_from
 from stages.finetune import LOOP_KEYS, MODELS_OUT, TASKS, save_member, training_facts

@@ -27,7 +27,8 @@ import torch
 from bert_pipeline.console import run_main
 from bert_pipeline.errors import PipelineError
 from bert_pipeline.io import atomic_dir, write_json
-from bert_pipeline.train.finetune import FinetuneError, Grid, MemberSpec, finetune_task
+from bert_pipeline.train.finetune import Grid, MemberSpec, finetune_task
+from bert_pipeline.train.finetune_data import FinetuneError
 from stages import dvc_adapter, require_inputs
 from stages.headline import write_headline
 from stages.params.base import load_view

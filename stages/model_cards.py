@@ -5,7 +5,8 @@
 The training stages write weights and tokenizers only (``models/pretrained/``, ``models/distilled/``,
 ``models/finetuned/{model}-{task}/``) and record in their metrics what only a run knows (parameters, the precision it
 resolved). This stage puts each folder, hard-linked where the file system allows (else copied), under
-``models/release/`` with its card ``README.md`` (:mod:`bert_pipeline.model.card`: the Hub's YAML metadata, the
+``models/release/`` with its card ``README.md`` (:mod:`bert_pipeline.model.card`; the builders in
+:mod:`bert_pipeline.model.card_encoders` and :mod:`bert_pipeline.model.card_finetuned`: the Hub's YAML metadata, the
 test scores, data and licences), so rewording a card reruns this stage alone and never a training stage:
 
 - ``models/release/pretrained/``, ``models/release/distilled/``: the encoders and their cards;
@@ -29,7 +30,7 @@ from typing import Any
 from bert_pipeline.console import run_main
 from bert_pipeline.errors import PipelineError
 from bert_pipeline.io import atomic_dir
-from bert_pipeline.model import card
+from bert_pipeline.model import card, card_encoders, card_finetuned
 from stages import require_inputs
 from stages.params.base import DEFAULT_PARAMS, load_view
 from stages.params.finetune import FinetuneModel, FinetuneParams
@@ -109,7 +110,7 @@ def pretrained_card(view: ModelCardsView, sources: list[Any]) -> str:
     quality = _record(PRETRAIN_METRICS)
     settings = {**p.model_dump(mode="json"), "precision": quality.get("precision", p.precision),
                 "num_processes": quality.get("num_processes", 1)}
-    return card.pretrained_card(
+    return card_encoders.pretrained_card(
         quality={**quality, "init": card.portable_path(p.init, Path.cwd())}, data_info=_record(DATA_INFO),
         corpus=card.read_json_record(CORPUS_METRICS), settings=settings,
         architecture=_architecture(PRETRAINED, quality["parameters"], p.model.size if p.init == "scratch" else None),
@@ -120,7 +121,7 @@ def distilled_card(view: ModelCardsView, sources: list[Any]) -> str:
     """The card of ``models/distilled/`` from ``metrics/distill.json`` and the ``distill`` params."""
     metrics = _record(DISTILL_METRICS)
     settings = {**view.distill.model_dump(mode="json"), "precision": metrics.get("precision", view.distill.precision)}
-    return card.distilled_card(
+    return card_encoders.distilled_card(
         metrics=metrics, settings=settings, data_info=_record(DATA_INFO),
         architecture=_architecture(DISTILLED, metrics["student"]["parameters"]), teacher=released(PRETRAINED),
         corpus=card.read_json_record(CORPUS_METRICS), sources=sources, folder=released(DISTILLED), cites=CARD_CITATIONS)
@@ -155,7 +156,7 @@ def finetuned_card(record: dict[str, Any], finetune: FinetuneParams, sources: li
     loop = {**finetune.model_dump(include=LOOP_KEYS), "precision": record["precision"]}
     folder = FINETUNED / f"{name.replace('/', '--')}-{task}"
     shape = _architecture(folder, record["parameters"], spec.size or base.facts.get("size"))
-    return card.finetuned_card(
+    return card_finetuned.finetuned_card(
         name=name, task=task, record=record, task_info=card.read_json_record(TASKS / task / "task.json") or {},
         task_settings=finetune.tasks[task].model_dump(), member=spec.model_dump(), loop=loop, sources=sources,
         base=base, architecture=shape, folder=released(folder), cites=CARD_CITATIONS)

@@ -21,7 +21,7 @@ from bert_pipeline.console import run_main
 from bert_pipeline.errors import PipelineError
 from bert_pipeline.evaluation.speed import timed
 from bert_pipeline.io import atomic_dir, write_json
-from bert_pipeline.train.finetune import FinetuneError
+from bert_pipeline.train.finetune_data import FinetuneError
 from bert_pipeline.train.task_distill import label_task, save_teacher_logits
 from stages import require_inputs
 from stages.params.base import load_view

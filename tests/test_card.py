@@ -1,5 +1,6 @@
-"""Model cards (bert_pipeline.model.card): the Hub's YAML metadata per head, model-index values equal to the
-metrics, base_model, the silver-label caveat where it applies, byte-identical renders with no date or absolute path.
+"""Model cards (bert_pipeline.model.card, card_encoders, card_finetuned): the Hub's YAML metadata per head,
+model-index values equal to the metrics, base_model, the silver-label caveat where it applies, byte-identical renders
+with no date or absolute path.
 
 The stage tests (test_pretrain, test_distill_stage, test_finetune) check that each stage's folder carries its card."""
 
@@ -10,7 +11,7 @@ import re
 import pytest
 import yaml
 
-from bert_pipeline.model import card
+from bert_pipeline.model import card, card_encoders, card_finetuned
 from stages.model_cards import CARD_CITATIONS
 
 SOURCES = [
@@ -52,7 +53,7 @@ def _record(task: str) -> dict:
 
 def _finetuned(task: str, init: str = "pretrained", base: card.BaseModel | None = None) -> str:
     base = base or card.BaseModel("models/pretrained", {"bert_pipeline": {"role": "teacher", "tokens_seen": 6_100_000}})
-    return card.finetuned_card(
+    return card_finetuned.finetuned_card(
         name="pretrained", task=task, record=_record(task), task_info=TASK_INFO[task],
         task_settings={"max_length": 64, "batch_size": 16, "doc_stride": 16 if task != "sentiment" else None},
         member={"path": base.path, "init": init, "learning_rate": 1e-3, "pooling": "mean"}, loop=LOOP,
@@ -145,7 +146,7 @@ def test_encoder_cards_parse_and_render_byte_identical():
                       "max_predictions_per_seq": 20, "whole_word_masking": False}}
 
     def render(**over):
-        return card.pretrained_card(quality={**quality, **over}, settings=settings, data_info=info,
+        return card_encoders.pretrained_card(quality={**quality, **over}, settings=settings, data_info=info,
                                     architecture=ARCH, corpus=CORPUS, sources=SOURCES, folder="models/pretrained",
                                     cites=CARD_CITATIONS)
 
@@ -160,7 +161,7 @@ def test_encoder_cards_parse_and_render_byte_identical():
     assert "| precision | fp32 |" in text
     assert "12.3%" in text and "1,234,567" in text
     assert _header(render(init="data/raw/minilm"))["base_model"] == "data/raw/minilm"  # domain-adaptive
-    student = card.distilled_card(
+    student = card_encoders.distilled_card(
         metrics={"student": {"layers": 1, "parameters": 900, "mlm_accuracy": 0.1}, "teacher": {"layers": 2,
                  "parameters": 1500, "mlm_accuracy": 0.12}, "layer_map": [0], "parameter_ratio": 0.6,
                  "mlm_accuracy_share": 0.83, "steps": 160, "tokens_seen": 600_000},

@@ -277,7 +277,7 @@ def test_tokenizer_padding_and_truncation_in_tokenizer_json_are_ignored(tmp_path
     """A tokenizer.json may carry padding/truncation (the packaged MiniLM pads to 128): sentences stay whole."""
     from tokenizers import Tokenizer
 
-    from bert_pipeline.data.shards import tokenize_documents
+    from bert_pipeline.data.shard_builder import tokenize_documents
     from bert_pipeline.data.tokenizer import load_tokenizer, raw_backend
 
     make_tokenizer(tmp_path / "tok")
@@ -293,7 +293,7 @@ def test_tokenizer_padding_and_truncation_in_tokenizer_json_are_ignored(tmp_path
 
 
 def test_document_units_cut_long_documents_at_sentence_ends_and_long_sentences_at_words():
-    from bert_pipeline.data.shards import CUT_COUNTS, document_units
+    from bert_pipeline.data.shard_builder import CUT_COUNTS, document_units
 
     ids = iter(range(10**6))
 

@@ -12,6 +12,7 @@ from transformers import BertModel, BertTokenizerFast
 
 from bert_pipeline.errors import PipelineError
 from bert_pipeline.train import finetune as finetune_lib
+from bert_pipeline.train import finetune_data, finetune_loop
 from stages import finetune
 from stages.params.root import validate_params
 from tests.conftest import (
@@ -170,12 +171,12 @@ def test_scratch_from_tokenizer_folder_needs_a_size(workdir):
 
 
 def test_scratch_weights_are_random_not_loaded(workdir):
-    a = finetune_lib.build_model("ner", "tinymodel", "random", None, "cls", ["O", "B-X", "I-X"], 41, seed=5)
-    b = finetune_lib.build_model("ner", "tinymodel", "pretrained", None, "cls", ["O", "B-X", "I-X"], 41, seed=5)
+    a = finetune_loop.build_model("ner", "tinymodel", "random", None, "cls", ["O", "B-X", "I-X"], 41, seed=5)
+    b = finetune_loop.build_model("ner", "tinymodel", "pretrained", None, "cls", ["O", "B-X", "I-X"], 41, seed=5)
     loaded = BertModel.from_pretrained("tinymodel").embeddings.word_embeddings.weight
     assert torch.equal(b.bert.embeddings.word_embeddings.weight, loaded)
     assert not torch.equal(a.bert.embeddings.word_embeddings.weight, loaded)
-    c = finetune_lib.build_model("ner", "tinymodel", "random", "tiny", "cls", ["O", "B-X", "I-X"], 41, seed=5)
+    c = finetune_loop.build_model("ner", "tinymodel", "random", "tiny", "cls", ["O", "B-X", "I-X"], 41, seed=5)
     assert c.config.num_hidden_layers == 2
     assert c.config.hidden_size == 128
     assert c.config.vocab_size == 41
@@ -197,7 +198,7 @@ def test_length_grouped_batches_cover_every_example_once():
     import numpy as np
 
     lengths = [5, 1, 9, 3, 7, 2, 8, 4, 6, 10]
-    batches = finetune_lib.length_grouped_batches(lengths, 3, np.random.default_rng(0), mega=2)
+    batches = finetune_data.length_grouped_batches(lengths, 3, np.random.default_rng(0), mega=2)
     flat = sorted(i for b in batches for i in b)
     assert flat == list(range(10))
     assert max(len(b) for b in batches) == 3
@@ -318,13 +319,13 @@ def test_early_stopping_waits_for_a_run_to_start_learning(workdir):
     """Checks that stay at the first check's value do not count against patience; once the metric has risen,
     they do."""
     tok = _tokenizer()
-    model = finetune_lib.build_model("classification", "tinymodel", "pretrained", None, "mean",
+    model = finetune_loop.build_model("classification", "tinymodel", "pretrained", None, "mean",
                                      ["negative", "positive"], len(tok), 0)
     features = [{"input_ids": tok(f"the film was {w}")["input_ids"], "label": i % 2}
                 for i, w in enumerate(["good", "bad"] * 8)]
     scripted = iter([0.5, 0.5, 0.5, 0.5, 0.7, 0.6, 0.6, 0.9, 0.9])
-    settings = finetune_lib.TrainSettings(learning_rate=1e-3, epochs=9, batch_size=16, patience=2)
-    result = finetune_lib.fit(model, features, finetune_lib.collator("classification", tok), settings,
+    settings = finetune_loop.TrainSettings(learning_rate=1e-3, epochs=9, batch_size=16, patience=2)
+    result = finetune_loop.fit(model, features, finetune_data.collator("classification", tok), settings,
                               lambda _model: {"accuracy": next(scripted)}, "accuracy")
     # four flat checks (not started), the rise to 0.7 at check 5, then two checks without gain stop the run
     assert [round(h["validation_accuracy"], 2) for h in result.history] == [0.5, 0.5, 0.5, 0.5, 0.7, 0.6, 0.6]

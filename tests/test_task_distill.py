@@ -26,7 +26,7 @@ from bert_pipeline.errors import PipelineError
 from bert_pipeline.model import distillation
 from bert_pipeline.model.heads import MeanPoolingBertForSequenceClassification
 from bert_pipeline.train import task_distill
-from bert_pipeline.train.finetune import subsample_indices
+from bert_pipeline.train.finetune_data import subsample_indices
 from stages import distill_task as distill_stage
 from stages import finetune as finetune_stage
 from stages import teacher_logits as logits_stage

@@ -297,7 +297,7 @@ def test_auto_precision_is_bf16_only_on_cpus_with_native_bf16(monkeypatch):
 def test_one_meaning_of_auto_precision_for_every_stage(monkeypatch):
     """Pre-training/distillation (accelerate, loss scaling) and fine-tuning (no scaler) resolve ``auto`` alike,
     except that fine-tuning never falls back to fp16."""
-    from bert_pipeline.train import finetune, precision
+    from bert_pipeline.train import finetune_loop, precision
 
     monkeypatch.setattr(precision, "cpu_has_fast_bf16", lambda: False)
     assert precision.resolve_precision("auto", "cpu") == "fp32"
@@ -310,7 +310,7 @@ def test_one_meaning_of_auto_precision_for_every_stage(monkeypatch):
     with pytest.raises(ValueError, match="precision: expected auto"):
         precision.resolve_precision("fp8", "cpu")
     monkeypatch.setattr(precision, "cpu_has_fast_bf16", lambda: True)
-    device, autocast = finetune.device_and_autocast("auto")
+    device, autocast = finetune_loop.device_and_autocast("auto")
     assert device.type == "cpu"
     with autocast():
         assert torch.get_autocast_dtype("cpu") == torch.bfloat16

@@ -33,7 +33,7 @@ Deviations from the reference, all to make the label exactly balanced and the ou
   documents), or from the same group of documents and document pieces when the stage builds a shard in groups
   (below). With a single document in the shard no NotNext is possible and every pair is IsNext.
 - Documents of one sentence are skipped for ``nsp``/``sop`` (counted), kept for ``none``.
-- Before pairing, the stage (:mod:`bert_pipeline.data.shards`) cuts what the procedure cannot use whole. A
+- Before pairing, the stage (:mod:`bert_pipeline.data.shard_builder`) cuts what the procedure cannot use whole. A
   "sentence" longer than a segment can be (a chunk of text without sentence ends, as the sentence splitter
   returns it) is cut at word starts into pieces two of which fill one pair (:func:`cut_sentence`,
   :func:`sentence_piece_bounds`); the reference keeps it and truncates the pair, which throws away all but

@@ -6,7 +6,8 @@ non-special tokens of a sequence, at most ``max_predictions_per_seq``; of the ch
 masking (the BERT repository's 2019 update, used by later BERT releases): all WordPiece pieces of a chosen word
 are chosen together. Dynamic masking (Liu et al. 2019, RoBERTa §4.1): a new mask for every batch.
 
-Public API (used by :mod:`bert_pipeline.data.shards` and the pre-training loop):
+Public API (used by :mod:`bert_pipeline.data.shards`, :mod:`bert_pipeline.data.shard_builder` and the pre-training
+loop):
 
 - :class:`MaskingRules`: the masking probabilities, validated (raises ``ValueError``).
 - :class:`VocabInfo`: what masking needs from a tokenizer (special ids, ``[MASK]`` id, ids a random

@@ -88,7 +88,7 @@ def split_sha256(split_dir: Path, examples: int | None = None, seed: int = 0) ->
     """Content hash of the examples a model was scored on: sha256 over the rows, as canonical JSON, in order.
 
     ``examples``/``seed``: finetune scores at most ``max_test_examples`` test examples drawn with
-    ``finetune.data_seed`` (``bert_pipeline.train.finetune.subsample``); the same draw is hashed here, so a different
+    ``finetune.data_seed`` (``bert_pipeline.train.finetune_data.subsample``); the same draw is hashed here, so a different
     cap or seed gives a different fingerprint. Independent of the Arrow writer.
 
     Raises:
@@ -101,7 +101,7 @@ def split_sha256(split_dir: Path, examples: int | None = None, seed: int = 0) ->
     except (FileNotFoundError, ValueError) as exc:
         raise PipelineError(f"{split_dir}: not a saved dataset split ({exc})") from None
     if examples is not None and examples < len(ds):
-        from bert_pipeline.train.finetune import subsample
+        from bert_pipeline.train.finetune_data import subsample
 
         ds = subsample(ds, examples, seed)
     digest = hashlib.sha256()

@@ -1,210 +1,42 @@
-"""Fine-tuning one model on one task: encoding, the training loop with early stopping, evaluation.
+"""Fine-tuning one model on one task: evaluation, the runs over seeds and grid settings, and the records
+(:func:`finetune_task`).
 
-The loop is the standard BERT fine-tuning recipe (Devlin et al. 2019, §4 and A.3): AdamW with weight decay
-(Loshchilov & Hutter 2019; no decay on biases and LayerNorm), linear warmup then linear decay, gradient
-clipping, a few epochs; the validation metric is checked ``evals_per_epoch`` times an epoch and training stops
-after ``patience`` checks without gain, restoring the best weights. Batches are grouped by length (shuffled
-mega-batches sorted by length), which on CPU saves most of the padding. Everything random takes a seed.
+The task data and its encoding: :mod:`bert_pipeline.train.finetune_data`; the model and the training loop with
+early stopping (the standard BERT fine-tuning recipe): :mod:`bert_pipeline.train.finetune_loop`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-from datasets import Dataset, DatasetDict, load_from_disk
-from tqdm.auto import tqdm
-from transformers import (
-    AutoConfig,
-    AutoModelForQuestionAnswering,
-    AutoModelForTokenClassification,
-    DataCollatorForTokenClassification,
-    DataCollatorWithPadding,
-    get_linear_schedule_with_warmup,
-)
+from datasets import Dataset, DatasetDict
+from transformers import DataCollatorWithPadding
 
 from bert_pipeline.data import kinds
 from bert_pipeline.evaluation import metrics as task_metrics
 from bert_pipeline.model import heads
-from bert_pipeline.model.configs import build_config, load_weights
-from bert_pipeline.train.optim import make_optimizer
-from bert_pipeline.train.precision import autocast_for, resolve_precision
+from bert_pipeline.train.finetune_data import (
+    WINDOW_KEYS,
+    FinetuneError,
+    collator,
+    encode_sequence_split,
+    encode_train,
+    load_task,
+    subsample,
+    task_windows,
+)
+from bert_pipeline.train.finetune_loop import FitResult, TrainSettings, build_model, device_and_autocast, fit
 
 log = logging.getLogger(__name__)
 
-QA_KEYS = ("doc_stride", "n_best", "max_answer_length")
-WINDOW_KEYS = {"qa": QA_KEYS, "ner": ("doc_stride",)}
-"""Task knobs a kind needs (null in the schema for the other kinds)."""
-"""The task knobs extractive QA needs (windows and n-best decoding)."""
 
-MODEL_KEYS = ("input_ids", "attention_mask", "token_type_ids", "labels", "start_positions", "end_positions")
-
-class FinetuneError(RuntimeError):
-    """An expected fine-tuning failure; ``str(err)`` is one line naming the file or key."""
-
-
-@dataclass(frozen=True)
-class TrainSettings:
-    """Knobs of one fine-tuning run (units: learning rate per step, counts in examples/steps)."""
-
-    learning_rate: float
-    epochs: int
-    batch_size: int
-    warmup_ratio: float = 0.1
-    weight_decay: float = 0.01
-    max_grad_norm: float = 1.0
-    patience: int = 1
-    evals_per_epoch: int = 1
-    eval_batch_size: int = 64
-    precision: str = "fp32"
-    seed: int = 0
-
-
-@dataclass
-class FitResult:
-    """What :func:`fit` did: the best validation metrics, when, and the loss/metric history."""
-
-    best_validation: dict[str, float]
-    best_step: int
-    steps: int
-    history: list[dict[str, float]] = field(default_factory=list)
-
-
-# --------------------------------------------------------------------------------------------- task data
-def load_task(path: str | Path) -> tuple[DatasetDict, dict[str, Any]]:
-    """Load a task folder written by :func:`bert_pipeline.data.tasks.build_all` (a DatasetDict and ``task.json``).
-
-    Raises:
-        FinetuneError: the folder, a split or ``task.json`` is missing.
-    """
-    import json
-
-    path = Path(path)
-    if not (path / "task.json").exists():
-        raise FinetuneError(f"{path}: task not found (expected a prepare_tasks folder with task.json)")
-    info = json.loads((path / "task.json").read_text(encoding="utf-8"))
-    dd = load_from_disk(str(path))
-    for split in ("train", "validation", "test"):
-        if split not in dd:
-            raise FinetuneError(f"{path}: split {split!r} missing")
-    return dd, info
-
-
-def subsample_indices(size: int, n: int | None, seed: int) -> list[int]:
-    """The rows :func:`subsample` keeps: at most ``n`` of ``range(size)`` drawn without replacement with ``seed``,
-    sorted."""
-    if n is None or n >= size:
-        return list(range(size))
-    return np.sort(np.random.default_rng(seed).choice(size, size=n, replace=False)).tolist()
-
-
-def subsample(ds: Dataset, n: int | None, seed: int) -> Dataset:
-    """At most ``n`` examples drawn without replacement with ``seed``, kept in their original order."""
-    if n is None or n >= len(ds):
-        return ds
-    return ds.select(subsample_indices(len(ds), n, seed))
-
-
-# ------------------------------------------------------------------------------------------------ models
-def device_and_autocast(precision: str) -> tuple[torch.device, Callable[[], Any]]:
-    """The device (CUDA when present) and an autocast context factory for ``precision``
-    (:func:`bert_pipeline.train.precision.resolve_precision`; ``auto`` never picks fp16 here: this loop does not
-    scale the loss)."""
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return device, autocast_for(resolve_precision(precision, device.type, fp16_fallback=False), device)
-
-
-def build_model(
-    kind: str, path: str, init: str, size: str | None, pooling: str, label_names: Sequence[str] | None,
-    vocab_size: int, seed: int,
-):
-    """The model for ``kind`` (:data:`bert_pipeline.data.kinds.KINDS`) from ``path``; regression: one output,
-    ``problem_type="regression"`` (MSE loss), ``label_names`` None.
-
-    ``init == "pretrained"``: its weights, new head. ``"random"``: its config (or the named ``size``, with
-    ``vocab_size``) with every weight drawn afresh under ``seed`` (the no-pre-training baseline).
-    """
-    torch.manual_seed(seed)
-    label_kw: dict[str, Any] = {}
-    if kind == kinds.REGRESSION:
-        label_kw = {"num_labels": 1, "problem_type": kinds.PROBLEM_TYPE[kind]}
-    elif label_names is not None:
-        label_kw = {"num_labels": len(label_names), "id2label": dict(enumerate(label_names)),
-                    "label2id": {n: i for i, n in enumerate(label_names)}}
-    if init == "random" and size is not None:
-        config = build_config(size, vocab_size, key="finetune.models")
-        for key, value in label_kw.items():
-            setattr(config, key, value)
-    else:
-        config = AutoConfig.from_pretrained(path, **label_kw)
-    if kinds.is_sequence_kind(kind):
-        config.classifier_pooling = pooling
-        if kind != kinds.CLASSIFICATION:  # serving reads it (pairs in, or a value out); classifiers' configs unchanged
-            config.task_kind = kind
-        cls = heads.sequence_classifier_class(pooling, config.model_type)
-    elif kind == "ner":
-        cls = AutoModelForTokenClassification
-    else:
-        cls = AutoModelForQuestionAnswering
-    if init == "random":
-        return cls.from_config(config) if hasattr(cls, "from_config") else cls(config)
-    return load_weights(cls, path, config=config)[0]
-
-
-# ---------------------------------------------------------------------------------------------- encoding
-def encode_train(kind: str, tokenizer, ds: Dataset, task: dict[str, Any]) -> list[dict[str, list[int]]]:
-    """Model-ready training features, one dict per example (NER and QA: per window of a long sentence/context).
-
-    Raises:
-        ValueError: windows that ``task``'s ``max_length`` / ``doc_stride`` cannot build.
-    """
-    if kinds.is_sequence_kind(kind):
-        enc = encode_sequence_split(kind, tokenizer, ds, task["max_length"])
-        enc["labels"] = [float(x) for x in ds["label"]] if kind == kinds.REGRESSION else list(ds["label"])
-    elif kind == "ner":
-        return heads.tokenize_ner(tokenizer, list(ds["tokens"]), list(ds["ner_tags"]), task["max_length"],
-                                  task["doc_stride"]).features
-    else:
-        enc = heads.prepare_qa_features(tokenizer, list(ds["question"]), list(ds["context"]), list(ds["answers"]),
-                                        task["max_length"], task["doc_stride"])
-    keys = [k for k in MODEL_KEYS if k in enc]
-    return [{k: enc[k][i] for k in keys} for i in range(len(enc["input_ids"]))]
-
-
-def encode_sequence_split(kind: str, tokenizer, ds: Dataset, max_length: int):
-    """One split of a sequence kind encoded (:func:`bert_pipeline.data.kinds.encode_sequences`): pairs when
-    :func:`bert_pipeline.data.kinds.has_pair` says so, else single texts."""
-    pairs = list(ds["text_pair"]) if kinds.has_pair(kind, ds.column_names) else None
-    return kinds.encode_sequences(tokenizer, list(ds["text"]), pairs, max_length)
-
-
-def collator(kind: str, tokenizer):
-    """Pads a list of features into a batch of tensors ``(batch, seq_len)``; NER labels padded with -100."""
-    if kind == "ner":
-        return DataCollatorForTokenClassification(tokenizer, return_tensors="pt")
-    return DataCollatorWithPadding(tokenizer, return_tensors="pt")
-
-
-def length_grouped_batches(lengths: Sequence[int], batch_size: int, rng: np.random.Generator,
-                           mega: int = 50) -> list[list[int]]:
-    """Shuffled batches of similar length: permute, cut into mega-batches of ``mega * batch_size``, sort each
-    by length (longest first), cut into batches, shuffle the batch order."""
-    perm = rng.permutation(len(lengths))
-    batches = []
-    for i in range(0, len(perm), mega * batch_size):
-        chunk = sorted(perm[i:i + mega * batch_size].tolist(), key=lambda j: -lengths[j])
-        batches += [chunk[k:k + batch_size] for k in range(0, len(chunk), batch_size)]
-    order = rng.permutation(len(batches))
-    return [batches[i] for i in order]
-
-
+# ------------------------------------------------------------------------------------------------ evaluation
 @torch.no_grad()
 def forward_all(model, features: list[dict[str, list[int]]], collate, batch_size: int, device, autocast) -> list[Any]:
     """Logits for every feature (batched by length, returned in input order).
@@ -280,109 +112,6 @@ def make_evaluator(kind: str, tokenizer, ds: Dataset, task: dict[str, Any], labe
     return run
 
 
-# ------------------------------------------------------------------------------------------------ the loop
-LossFn = Callable[[Any, dict[str, torch.Tensor], list[int]], torch.Tensor]
-"""``(model, batch, feature_indices) -> scalar loss``: a training objective other than the model's own loss."""
-
-
-def fit(
-    model, features: list[dict[str, list[int]]], collate, s: TrainSettings, evaluate: Callable[[Any], dict[str, float]],
-    main_metric: str, on_eval: Callable[[int, dict[str, float]], None] | None = None, loss_fn: LossFn | None = None,
-) -> FitResult:
-    """Train ``model`` in place on ``features``; keep and restore the weights with the best validation metric.
-
-    Early stopping counts a check without gain against ``s.patience`` only once the validation metric has risen
-    above its first check: a run that has not started to learn (NER F1 still 0, sentiment still the majority class,
-    as small models at low rates stay for a few epochs) is not stopped for it, but trains to ``s.epochs``.
-
-    Args:
-        features: per example ``input_ids`` etc. (lists of ints), plus the labels the model's loss needs.
-        evaluate: ``model -> metrics`` on the validation set (``main_metric`` is maximised).
-        on_eval: called with ``(step, {"train_loss", "validation_<metric>"...})`` after each evaluation.
-        loss_fn: the objective, given the collated batch ``(batch, seq_len)`` tensors and the indices of its
-            features in ``features`` (task-specific distillation reads cached teacher logits by them); default
-            the model's own loss (``model(**batch).loss``).
-    Returns:
-        :class:`FitResult`.
-    Raises:
-        FinetuneError: a non-finite loss.
-    """
-    device, autocast = device_and_autocast(s.precision)
-    torch.manual_seed(s.seed)
-    rng = np.random.default_rng(s.seed)
-    model.to(device)
-    steps_per_epoch = math.ceil(len(features) / s.batch_size)
-    total = steps_per_epoch * s.epochs
-    opt = make_optimizer(model, "adamw", s.learning_rate, s.weight_decay, eps=1e-8, foreach=True)
-    sched = get_linear_schedule_with_warmup(opt, int(s.warmup_ratio * total), total)
-    checks = {max(1, round(steps_per_epoch * (k + 1) / s.evals_per_epoch)) for k in range(s.evals_per_epoch)}
-    lengths = [len(f["input_ids"]) for f in features]
-    best, best_state, best_step, bad, step = -math.inf, None, 0, 0, 0
-    first, started = -math.inf, False
-    best_metrics: dict[str, float] = {}
-    history: list[dict[str, float]] = []
-    losses: list[float] = []
-    bar = tqdm(total=total, desc="fine-tune", leave=False, mininterval=5)
-    stop = False
-    for epoch in range(s.epochs):
-        model.train()
-        for i, b in enumerate(length_grouped_batches(lengths, s.batch_size, rng)):
-            batch = {k: v.to(device) for k, v in collate([features[j] for j in b]).items()}
-            with autocast():
-                loss = model(**batch).loss if loss_fn is None else loss_fn(model, batch, b)
-            if not torch.isfinite(loss):
-                raise FinetuneError(f"non-finite training loss at step {step} (lower the learning rate)")
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), s.max_grad_norm)
-            opt.step()
-            sched.step()
-            opt.zero_grad(set_to_none=True)
-            losses.append(loss.item())
-            step += 1
-            bar.update(1)
-            if i + 1 in checks:
-                metrics = evaluate(model)
-                model.train()
-                entry = {"step": step, "epoch": epoch + 1, "train_loss": float(np.mean(losses))}
-                entry.update({f"validation_{k}": v for k, v in metrics.items()})
-                history.append(entry)
-                losses = []
-                if on_eval:
-                    on_eval(step, entry)
-                log.info("step %d epoch %d: loss %.4f, validation %s %.4f", step, epoch + 1, entry["train_loss"],
-                         main_metric, metrics[main_metric])
-                if not history[:-1]:
-                    first = metrics[main_metric]
-                elif metrics[main_metric] > first:
-                    started = True
-                if metrics[main_metric] > best:
-                    best, best_step, bad = metrics[main_metric], step, 0
-                    best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-                    best_metrics = metrics
-                elif started:
-                    bad += 1
-                    if bad >= s.patience:
-                        stop = True
-                        break
-        if stop:
-            break
-    bar.close()
-    if best_state is not None:
-        model.load_state_dict(best_state)
-    return FitResult(best_validation=best_metrics, best_step=best_step, steps=step, history=history)
-
-
-# ------------------------------------------------------------------------------------------ one combination
-@contextlib.contextmanager
-def task_windows(task_dir: Path) -> Iterator[None]:
-    """Turn the ``ValueError`` of windows that ``max_length`` / ``doc_stride`` cannot build into a
-    :class:`FinetuneError` naming ``finetune.tasks.{task}``."""
-    try:
-        yield
-    except ValueError as exc:
-        raise FinetuneError(f"finetune.tasks.{task_dir.name}: {exc}") from None
-
-
 def heldout_evaluators(task_dir: Path, dd: DatasetDict, info: dict[str, Any], tokenizer, task: dict[str, Any],
                        data_seed: int, eval_batch_size: int, precision: str
                        ) -> tuple[dict[str, Dataset], dict[str, Callable[[Any], dict[str, float]]]]:
@@ -402,6 +131,7 @@ def heldout_evaluators(task_dir: Path, dd: DatasetDict, info: dict[str, Any], to
     return heldout, evaluators
 
 
+# ------------------------------------------------------------------------------------------ one combination
 @dataclass(frozen=True)
 class MemberSpec:
     """One family member to fine-tune: its folder (or hub name) ``path``; ``init`` ``pretrained`` (its weights)

@@ -13,7 +13,7 @@
    (:func:`bert_pipeline.model.distillation.build_student`, task head included) and trains it, once per seed, with
    ``alpha_ce * KL(teacher || student at T) * T^2 + alpha_task * task loss``
    (:func:`bert_pipeline.model.distillation.task_distillation_loss`) in the fine-tuning loop
-   (:func:`bert_pipeline.train.finetune.fit`: early stopping on validation, test read once after).
+   (:func:`bert_pipeline.train.finetune_loop.fit`: early stopping on validation, test read once after).
 """
 
 from __future__ import annotations
@@ -33,22 +33,22 @@ from bert_pipeline.data import kinds
 from bert_pipeline.data.masking import IGNORE_INDEX
 from bert_pipeline.model import distillation
 from bert_pipeline.train.finetune import (
-    FinetuneError,
     FinetuneOutcome,
-    TrainSettings,
-    collator,
-    device_and_autocast,
-    encode_train,
-    fit,
     forward_all,
     heldout_evaluators,
-    load_task,
     metrics_record,
     run_seeds,
-    subsample_indices,
-    task_windows,
     timing_record,
 )
+from bert_pipeline.train.finetune_data import (
+    FinetuneError,
+    collator,
+    encode_train,
+    load_task,
+    subsample_indices,
+    task_windows,
+)
+from bert_pipeline.train.finetune_loop import TrainSettings, device_and_autocast, fit
 
 log = logging.getLogger(__name__)
 
@@ -75,8 +75,9 @@ class TransferSet:
 def transfer_set(train_size: int, max_train_examples: int | None, teacher_only_examples: int,
                  data_seed: int) -> TransferSet:
     """The rows of a training split of ``train_size`` examples: the ``max_train_examples`` rows fine-tuning draws
-    with ``data_seed`` (:func:`bert_pipeline.train.finetune.subsample_indices`), and up to ``teacher_only_examples``
-    of the remaining rows, drawn with the seed sequence ``[data_seed, 1]`` (fewer when fewer remain)."""
+    with ``data_seed`` (:func:`bert_pipeline.train.finetune_data.subsample_indices`), and up to
+    ``teacher_only_examples`` of the remaining rows, drawn with the seed sequence ``[data_seed, 1]`` (fewer when fewer
+    remain)."""
     labelled = subsample_indices(train_size, max_train_examples, data_seed)
     taken = set(labelled)
     rest = np.array([i for i in range(train_size) if i not in taken], dtype=np.int64)
@@ -97,8 +98,8 @@ class TransferFeatures:
 
 def transfer_features(kind: str, tokenizer, train: Dataset, rows: TransferSet, task: dict[str, Any]) -> TransferFeatures:
     """Encode the transfer set's rows as fine-tuning encodes its training set
-    (:func:`bert_pipeline.train.finetune.encode_train`), then blank the labels of teacher-only rows to ``-100``
-    (the task loss never reads them).
+    (:func:`bert_pipeline.train.finetune_data.encode_train`), then blank the labels of teacher-only rows to
+    ``-100`` (the task loss never reads them).
 
     Raises:
         ValueError: windows that ``task``'s ``max_length`` / ``doc_stride`` cannot build.
@@ -241,7 +242,7 @@ def teacher_batch(kind: str, cached: Sequence[np.ndarray], scored: Sequence[Sequ
 
 def distillation_objective(kind: str, cached: Sequence[np.ndarray], scored: Sequence[Sequence[bool]] | None, *,
                            temperature: float, alpha_ce: float, alpha_task: float) -> Callable[..., torch.Tensor]:
-    """The loss hook of :func:`bert_pipeline.train.finetune.fit` for task-specific distillation: the student's
+    """The loss hook of :func:`bert_pipeline.train.finetune_loop.fit` for task-specific distillation: the student's
     logits on the batch against the cached teacher logits of the same features
     (:func:`bert_pipeline.model.distillation.task_distillation_loss`)."""
 
