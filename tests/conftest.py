@@ -54,6 +54,13 @@ def pytest_collection_modifyitems(config, items):
     """The end-to-end tests (marker ``e2e``, minutes of stages) first: under pytest-xdist (``pyproject.toml``) their
     worker starts them at once while the other works through the unit tests."""
     items.sort(key=lambda item: item.get_closest_marker("e2e") is None)  # stable: each file keeps its order
+    import torch
+
+    if not torch.cuda.is_available():
+        skip = pytest.mark.skip(reason="needs a CUDA device (marker gpu; bench/gpu_check.sh runs these on a GPU)")
+        for item in items:
+            if item.get_closest_marker("gpu") is not None:
+                item.add_marker(skip)
 
 
 # ------------------------------------------------------------------------------------------------ params
