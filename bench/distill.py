@@ -24,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bert_pipeline.evaluation.speed import measure_throughput  # noqa: E402
 from bert_pipeline.model.configs import count_parameters  # noqa: E402
+from bert_pipeline.train.runtime import make_runtime  # noqa: E402
 
 REFERENCE = {"parameter_reduction": 0.40, "speedup": 1.60, "score_share": 0.97}
 
@@ -47,7 +48,7 @@ def main() -> None:
     models = {name: AutoModel.from_pretrained(path).eval() for name, path in
               (("teacher", args.teacher), ("student", args.student))}
     params = {name: count_parameters(m) for name, m in models.items()}
-    timed = measure_throughput(models, batch_size=args.batch, seq_len=args.seq_len, warmup=args.warmup,
+    timed = measure_throughput(models, make_runtime("fp32", cpu=True), batch_size=args.batch, seq_len=args.seq_len, warmup=args.warmup,
                                runs=args.runs, seed=0)
     speed = {name: t["sequences_per_second"] for name, t in timed.items()}
     share = None

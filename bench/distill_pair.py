@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bert_pipeline.evaluation.predictor import load_predictor  # noqa: E402
 from bert_pipeline.evaluation.speed import measure_speed  # noqa: E402
+from bert_pipeline.train.runtime import make_runtime  # noqa: E402
 
 SEQ_LENGTH = {"sentiment": 64, "ner": 64, "qa": 128}  # = finetune.tasks' max_length
 
@@ -61,6 +62,7 @@ def main() -> None:
     load_before = os.getloadavg()
     cpu0, wall0 = time.process_time(), time.perf_counter()
     report = {}
+    cpu = make_runtime("fp32", cpu=True)  # the evaluate stage's measure: CPU serving
     for task in args.tasks:
         models = {who: load_predictor(args.root / "models/finetuned" / f"{name}-{task}")
                   for who, name in (("teacher", args.teacher), ("student", args.student))}
@@ -68,7 +70,7 @@ def main() -> None:
         figures = {who: {"latency_ms": [], "throughput": []} for who in models}
         for _ in range(args.rounds):
             for who, pred in models.items():
-                speed = measure_speed(pred.model, pred.tokenizer, texts, SEQ_LENGTH.get(task, 128),
+                speed = measure_speed(pred.model, pred.tokenizer, texts, cpu, SEQ_LENGTH.get(task, 128),
                                       args.latency_examples, args.batch_size, args.warmup, args.runs, args.threads)
                 figures[who]["latency_ms"].append(speed.latency_ms)
                 figures[who]["throughput"].append(speed.throughput)

@@ -414,19 +414,20 @@ def calibrate(model: Any, open_data: Any, config: Any, precision: str, steps: in
         ``{"steps": [short, steps], "loop_seconds": [...], "warmup_seconds", "seconds_per_step", "wall_seconds"}``.
     """
     from bert_pipeline.train.checkpoint import rng_state, set_rng_state
-    from bert_pipeline.train.precision import make_accelerator
     from bert_pipeline.train.pretrain import run_pretraining
+    from bert_pipeline.train.runtime import make_runtime
 
-    started, state = time.perf_counter(), rng_state()
+    runtime = make_runtime(precision)
+    started, state = time.perf_counter(), rng_state(runtime.device)
     short = max(1, steps // 4)
     seconds = []
     for n in (short, short, steps):
         cfg = replace(config, max_steps=n, warmup_steps=min(config.warmup_steps, n), eval_steps=0, save_steps=0,
                       logging_steps=n)
-        outcome = run_pretraining(copy.deepcopy(model), open_data(n), cfg, make_accelerator(precision), None,
+        outcome = run_pretraining(copy.deepcopy(model), open_data(n), cfg, make_runtime(precision), None,
                                   describe={"calibration": n})
         seconds.append(outcome.result.seconds)
-    set_rng_state(state)
+    set_rng_state(state, runtime.device)
     diff = seconds[2] - seconds[1]
     per_step = diff / (steps - short) if diff > 0 else seconds[2] / steps
     log.info("calibration: %d and %d steps in %.2f and %.2f s (warm-up %.2f s): %.4f s a step", short, steps,
@@ -487,11 +488,13 @@ def finetune_pair(task: str, data: Path, params: dict[str, Any], members: dict[s
     """
     from bert_pipeline.train.finetune import Grid, finetune_task
     from bert_pipeline.train.finetune_data import FinetuneError
+    from bert_pipeline.train.runtime import make_runtime
 
     ft = params["finetune"]
     grid = Grid(*(tuple(ft["grid"][key]) for key in ("learning_rates", "epochs", "low_resource_epochs")))
-    loop = {key: ft[key] for key in ("data_seed", "precision", "warmup_ratio", "weight_decay", "max_grad_norm",
+    loop = {key: ft[key] for key in ("data_seed", "warmup_ratio", "weight_decay", "max_grad_norm",
                                      "early_stopping_patience", "evals_per_epoch", "eval_batch_size")}
+    runtime = make_runtime(ft["precision"])
     record: dict[str, Any] = {}
     for name, spec in members.items():
         started = time.perf_counter()
@@ -499,7 +502,7 @@ def finetune_pair(task: str, data: Path, params: dict[str, Any], members: dict[s
             outcome = finetune_task(
                 data / "tasks" / task, spec, ft["tasks"][task], seeds=ft["seeds"][:1],
                 low_resource_train_examples=ft["low_resource_train_examples"] if low_resource else None,
-                low_resource_epochs=ft["low_resource_epochs"], grid=grid, **loop)
+                low_resource_epochs=ft["low_resource_epochs"], grid=grid, runtime=runtime, **loop)
         except FinetuneError as exc:
             raise PipelineError(f"{task}, {name}: {exc}") from None
         m = outcome.metrics
@@ -549,7 +552,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from bert_pipeline.evaluation.provenance import library_versions
     from bert_pipeline.model.configs import save_model, set_dropout
     from bert_pipeline.train import pretrain as pretraining
-    from bert_pipeline.train.precision import make_accelerator
+    from bert_pipeline.train.runtime import make_runtime
 
     def elapsed() -> float:
         return time.perf_counter() - started
@@ -586,8 +589,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         seconds["calibration"] = calibration["wall_seconds"]
 
     t0 = time.perf_counter()
-    accelerator = make_accelerator(pre["precision"])
-    outcome = pretraining.run_pretraining(model, pdata, config, accelerator, None,
+    runtime = make_runtime(pre["precision"])
+    outcome = pretraining.run_pretraining(model, pdata, config, runtime, None,
                                           describe={"init": "scratch", "size": pre["model"]["size"]})
     seconds["pretrain"] = round(time.perf_counter() - t0, 2)
     log.info("pre-training done at %.0f s (%.0f s)", elapsed(), seconds["pretrain"])
@@ -601,7 +604,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     seconds["save"] = round(time.perf_counter() - t0, 2)
 
     quality, timing = outcome.quality, outcome.timing
-    device, device_name = device_info(torch, accelerator.device)
+    device, device_name = device_info(torch, runtime.device)
     record: dict[str, Any] = {
         "device": device, "device_name": device_name,
         "versions": {"python": sys.version.split()[0], **library_versions(VERSIONED)},
@@ -616,7 +619,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "matmul_peak_tflops": timing["matmul_peak_tflops"], "mfu": timing["mfu"],
             "mfu_vs_peak": (round(timing["model_tflops_per_second"] / args.peak_tflops, 6)
                             if args.peak_tflops else None),
-            "peak_tflops": args.peak_tflops, "precision": {"no": "fp32"}.get(timing["precision"], timing["precision"]),
+            "peak_tflops": args.peak_tflops, "precision": timing["precision"],
             "mlm_accuracy": quality["eval"]["mlm_accuracy"], "unigram_accuracy": quality["eval"]["unigram_accuracy"],
             "mlm_loss": quality["eval"]["mlm_loss"], "first_eval": quality["first_eval"],
             "final_train_loss": quality["final_train_loss"], "bad_steps": quality["bad_steps"],

@@ -43,7 +43,7 @@ from bert_pipeline.model.configs import (  # noqa: E402
 )
 from bert_pipeline.model.objectives import MaskedPositionPretrainer  # noqa: E402
 from bert_pipeline.train.optim import make_optimizer  # noqa: E402
-from bert_pipeline.train.precision import make_accelerator  # noqa: E402
+from bert_pipeline.train.runtime import make_runtime  # noqa: E402
 
 
 def synthetic_tokenizer(vocab_size: int, folder: Path):
@@ -120,7 +120,7 @@ def main() -> None:
         batch["next_sentence_label"] = torch.tensor(labels_nsp[start : start + len(rows)])
         return batch
 
-    accelerator = make_accelerator(args.precision, cpu=device == "cpu")
+    runtime = make_runtime(args.precision, cpu=device == "cpu")
     ours = MaskedPositionPretrainer(new_pretraining_model(config, True, seed=0)).to(device)
     ref = new_pretraining_model(config, True, seed=0).to(device)
     if args.dropout is not None:
@@ -132,7 +132,7 @@ def main() -> None:
     def step_ours(i):
         batch = ours_collate(ours_rows[i * args.batch : (i + 1) * args.batch])
         batch = {k: v.to(device) for k, v in batch.items()}
-        with accelerator.autocast():
+        with runtime.autocast():
             out = ours(**batch)
         out.loss.backward()
         opt_ours.step()
@@ -142,7 +142,8 @@ def main() -> None:
     def step_ref(i):
         batch = ref_collate(ref_rows[i * args.batch : (i + 1) * args.batch], i * args.batch)
         batch = {k: v.to(device) for k, v in batch.items()}
-        out = ref(**batch)
+        with runtime.autocast():  # the stock model in the same precision: the strongest stock configuration
+            out = ref(**batch)
         out.loss.backward()
         opt_ref.step()
         opt_ref.zero_grad(set_to_none=True)
@@ -180,8 +181,9 @@ def main() -> None:
         if measured.warning:
             print(f"WARNING: {measured.warning}")
     rows = {}
-    for name, label in (("ref", "BertForPreTraining, full decoder, fp32, DataCollatorForLanguageModeling"),
-                        ("ours", f"masked-position decoder, {accelerator.mixed_precision} autocast, our collator")):
+    for name, label in (("ref", f"BertForPreTraining, full decoder, {runtime.precision} autocast, "
+                                "DataCollatorForLanguageModeling"),
+                        ("ours", f"masked-position decoder, {runtime.precision} autocast, our collator")):
         step = statistics.median(times[name])
         npred = statistics.mean(predicted[name])
         flops = training_flops_per_step(config, args.batch, args.seq, int(npred), full_decoder=False)

@@ -25,6 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bert_pipeline.train.runtime import make_runtime  # noqa: E402
 from bert_pipeline.train.task_distill import StudentSpec, distill_task  # noqa: E402
 from stages.finetune import LOOP_KEYS, MODELS_OUT, TASKS  # noqa: E402
 from stages.params.root import load_params  # noqa: E402
@@ -78,13 +79,14 @@ def main() -> None:
                        epochs=td.epochs.get(args.task))
     teacher_dir = MODELS_OUT / f"{td.teacher}-{args.task}"
     teacher = json.loads(teacher_metrics.read_text())
-    loop = ft.model_dump(include=LOOP_KEYS - {"seeds"})
+    loop = ft.model_dump(include=LOOP_KEYS - {"seeds", "precision"})
     for overrides in [{}, *variants]:
         spec = replace(base, **overrides)
         load, wall, cpu = os.getloadavg()[0], time.perf_counter(), time.process_time()
         outcome = distill_task(TASKS / args.task, teacher_dir, logits, spec,
                                ft.tasks[args.task].model_dump(), seeds=args.seeds,
-                               teacher_only_examples=td.teacher_only_examples.get(args.task, 0), **loop)
+                               teacher_only_examples=td.teacher_only_examples.get(args.task, 0),
+                               runtime=make_runtime(ft.precision), **loop)
         metric = outcome.metrics["main_metric"]
         row: dict[str, object] = {"task": args.task, "variant": overrides or "params.yaml", "metric": metric}
         for split in ("validation", "test"):

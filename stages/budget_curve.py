@@ -98,7 +98,7 @@ def train_point(fraction: float, params: BudgetCurveView, baseline: list[Finetun
     """
     from bert_pipeline.model.configs import save_model
     from bert_pipeline.train.checkpoint import fingerprint
-    from bert_pipeline.train.precision import make_accelerator
+    from bert_pipeline.train.runtime import make_runtime
     from stages.finetune import train_member
     from stages.pretrain import load_pretraining, pretrain_model
 
@@ -120,7 +120,7 @@ def train_point(fraction: float, params: BudgetCurveView, baseline: list[Finetun
     log.info("budget %gx: pre-training %d steps (pretrain.max_steps %d)", fraction, steps, pre.max_steps)
     loaded = load_pretraining(settings)
     start, cpu_start = time.perf_counter(), time.process_time()
-    outcome = pretrain_model(settings, loaded, folder / "checkpoints", make_accelerator(settings.precision))
+    outcome = pretrain_model(settings, loaded, folder / "checkpoints", make_runtime(settings.precision))
     timing = {"fraction": fraction, "pretrain_seconds": round(time.perf_counter() - start, 1),
               "pretrain_cpu_seconds": round(time.process_time() - cpu_start, 1)}
     with atomic_dir(folder / "model") as out:

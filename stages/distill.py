@@ -49,8 +49,8 @@ def main() -> None:
     from bert_pipeline.train.checkpoint import CheckpointManager, fingerprint
     from bert_pipeline.train.distill import HISTORY_COLUMNS, run_distillation
     from bert_pipeline.train.loop import TrainConfig, TrainingError
-    from bert_pipeline.train.precision import make_accelerator
     from bert_pipeline.train.pretrain import history_csv, open_instances
+    from bert_pipeline.train.runtime import RuntimeSettingError, make_runtime
     from stages.dvc_adapter import lock_pointer, stage_run
 
     p = load_view(DistillView).distill
@@ -75,12 +75,15 @@ def main() -> None:
     tags = {"teacher_path": TEACHER_DIR.as_posix(), "student_layers": layers}
     if (teacher_pointer := lock_pointer(TEACHER_DIR.as_posix())):
         tags["teacher_dvc_md5"] = teacher_pointer["md5"]
-    accelerator = make_accelerator(p.precision)
+    try:
+        runtime = make_runtime(p.precision)
+    except RuntimeSettingError as exc:
+        raise PipelineError(f"distill.{exc}") from None
     with stage_run("distill", params=section, tags=tags) as run:
         try:
             outcome = run_distillation(
                 teacher, layers, train_set, validation_set, collate, config=config,
-                accelerator=accelerator, checkpoints=CheckpointManager(CHECKPOINT_DIR, fp, keep=p.save_total_limit),
+                runtime=runtime, checkpoints=CheckpointManager(CHECKPOINT_DIR, fp, keep=p.save_total_limit),
                 batch_size=p.batch_size, max_seq_length=int(info["max_seq_length"]),
                 loss=p.model_dump(include=LOSS_KEYS), final_eval_batches=p.final_eval_batches,
                 throughput_runs=p.throughput_runs, throughput_warmup=p.throughput_warmup,
@@ -92,7 +95,7 @@ def main() -> None:
         run.set_tags({"layer_map": outcome.metrics["layer_map"]})
         run.log_model_pointer(OUT_DIR)
         # the resolved precision, recorded for the model card (stage model_cards)
-        write_json(METRICS, {**outcome.metrics, "precision": accelerator.mixed_precision})
+        write_json(METRICS, {**outcome.metrics, "precision": runtime.precision})
         write_headline("distill", {"distill": {"mlm_accuracy": outcome.metrics["student"]["mlm_accuracy"],
                                               "mlm_accuracy_share": outcome.metrics["mlm_accuracy_share"]}})
         write_json(TIMING, outcome.timing)

@@ -26,6 +26,7 @@ from bert_pipeline.console import run_main
 from bert_pipeline.errors import PipelineError
 from bert_pipeline.mlops import tracking
 from bert_pipeline.train.finetune_data import FinetuneError
+from bert_pipeline.train.runtime import make_runtime
 from bert_pipeline.train.task_distill import StudentSpec, distill_task
 from stages import dvc_adapter, require_inputs, settings_from
 from stages.finetune import LOOP_KEYS, MODELS_OUT, TASKS, save_member, training_facts
@@ -51,12 +52,13 @@ def run(task_name: str, params: TaskDistillView, tracker: Any = None) -> dict[st
     if tracker is not None:
         def on_eval(prefix: str, step: int, entry: dict[str, float]) -> None:
             tracker.log_metrics({f"{prefix}{k}": v for k, v in entry.items() if k != "step"}, step=step)
-    loop = ft.model_dump(include=LOOP_KEYS - {"seeds"})
+    loop = ft.model_dump(include=LOOP_KEYS - {"seeds", "precision"})
     try:
         with settings_from("task_distill"):  # spec.student_layers is task_distill.student_layers
             outcome = distill_task(TASKS / task_name, teacher_dir, LOGITS / task_name, spec,
                                    ft.tasks[task_name].model_dump(), seeds=td.seeds, on_eval=on_eval,
-                                   teacher_only_examples=td.teacher_only_examples.get(task_name, 0), **loop)
+                                   teacher_only_examples=td.teacher_only_examples.get(task_name, 0),
+                                   runtime=make_runtime(ft.precision), **loop)
     except FinetuneError as exc:
         raise PipelineError(str(exc)) from None
     metrics = {"model": td.student, "task": task_name, "teacher": td.teacher, **outcome.metrics,

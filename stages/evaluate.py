@@ -35,6 +35,7 @@ from bert_pipeline.evaluation.family import FamilyInputs, csv_text, evaluate_fam
 from bert_pipeline.evaluation.figures import FigureSources
 from bert_pipeline.evaluation.report import ReportSources
 from bert_pipeline.io import atomic_dir, atomic_write_text, write_json
+from bert_pipeline.train.runtime import make_runtime
 from stages import dvc_adapter, require_inputs
 from stages.headline import write_headline
 from stages.params.base import load_view
@@ -77,7 +78,8 @@ def main() -> None:
     inputs = FamilyInputs(FINETUNE_METRICS, FINETUNED, TASKS, METRICS, SOURCES, Path.cwd(), REPORT_SOURCES,
                           FIGURE_SOURCES, dvc_adapter.lock_sha256())
     with dvc_adapter.stage_run("evaluate", p.model_dump()) as run:
-        result = evaluate_family(inputs, **p.model_dump())
+        # serving costs on the CPU, whatever the worker has (the report compares CPU latency and throughput)
+        result = evaluate_family(inputs, runtime=make_runtime("fp32", cpu=True), **p.model_dump())
         with atomic_dir(PLOTS) as tmp:
             (tmp / "sentiment_confusion").mkdir()
             for model, pairs in result.confusion.items():

@@ -29,6 +29,7 @@ from bert_pipeline.errors import PipelineError
 from bert_pipeline.evaluation.family import load_test_split
 from bert_pipeline.io import atomic_dir, flatten, write_json
 from bert_pipeline.mlops.onnx_export import export_folder
+from bert_pipeline.train.runtime import make_runtime
 from stages import dvc_adapter, require_inputs
 from stages.headline import write_headline
 from stages.params.base import load_view
@@ -75,8 +76,9 @@ def selected_folders(models: str | list[str], finetuned: Path, tasks: Iterable[s
 
 
 def export_one(model: str, task: str, folder: Path, out: Path, p: ExportParams,
-               t: FinetuneTask) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Export one folder into ``out``; return its (parity record, timing record)."""
+               t: FinetuneTask, runtime: Any = None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Export one folder into ``out``; return its (parity record, timing record). The parity reference runs on
+    ``runtime`` (None: the CPU)."""
     test = load_test_split(TASKS / task)
     if p.max_test_examples is not None:
         test = test.select(range(min(p.max_test_examples, len(test))))
@@ -85,7 +87,7 @@ def export_one(model: str, task: str, folder: Path, out: Path, p: ExportParams,
                            n_best=t.n_best or 20, max_answer_length=t.max_answer_length or 30, opset=p.opset,
                            exporter=p.exporter, batch_size=p.batch_size, threads=p.num_threads,
                            latency_examples=p.latency_examples, warmup=p.warmup_runs, runs=p.timed_runs,
-                           tolerance=p.tolerance, tolerance_name="export.tolerance")
+                           tolerance=p.tolerance, tolerance_name="export.tolerance", runtime=runtime)
     parity = {"kind": report.kind, **{k: v for k, v in report.parity.as_dict().items() if k != "kind"},
               "opset": report.opset, "exporter": report.exporter, "onnx_sha256": report.onnx_sha256,
               "onnx_mb": round(report.onnx_bytes / 1e6, 3)}
@@ -102,11 +104,13 @@ def main() -> None:
         chosen = selected_folders(p.models, FINETUNED, params.finetune.tasks)
         parity: dict[str, Any] = {}
         timing: dict[str, Any] = {}
+        # the parity reference on this worker's device, in exact fp32 (no TF32): what the graph must match
+        runtime = make_runtime("fp32", tf32=False)
         with atomic_dir(OUT) as tmp:
             for model, task, folder in chosen:
                 name = f"{model}-{task}"
                 parity[name], timing[name] = export_one(model, task, folder, tmp / name, p,
-                                                        params.finetune.tasks[task])
+                                                        params.finetune.tasks[task], runtime)
         timing["wall_seconds"] = round(time.perf_counter() - start, 2)
         write_json(OUT_METRICS, parity)
         # the worst pair: the numbers that say whether every export can be trusted

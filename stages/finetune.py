@@ -29,6 +29,7 @@ from bert_pipeline.errors import PipelineError
 from bert_pipeline.io import atomic_dir, write_json
 from bert_pipeline.train.finetune import Grid, MemberSpec, finetune_task
 from bert_pipeline.train.finetune_data import FinetuneError
+from bert_pipeline.train.runtime import make_runtime
 from stages import dvc_adapter, require_inputs
 from stages.headline import write_headline
 from stages.params.base import load_view
@@ -69,11 +70,10 @@ def training_facts(p: FinetuneParams, outcome: Any) -> dict[str, Any]:
     (counted once per tied tensor, the head included) and the ``precision`` it trained in (``finetune.precision``
     resolved on the device it ran on)."""
     from bert_pipeline.model.configs import count_parameters
-    from bert_pipeline.train.precision import resolve_precision
+    from bert_pipeline.train.runtime import resolve_precision
 
     device = torch.device(outcome.timing["device"]).type
-    return {"parameters": count_parameters(outcome.model),
-            "precision": resolve_precision(p.precision, device, fp16_fallback=False)}
+    return {"parameters": count_parameters(outcome.model), "precision": resolve_precision(p.precision, device)}
 
 
 def run(model_name: str, task_name: str, p: FinetuneParams, tracker: Any = None) -> dict[str, Any]:
@@ -121,7 +121,8 @@ def train_member(model_name: str, spec: FinetuneModel, task_name: str, p: Finetu
         return finetune_task(
             TASKS / task_name, member_spec(spec), p.tasks[task_name].model_dump(),
             low_resource_train_examples=p.low_resource_train_examples if low_resource else None,
-            low_resource_epochs=p.low_resource_epochs, on_eval=on_eval, grid=grid(p), **p.model_dump(include=LOOP_KEYS))
+            low_resource_epochs=p.low_resource_epochs, on_eval=on_eval, grid=grid(p), runtime=make_runtime(p.precision),
+            **p.model_dump(include=LOOP_KEYS - {"precision"}))
     except FinetuneError as exc:
         raise PipelineError(str(exc)) from None
 

@@ -70,7 +70,7 @@ def _relaunch_distributed(num_processes: int, config_file: str | None) -> None:
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", str(num_processes)]
     if config_file:
         cmd += ["--config_file", config_file]
-    else:  # the precision is pretrain.precision's (make_accelerator); these flags only spare accelerate's warning
+    else:  # the precision is pretrain.precision's (make_runtime); these flags only spare accelerate's warning
         cmd += ["--multi_gpu", "--num_machines", "1", "--main_process_port", "0", "--mixed_precision", "no",
                 "--dynamo_backend", "no"]
     cmd += ["-m", "stages.pretrain"]
@@ -97,7 +97,7 @@ def main() -> None:
 
     from bert_pipeline.model.configs import save_model
     from bert_pipeline.train import pretrain as pretraining
-    from bert_pipeline.train.precision import make_accelerator
+    from bert_pipeline.train.runtime import RuntimeSettingError, make_runtime
     from stages import dvc_adapter
 
     loaded = load_pretraining(p)
@@ -106,11 +106,14 @@ def main() -> None:
         raise PipelineError(f"{DATA_DIR}/info.json: built for create_pretraining_data.objective "
                             f"{loaded.data.objective!r}, params.yaml says {objective!r}; run `dvc repro "
                             f"create_pretraining_data` first")
-    accelerator = make_accelerator(p.precision)
-    if accelerator.num_processes != p.compute.num_processes:
+    try:
+        runtime = make_runtime(p.precision)
+    except RuntimeSettingError as exc:
+        raise PipelineError(f"pretrain.{exc}") from None
+    if runtime.num_processes != p.compute.num_processes:
         raise PipelineError(f"pretrain.compute.num_processes: {p.compute.num_processes}, but the launcher started "
-                            f"{accelerator.num_processes} processes (expected the total over every machine)")
-    main_process = accelerator.is_main_process
+                            f"{runtime.num_processes} processes (expected the total over every machine)")
+    main_process = runtime.is_main_process
     section = p.model_dump(mode="json")
     tracked = {"pretrain": section, "create_pretraining_data.objective": loaded.data.objective}
     with dvc_adapter.stage_run("pretrain", tracked) if main_process else contextlib.nullcontext() as run:
@@ -118,13 +121,12 @@ def main() -> None:
             if run is not None:
                 run.log_metrics({k: v for k, v in row.items() if k != "step"}, step=step)
 
-        outcome = pretrain_model(p, loaded, CHECKPOINT_DIR, accelerator, on_log)
+        outcome = pretrain_model(p, loaded, CHECKPOINT_DIR, runtime, on_log)
         tokenizer = loaded.tokenizer
         if not main_process:
             return
         # the facts only the run knows, recorded for the model card (stage model_cards)
-        quality = {**outcome.quality, "precision": accelerator.mixed_precision,
-                   "num_processes": accelerator.num_processes}
+        quality = {**outcome.quality, "precision": runtime.precision, "num_processes": runtime.num_processes}
         with atomic_dir(MODEL_DIR) as out:
             save_model(outcome.model, out, tokenizer)
         write_json(METRICS, quality)
@@ -184,7 +186,7 @@ def load_pretraining(p: PretrainParams, *, data_dir: Path = DATA_DIR, tokenizer_
     return Loaded(tokenizer, data, model, fp)
 
 
-def pretrain_model(p: PretrainParams, loaded: Loaded, checkpoint_dir: Path, accelerator: Any, on_log: Any = None) -> Any:
+def pretrain_model(p: PretrainParams, loaded: Loaded, checkpoint_dir: Path, runtime: Any, on_log: Any = None) -> Any:
     """Pre-train ``loaded.model`` as ``p`` (a ``pretrain`` section) says, resuming from ``checkpoint_dir`` when it
     holds a checkpoint of the same fingerprint; returns :class:`bert_pipeline.train.pretrain.PretrainingOutcome`
     and writes nothing but checkpoints. The stage's own training, shared with ``budget_curve`` (other
@@ -199,7 +201,7 @@ def pretrain_model(p: PretrainParams, loaded: Loaded, checkpoint_dir: Path, acce
 
     config = TrainConfig(**p.model_dump(include=set(TrainConfig.__dataclass_fields__)), num_workers=p.compute.num_workers)
     return pretraining.run_pretraining(
-        loaded.model, loaded.data, config, accelerator,
+        loaded.model, loaded.data, config, runtime,
         CheckpointManager(checkpoint_dir, loaded.fingerprint, keep=p.save_total_limit),
         describe={"init": p.init, "size": p.model.size if p.init == "scratch" else "checkpoint"}, on_log=on_log)
 

@@ -79,6 +79,7 @@ def main() -> None:
     import datasets
 
     from bert_pipeline.evaluation.retrieval import contrastive_finetune, embed, retrieval_metrics
+    from bert_pipeline.train.runtime import make_runtime
     from stages import dvc_adapter
 
     # checked here, not in the schema: other stages' tests and profiles may replace finetune.models freely
@@ -95,6 +96,7 @@ def main() -> None:
         raise PipelineError(f"{PAIRS}: not found; run `dvc repro prepare_tasks`") from None
     test_q, test_d = positive_pairs(pairs["test"], r.test_articles)
     train_q, train_d = positive_pairs(pairs["train"], r.train_pairs)
+    runtime = make_runtime(params.finetune.precision)  # fine-tuning's precision: retrieval fine-tunes, too
     record: dict[str, Any] = {"test_articles": len(test_q), "train_pairs": len(train_q), "members": {}}
     timing: dict[str, Any] = {"members": {}}
     with dvc_adapter.stage_run("retrieval", {"retrieval": r.model_dump()}) as run:
@@ -102,15 +104,17 @@ def main() -> None:
             start, cpu = time.perf_counter(), time.process_time()
             model, tokenizer = load_encoder(name, params)
             kw = {"batch_size": r.batch_size, "max_length": r.max_length}
-            zero = retrieval_metrics(embed(model, tokenizer, test_q, **kw), embed(model, tokenizer, test_d, **kw))
+            zero = retrieval_metrics(embed(model, tokenizer, test_q, runtime, **kw),
+                                     embed(model, tokenizer, test_d, runtime, **kw))
             rate = r.learning_rates.get(name, r.learning_rate)
             try:
-                losses = contrastive_finetune(model, tokenizer, train_q, train_d, epochs=r.epochs,
+                losses = contrastive_finetune(model, tokenizer, train_q, train_d, runtime, epochs=r.epochs,
                                               batch_size=r.batch_size, learning_rate=rate, scale=r.scale,
                                               max_length=r.max_length, seed=r.seed)
             except ValueError as exc:
                 raise PipelineError(f"retrieval: {name}: {exc}") from None
-            tuned = retrieval_metrics(embed(model, tokenizer, test_q, **kw), embed(model, tokenizer, test_d, **kw))
+            tuned = retrieval_metrics(embed(model, tokenizer, test_q, runtime, **kw),
+                                      embed(model, tokenizer, test_d, runtime, **kw))
             record["members"][name] = {"zero_shot": zero, "fine_tuned": tuned, "learning_rate": rate,
                                        "final_loss": losses[-1] if losses else None}
             timing["members"][name] = {"seconds": round(time.perf_counter() - start, 1),

@@ -22,6 +22,7 @@ from bert_pipeline.errors import PipelineError
 from bert_pipeline.evaluation.speed import timed
 from bert_pipeline.io import atomic_dir, write_json
 from bert_pipeline.train.finetune_data import FinetuneError
+from bert_pipeline.train.runtime import make_runtime
 from bert_pipeline.train.task_distill import label_task, save_teacher_logits
 from stages import require_inputs
 from stages.params.base import load_view
@@ -46,7 +47,7 @@ def run(task_name: str, params: TaskDistillView) -> dict:
         result, wall, cpu = timed(lambda: label_task(
             TASKS / task_name, teacher_dir, ft.tasks[task_name].model_dump(),
             teacher_only_examples=td.teacher_only_examples.get(task_name, 0), data_seed=ft.data_seed,
-            batch_size=td.teacher_batch_size, precision=ft.precision))
+            batch_size=td.teacher_batch_size, runtime=make_runtime(ft.precision)))
     except FinetuneError as exc:
         raise PipelineError(str(exc)) from None
     with atomic_dir(OUT / task_name) as tmp:

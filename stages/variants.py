@@ -106,7 +106,7 @@ def train_family(family: str, params: VariantsView) -> tuple[dict[str, Any], dic
     from bert_pipeline.data.shards import InstanceOptions, build_pretraining_data
     from bert_pipeline.model.configs import count_parameters, save_model
     from bert_pipeline.train.checkpoint import fingerprint
-    from bert_pipeline.train.precision import make_accelerator
+    from bert_pipeline.train.runtime import make_runtime
     from stages.finetune import train_member
     from stages.pretrain import load_pretraining, pretrain_model
     from stages.train_tokenizer import train_tokenizer
@@ -145,7 +145,7 @@ def train_family(family: str, params: VariantsView) -> tuple[dict[str, Any], dic
     lap("pretraining_data")
     log.info("variants %s: pre-training %d steps", family, pre.max_steps)
     loaded = load_pretraining(pre, data_dir=data_dir, tokenizer_path=tok_dir)
-    outcome = pretrain_model(pre, loaded, folder / "checkpoints", make_accelerator(pre.precision))
+    outcome = pretrain_model(pre, loaded, folder / "checkpoints", make_runtime(pre.precision))
     with atomic_dir(folder / "model") as out:
         save_model(outcome.model, out, loaded.tokenizer)
     lap("pretrain")
@@ -195,6 +195,7 @@ def main() -> None:
     check_variants(params)
     var = params.variants
     from bert_pipeline.evaluation.speed import measure_throughput
+    from bert_pipeline.train.runtime import make_runtime
     from stages import dvc_adapter
 
     rows, timings, encoders = [], [], {}
@@ -205,7 +206,8 @@ def main() -> None:
             timings.append(timing)
             encoders[family] = model.base_model
         if encoders:  # every family timed in one call, side by side (the relative speed is a paired ratio)
-            speed = measure_throughput(encoders, seq_len=params.evaluate.seq_length)
+            speed = measure_throughput(encoders, make_runtime(params.pretrain.precision),
+                                       seq_len=params.evaluate.seq_length)
             for timing in timings:
                 timing["examples_per_second"] = round(speed[timing["family"]]["sequences_per_second"], 1)
         record = variants_record(rows, member=var.member, tasks=var.tasks, seeds=params.finetune.seeds)

@@ -40,7 +40,7 @@ def main() -> None:
     from bert_pipeline.model.objectives import MaskedPositionPretrainer
     from bert_pipeline.train.checkpoint import CheckpointManager
     from bert_pipeline.train.loop import Phase, TrainConfig, phase_boundaries, train
-    from bert_pipeline.train.precision import make_accelerator
+    from bert_pipeline.train.runtime import make_runtime
     from tests.pretrain_fixtures import make_dataset, pad_collate, tiny_config
 
     fractions = [float(f) for f in args.phases.split(",")]
@@ -53,7 +53,7 @@ def main() -> None:
     cfg = TrainConfig(max_steps=args.steps, learning_rate=3e-3, warmup_steps=2, gradient_accumulation_steps=args.accum,
                       save_steps=args.save_steps, eval_steps=4, logging_steps=1, seed=7, eval_batch_size=6)
     model = MaskedPositionPretrainer(new_pretraining_model(tiny_config(), with_pair_head=True, seed=7))
-    accelerator = make_accelerator("fp32", cpu=True)
+    runtime = make_runtime("fp32", cpu=True)
     manager = CheckpointManager(args.out / "ck", "fingerprint", keep=2)
 
     def on_log(step: int, row: dict) -> None:
@@ -69,8 +69,8 @@ def main() -> None:
     if args.record_batches:
         import hashlib
 
-        record = args.out / ("batches.txt" if accelerator.num_processes == 1 else
-                             f"batches-{accelerator.process_index}.txt")
+        record = args.out / ("batches.txt" if runtime.num_processes == 1 else
+                             f"batches-{runtime.process_index}.txt")
 
         def collate(rows: list[dict]) -> dict[str, torch.Tensor]:
             batch = pad_collate(rows)
@@ -78,9 +78,9 @@ def main() -> None:
                 fh.write(hashlib.sha256(batch["input_ids"].numpy().tobytes()).hexdigest() + "\n")
             return batch
 
-    result = train(model, phases, collate, cfg, accelerator, manager, unigram_token_id=104, on_log=on_log)
-    tokens_seen = result.tokens_seen(accelerator)  # a collective call
-    if not accelerator.is_main_process:
+    result = train(model, phases, collate, cfg, runtime, manager, unigram_token_id=104, on_log=on_log)
+    tokens_seen = result.tokens_seen(runtime)  # a collective call
+    if not runtime.is_main_process:
         return
     state = {k: v.clone().contiguous() for k, v in model.model.state_dict().items()
              if k != "cls.predictions.decoder.weight"}
@@ -88,7 +88,7 @@ def main() -> None:
     (args.out / "history.json").write_text(json.dumps({"history": result.history, "resumed_from": result.resumed_from,
                                                            "tokens_seen": tokens_seen,
                                                            "tokens_since_start": result.tokens,
-                                                           "num_processes": accelerator.num_processes}))
+                                                           "num_processes": runtime.num_processes}))
 
 
 if __name__ == "__main__":

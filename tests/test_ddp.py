@@ -197,7 +197,7 @@ def test_resume_with_another_number_of_processes_is_refused(tmp_path):
     from bert_pipeline.model.objectives import MaskedPositionPretrainer
     from bert_pipeline.train.checkpoint import CheckpointManager
     from bert_pipeline.train.loop import Phase, TrainConfig, TrainingError, train
-    from bert_pipeline.train.precision import make_accelerator
+    from bert_pipeline.train.runtime import make_runtime
     from tests.pretrain_fixtures import make_dataset, pad_collate, tiny_config
 
     manager = CheckpointManager(tmp_path / "ck", "fingerprint", keep=1)
@@ -207,7 +207,7 @@ def test_resume_with_another_number_of_processes_is_refused(tmp_path):
     config = TrainConfig(max_steps=4, learning_rate=1e-3, warmup_steps=1)
     with pytest.raises(TrainingError, match=r"^pretrain\.compute\.num_processes: checkpoint .*step-00000002 was "
                                             r"saved by 2 processes, this run has 1 "):
-        train(model, [phase], pad_collate, config, make_accelerator("fp32", cpu=True), manager)
+        train(model, [phase], pad_collate, config, make_runtime("fp32", cpu=True), manager)
 
 
 def test_a_launcher_that_starts_one_process_is_an_error_not_a_relaunch(in_tmp, raw, monkeypatch, capsys):

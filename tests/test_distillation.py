@@ -27,6 +27,7 @@ from bert_pipeline.model.distillation import (
     mlm_loss,
     resolve_student_layers,
 )
+from bert_pipeline.train.runtime import make_runtime
 from tests.conftest import params_error
 
 
@@ -212,15 +213,15 @@ def test_bad_loss_settings_raise(kwargs, match):
 # --------------------------------------------------------------------------------------------- throughput
 def test_throughput_reports_median_and_restores_mode():
     model = tiny_teacher(layers=2).train()
-    out = measure_throughput({"model": model.base_model}, batch_size=4, seq_len=16, warmup=1, runs=3)["model"]
+    out = measure_throughput({"model": model.base_model}, make_runtime("fp32", cpu=True), batch_size=4, seq_len=16, warmup=1, runs=3)["model"]
     assert out["batch_size"] == 4
     assert out["seq_len"] == 16
-    assert out["runs"] == 3
+    assert out["runs"] == 3 and out["device"] == "cpu"
     assert out["sequences_per_second"] == pytest.approx(4 / out["median_seconds"])
     assert model.training
     student, _ = build_student(tiny_teacher(layers=4), 1)
     both = measure_throughput({"teacher": tiny_teacher(layers=4).base_model, "student": student.base_model},
-                              batch_size=4, seq_len=16, warmup=0, runs=2)
+                              make_runtime("fp32", cpu=True), batch_size=4, seq_len=16, warmup=0, runs=2)
     assert set(both) == {"teacher", "student"}
     assert all(v["runs"] == 2 for v in both.values())
 

@@ -13,6 +13,7 @@ from transformers import BertModel, BertTokenizerFast
 from bert_pipeline.errors import PipelineError
 from bert_pipeline.train import finetune as finetune_lib
 from bert_pipeline.train import finetune_data, finetune_loop
+from bert_pipeline.train.runtime import make_runtime
 from stages import finetune
 from stages.params.root import validate_params
 from tests.conftest import (
@@ -266,7 +267,7 @@ def test_ner_evaluation_scores_every_gold_word_of_a_long_sentence():
             return SimpleNamespace(logits=logits)
 
     task = {"max_length": 40, "doc_stride": 8}
-    run = finetune_lib.make_evaluator("ner", tok, ds, task, names, 4, torch.device("cpu"), lambda: torch.no_grad())
+    run = finetune_lib.make_evaluator("ner", tok, ds, task, names, 4, make_runtime("fp32", cpu=True))
     got = run(Oracle())
     assert got["recall"] == 1.0
     assert got["f1"] == 1.0
@@ -326,7 +327,7 @@ def test_early_stopping_waits_for_a_run_to_start_learning(workdir):
     scripted = iter([0.5, 0.5, 0.5, 0.5, 0.7, 0.6, 0.6, 0.9, 0.9])
     settings = finetune_loop.TrainSettings(learning_rate=1e-3, epochs=9, batch_size=16, patience=2)
     result = finetune_loop.fit(model, features, finetune_data.collator("classification", tok), settings,
-                              lambda _model: {"accuracy": next(scripted)}, "accuracy")
+                              lambda _model: {"accuracy": next(scripted)}, "accuracy", make_runtime("fp32", cpu=True))
     # four flat checks (not started), the rise to 0.7 at check 5, then two checks without gain stop the run
     assert [round(h["validation_accuracy"], 2) for h in result.history] == [0.5, 0.5, 0.5, 0.5, 0.7, 0.6, 0.6]
     assert result.best_validation == {"accuracy": 0.7}

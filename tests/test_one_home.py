@@ -15,8 +15,9 @@ from transformers import (
 
 from bert_pipeline.evaluation.predictor import answer, load_predictor
 from bert_pipeline.model import heads
-from bert_pipeline.train import finetune, finetune_data, finetune_loop
+from bert_pipeline.train import finetune, finetune_data
 from bert_pipeline.train.optim import parameter_groups
+from bert_pipeline.train.runtime import make_runtime
 from tests.tiny_models import save_reader
 
 CONTEXTS = [
@@ -38,8 +39,7 @@ def test_served_answers_are_the_scored_answers(tmp_path, seed):
     windows = [{k: feats[k][i] for k in ("input_ids", "attention_mask", "token_type_ids") if k in feats}
                for i in range(len(feats["input_ids"]))]
     collate = finetune_data.collator("qa", pred.tokenizer)
-    device, autocast = finetune_loop.device_and_autocast("fp32")
-    logits = finetune.forward_all(pred.model, windows, collate, 2, device, autocast)
+    logits = finetune.forward_all(pred.model, windows, collate, 2, make_runtime("fp32", cpu=True))
     scored = heads.decode_qa(CONTEXTS, feats["example_index"], feats["offset_mapping"], [s for s, _ in logits],
                              [e for _, e in logits], task["n_best"], task["max_answer_length"])
     served = [answer(pred, q, c, task["max_length"], task["doc_stride"], task["n_best"], task["max_answer_length"])

@@ -26,6 +26,7 @@ from bert_pipeline.evaluation.predictor import answer, load_predictor
 from bert_pipeline.evaluation.report import onnx_section
 from bert_pipeline.mlops import onnx_export as ox
 from bert_pipeline.model.heads import MeanPoolingBertForSequenceClassification
+from bert_pipeline.train.runtime import make_runtime
 from stages.evaluate import REPORT_SOURCES
 from tests.conftest import REPO, run_stage, write_params
 from tests.tiny_models import (
@@ -104,7 +105,7 @@ def test_export_matches_pytorch_at_batch_1_and_3_of_varying_length(exported, nam
     lengths = {len(f["input_ids"]) for f in enc.features}
     assert len(lengths) >= 3  # windows of several lengths
     session = ox.onnx_session(out / "model.onnx")
-    ref = ox.window_logits(ox.torch_forward(pred), pred, enc, batch_size=1)
+    ref = ox.window_logits(ox.torch_forward(pred, make_runtime("fp32", cpu=True)), pred, enc, batch_size=1)
     for batch_size in (1, 3):  # batch 3: padded to the longest window of each batch
         got = ox.window_logits(ox.onnx_forward(session, pred.kind), pred, enc, batch_size)
         for key in outputs:

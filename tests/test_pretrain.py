@@ -112,7 +112,7 @@ def test_stage_outputs_and_byte_identical_rerun(in_tmp, mlflow_in_tmp, raw, one_
     readme = encoder_card_text("pretrained_card")  # the model card of the release copy (stage model_cards)
     card = card_header(readme)
     assert not (in_tmp / "models" / "pretrained" / "README.md").exists()
-    assert quality["precision"] in ("no", "bf16") and quality["num_processes"] == 1
+    assert quality["precision"] in ("fp32", "bf16") and quality["num_processes"] == 1
     assert (card["pipeline_tag"], card["license"], card["library_name"]) == ("fill-mask", "apache-2.0", "transformers")
     assert "base_model" not in card  # from scratch
     assert card["bert_pipeline"]["tokens_seen"] == quality["tokens_seen"] > 0

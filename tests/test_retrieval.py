@@ -17,6 +17,7 @@ from bert_pipeline.evaluation.retrieval import (
     retrieval_section,
 )
 from bert_pipeline.model.configs import save_model
+from bert_pipeline.train.runtime import make_runtime
 from tests.conftest import run_stage, write_params
 from tests.tiny_models import bert_tokenizer
 
@@ -73,16 +74,17 @@ def test_contrastive_finetuning_lowers_the_loss_and_raises_recall():
     model, tok = _encoder()
     heads, docs = _pairs(48, seed=1)
     test_q, test_d = [f"{t}" for t in TOPICS], [" ".join(TOPICS[t].split() * 2) for t in TOPICS]
-    before = retrieval_metrics(embed(model, tok, test_q), embed(model, tok, test_d))
-    losses = contrastive_finetune(model, tok, heads, docs, epochs=8, batch_size=6, learning_rate=3e-3, scale=20.0,
+    cpu = make_runtime("fp32", cpu=True)
+    before = retrieval_metrics(embed(model, tok, test_q, cpu), embed(model, tok, test_d, cpu))
+    losses = contrastive_finetune(model, tok, heads, docs, cpu, epochs=8, batch_size=6, learning_rate=3e-3, scale=20.0,
                                   max_length=16, seed=0)
-    after = retrieval_metrics(embed(model, tok, test_q), embed(model, tok, test_d))
+    after = retrieval_metrics(embed(model, tok, test_q, cpu), embed(model, tok, test_d, cpu))
     assert np.mean(losses[-6:]) < 0.5 * np.mean(losses[:6])
     assert after["recall_at_1"] > before["recall_at_1"] and after["recall_at_1"] >= 5 / 6
     again, tok2 = _encoder()
-    assert contrastive_finetune(again, tok2, heads, docs, epochs=8, batch_size=6, learning_rate=3e-3, scale=20.0,
+    assert contrastive_finetune(again, tok2, heads, docs, cpu, epochs=8, batch_size=6, learning_rate=3e-3, scale=20.0,
                                 max_length=16, seed=0) == losses  # seeded: the same steps
-    emb = embed(model, tok, test_q)
+    emb = embed(model, tok, test_q, cpu)
     assert emb.dtype == np.float32 and emb.shape == (6, 32)
     assert np.allclose(np.linalg.norm(emb, axis=1), 1.0, atol=1e-5)
 

@@ -27,6 +27,7 @@ from bert_pipeline.model import distillation
 from bert_pipeline.model.heads import MeanPoolingBertForSequenceClassification
 from bert_pipeline.train import task_distill
 from bert_pipeline.train.finetune_data import subsample_indices
+from bert_pipeline.train.runtime import make_runtime
 from stages import distill_task as distill_stage
 from stages import finetune as finetune_stage
 from stages import teacher_logits as logits_stage
@@ -190,7 +191,7 @@ TASK_SETTINGS = {
 def test_teacher_logits_cover_training_rows_only_and_are_byte_identical(tmp_path, task):
     _make_tasks(tmp_path / "tasks")
     _save_teacher(tmp_path / "teacher", KIND[task])
-    kwargs = {"teacher_only_examples": 10, "data_seed": 3, "batch_size": 4}
+    kwargs = {"teacher_only_examples": 10, "data_seed": 3, "batch_size": 4, "runtime": make_runtime("fp32", cpu=True)}
     first = task_distill.label_task(tmp_path / "tasks" / task, tmp_path / "teacher", TASK_SETTINGS[task], **kwargs)
     record = first.record
     assert len(record["labelled_rows"]) == 16 and len(record["teacher_only_rows"]) == 10

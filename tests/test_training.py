@@ -33,7 +33,7 @@ from bert_pipeline.train.optim import (
     parameter_groups,
     pretraining_head_parameters,
 )
-from bert_pipeline.train.precision import make_accelerator
+from bert_pipeline.train.runtime import make_runtime
 from tests.conftest import REPO
 from tests.pretrain_fixtures import FIRST_WORD, make_dataset, pad_collate, tiny_config
 
@@ -151,7 +151,7 @@ def test_training_learns_the_synthetic_language():
                     max_seq_length=32)]
     cfg = TrainConfig(max_steps=120, learning_rate=1e-2, warmup_steps=10, eval_steps=40, logging_steps=20, seed=0,
                       eval_batch_size=24)
-    result = train(model, phases, pad_collate, cfg, make_accelerator("fp32", cpu=True), unigram_token_id=FIRST_WORD)
+    result = train(model, phases, pad_collate, cfg, make_runtime("fp32", cpu=True), unigram_token_id=FIRST_WORD)
     losses = [r["train_loss"] for r in result.history if "train_loss" in r]
     assert len(losses) == 6
     assert losses[-1] < losses[0] - 1.0
@@ -167,7 +167,7 @@ def test_training_learns_the_synthetic_language():
 def test_bf16_autocast_step_keeps_fp32_weights():
     model = MaskedPositionPretrainer(new_pretraining_model(tiny_config(), True, seed=0))
     cfg = TrainConfig(max_steps=2, learning_rate=1e-3, warmup_steps=0, eval_steps=0, logging_steps=1)
-    result = train(model, _phases(steps=2), pad_collate, cfg, make_accelerator("bf16", cpu=True))
+    result = train(model, _phases(steps=2), pad_collate, cfg, make_runtime("bf16", cpu=True))
     assert result.bad_steps == 0
     assert all(math.isfinite(r["train_loss"]) for r in result.history if "train_loss" in r)
     assert all(p.dtype == torch.float32 for p in model.parameters())
@@ -194,13 +194,13 @@ def test_non_finite_steps_are_skipped_then_an_error():
     model = _NaNEvery(inner, bad_calls={2})
     before = {k: v.clone() for k, v in inner.state_dict().items()}
     cfg = TrainConfig(max_steps=3, learning_rate=1e-3, warmup_steps=0, eval_steps=0, logging_steps=1, max_bad_steps=1)
-    result = train(model, _phases(steps=3), pad_collate, cfg, make_accelerator("fp32", cpu=True))
+    result = train(model, _phases(steps=3), pad_collate, cfg, make_runtime("fp32", cpu=True))
     assert result.bad_steps == 1
     assert all(torch.isfinite(v).all() for v in inner.state_dict().values() if v.is_floating_point())
     assert any(not torch.equal(before[k], v) for k, v in inner.state_dict().items())
     model = _NaNEvery(inner, bad_calls={1, 2})
     with pytest.raises(TrainingError, match="max_bad_steps: 2 steps had a non-finite loss"):
-        train(model, _phases(steps=3), pad_collate, cfg, make_accelerator("fp32", cpu=True))
+        train(model, _phases(steps=3), pad_collate, cfg, make_runtime("fp32", cpu=True))
 
 
 def test_no_weight_decay_on_bias_and_layernorm():
@@ -251,7 +251,7 @@ def test_heads_get_their_own_rate_and_learn_alone_first():
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     cfg = TrainConfig(max_steps=6, learning_rate=1e-3, warmup_steps=1, eval_steps=0, logging_steps=1,
                       head_learning_rate=1e-2, head_only_steps=3)
-    result = train(wrapped, _phases(steps=6)[:1], pad_collate, cfg, make_accelerator("fp32", cpu=True),
+    result = train(wrapped, _phases(steps=6)[:1], pad_collate, cfg, make_runtime("fp32", cpu=True),
                    checkpoints=None, head_parameters=heads)
     assert [r["learning_rate"] for r in result.history if "learning_rate" in r][:4] == [0.0, 0.0, 0.0, 1e-3]
     moved = {n for n, p in model.named_parameters() if not torch.equal(before[n], p.detach())}
@@ -261,7 +261,7 @@ def test_heads_get_their_own_rate_and_learn_alone_first():
     model = new_pretraining_model(tiny_config(), with_pair_head=True, seed=0)
     cfg = TrainConfig(max_steps=3, learning_rate=1e-3, warmup_steps=1, eval_steps=0, logging_steps=1,
                       head_only_steps=3)
-    train(MaskedPositionPretrainer(model), _phases(steps=3), pad_collate, cfg, make_accelerator("fp32", cpu=True),
+    train(MaskedPositionPretrainer(model), _phases(steps=3), pad_collate, cfg, make_runtime("fp32", cpu=True),
           head_parameters=pretraining_head_parameters(model))
     assert all(torch.equal(before[n], p.detach()) for n, p in model.named_parameters() if n.startswith("bert."))
     assert not torch.equal(before["cls.predictions.transform.dense.weight"],
@@ -285,33 +285,46 @@ def test_lamb_step_matches_algorithm():
 
 def test_auto_precision_is_bf16_only_on_cpus_with_native_bf16(monkeypatch):
     """bf16 autocast on a CPU without AVX512-BF16/AMX is emulated and several times slower than fp32."""
-    from bert_pipeline.train import precision
+    from bert_pipeline.train import runtime
 
-    monkeypatch.setattr(precision, "cpu_has_fast_bf16", lambda: False)
-    assert make_accelerator("auto", cpu=True).mixed_precision == "no"
-    monkeypatch.setattr(precision, "cpu_has_fast_bf16", lambda: True)
-    assert make_accelerator("auto", cpu=True).mixed_precision == "bf16"
-    assert make_accelerator("fp32", cpu=True).mixed_precision == "no"
+    monkeypatch.setattr(runtime, "cpu_has_fast_bf16", lambda: False)
+    assert make_runtime("auto", cpu=True).precision == "fp32"
+    monkeypatch.setattr(runtime, "cpu_has_fast_bf16", lambda: True)
+    assert make_runtime("auto", cpu=True).precision == "bf16"
+    assert make_runtime("fp32", cpu=True).precision == "fp32"
 
 
 def test_one_meaning_of_auto_precision_for_every_stage(monkeypatch):
-    """Pre-training/distillation (accelerate, loss scaling) and fine-tuning (no scaler) resolve ``auto`` alike,
-    except that fine-tuning never falls back to fp16."""
-    from bert_pipeline.train import finetune_loop, precision
+    """Every stage resolves ``auto`` through the one runtime: bf16 only where native, fp16 (with the loss scaler)
+    on a CUDA GPU whose bf16 is emulated, fp32 on a CPU without native bf16."""
+    from bert_pipeline.train import runtime
 
-    monkeypatch.setattr(precision, "cpu_has_fast_bf16", lambda: False)
-    assert precision.resolve_precision("auto", "cpu") == "fp32"
-    monkeypatch.setattr(precision.torch.cuda, "is_bf16_supported", lambda *a, **k: False)
-    assert precision.resolve_precision("auto", "cuda") == "fp16"
-    assert precision.resolve_precision("auto", "cuda", fp16_fallback=False) == "fp32"
-    monkeypatch.setattr(precision.torch.cuda, "is_bf16_supported", lambda *a, **k: True)
-    assert precision.resolve_precision("auto", "cuda") == "bf16"
-    assert precision.resolve_precision("bf16", "cpu") == "bf16"
+    monkeypatch.setattr(runtime, "cpu_has_fast_bf16", lambda: False)
+    assert runtime.resolve_precision("auto", "cpu") == "fp32"
+    monkeypatch.setattr(runtime, "cuda_has_native_bf16", lambda: False)
+    assert runtime.resolve_precision("auto", "cuda") == "fp16"
+    monkeypatch.setattr(runtime, "cuda_has_native_bf16", lambda: True)
+    assert runtime.resolve_precision("auto", "cuda") == "bf16"
+    assert runtime.resolve_precision("bf16", "cpu") == "bf16"
     with pytest.raises(ValueError, match="precision: expected auto"):
-        precision.resolve_precision("fp8", "cpu")
-    monkeypatch.setattr(precision, "cpu_has_fast_bf16", lambda: True)
-    device, autocast = finetune_loop.device_and_autocast("auto")
-    assert device.type == "cpu"
-    with autocast():
+        runtime.resolve_precision("fp8", "cpu")
+    monkeypatch.setattr(runtime, "cpu_has_fast_bf16", lambda: True)
+    on_cpu = make_runtime("auto", cpu=True)
+    assert on_cpu.device.type == "cpu" and on_cpu.scaler is None
+    with on_cpu.autocast():
         assert torch.get_autocast_dtype("cpu") == torch.bfloat16
         assert torch.is_autocast_enabled("cpu")
+
+
+def test_auto_on_a_gpu_with_emulated_bf16_is_fp16_with_a_scaler(monkeypatch):
+    """A V100/T4 reports ``is_bf16_supported()`` True through emulation (slower than fp32): ``auto`` must ask
+    for native bf16 only, and fall back to fp16 with loss scaling."""
+    from bert_pipeline.train import runtime
+
+    def is_bf16_supported(including_emulation=True):
+        return including_emulation  # emulated only
+
+    monkeypatch.setattr(runtime.torch.cuda, "is_bf16_supported", is_bf16_supported)
+    assert runtime.resolve_precision("auto", "cuda") == "fp16"
+    monkeypatch.setattr(runtime.torch.cuda, "is_bf16_supported", lambda including_emulation=True: True)
+    assert runtime.resolve_precision("auto", "cuda") == "bf16"

@@ -252,11 +252,12 @@ def distilled_row(index: Mapping[tuple[str, str], FinetuneResult], facts: Mappin
             "speed": relative_speed(facts, student, reference)}
 
 
-def evaluate_family(inputs: FamilyInputs, *, teacher: str, student: str, scratch: str, speed_task: str,
+def evaluate_family(inputs: FamilyInputs, *, runtime: Any, teacher: str, student: str, scratch: str, speed_task: str,
                     seq_length: int, latency_examples: int, throughput_batch_size: int, warmup_runs: int,
                     timed_runs: int, num_threads: int, confusion_max_examples: int | None) -> FamilyEvaluation:
-    """Compare the family: test scores from the metrics files, CPU speed of each member's ``speed_task`` model
-    (:func:`bert_pipeline.evaluation.speed.measure_speed`), the confusion matrix of every sentiment model, the
+    """Compare the family: test scores from the metrics files, the speed of each member's ``speed_task`` model on
+    ``runtime``'s device (:func:`bert_pipeline.evaluation.speed.measure_speed`; the stage gives a CPU runtime: the
+    report's figures are CPU serving costs), the confusion matrix of every sentiment model, the
     findings, the figures (:func:`bert_pipeline.evaluation.figures.family_figures`; score vs speed is wall clock)
     and the report card.
 
@@ -283,8 +284,8 @@ def evaluate_family(inputs: FamilyInputs, *, teacher: str, student: str, scratch
         if texts is None:
             texts = [str(x) for x in load_test_split(inputs.tasks / speed_task)["text"][
                 : max(latency_examples, throughput_batch_size)]]
-        speed = measure_speed(pred.model, pred.tokenizer, texts, seq_length, latency_examples, throughput_batch_size,
-                              warmup_runs, timed_runs, num_threads)
+        speed = measure_speed(pred.model, pred.tokenizer, texts, runtime, seq_length, latency_examples,
+                              throughput_batch_size, warmup_runs, timed_runs, num_threads)
         speeds[m] = speed
         facts[m] = ModelFacts(count_parameters(pred.model.base_model), size_on_disk_mb(folder), speed.latency_ms,
                               speed.throughput, total_parameters=count_parameters(pred.model),

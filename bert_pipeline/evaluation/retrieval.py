@@ -10,7 +10,9 @@ Fine-tuning for retrieval (:func:`contrastive_finetune`) uses in-batch negatives
 positive and the batch's other documents the negatives, a cross-entropy over ``scale`` x cosine similarities
 (Henderson et al. 2017, "Efficient Natural Language Response Suggestion", §4.4; DPR, Karpukhin et al. 2020, §3.2).
 
-Everything here takes models, tokenizers and texts; the ``retrieval`` stage reads the pairs and writes the record.
+Everything here takes models, tokenizers, texts and the stage's :class:`bert_pipeline.train.runtime.Runtime` (the
+device and autocast the encoder runs in, the fp16 loss scaler); the ``retrieval`` stage reads the pairs and writes
+the record.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import torch
 from torch.nn import functional
 
 from bert_pipeline.evaluation.report import markdown_table
+from bert_pipeline.train.runtime import Runtime
 
 log = logging.getLogger(__name__)
 
@@ -37,25 +40,29 @@ def mean_pool(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tenso
     return (hidden * mask).sum(1) / mask.sum(1).clamp(min=1.0)
 
 
-def _encode(model: Any, tokenizer: Any, texts: Sequence[str], max_length: int) -> torch.Tensor:
-    """Mean-pooled, L2-normalised embeddings ``(len(texts), hidden)`` float32 of one batch, with gradients."""
+def _encode(model: Any, tokenizer: Any, texts: Sequence[str], max_length: int, runtime: Runtime) -> torch.Tensor:
+    """Mean-pooled, L2-normalised embeddings ``(len(texts), hidden)`` float32 of one batch, with gradients, on the
+    runtime's device."""
     enc = tokenizer(list(texts), truncation=True, max_length=max_length, padding=True, return_tensors="pt")
     inputs = {k: v for k, v in enc.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
     if getattr(model.config, "type_vocab_size", 2) < 2:  # RoBERTa: one token type
         inputs.pop("token_type_ids", None)
-    hidden = model(**inputs).last_hidden_state
-    return functional.normalize(mean_pool(hidden, inputs["attention_mask"]).float(), dim=-1)
+    inputs = runtime.to_device(inputs)
+    with runtime.autocast():
+        hidden = model(**inputs).last_hidden_state
+    return functional.normalize(mean_pool(hidden.float(), inputs["attention_mask"]), dim=-1)
 
 
 @torch.inference_mode()
-def embed(model: Any, tokenizer: Any, texts: Sequence[str], *, batch_size: int = 64,
+def embed(model: Any, tokenizer: Any, texts: Sequence[str], runtime: Runtime, *, batch_size: int = 64,
           max_length: int = 128) -> np.ndarray:
     """Sentence embeddings of ``texts``: ``(len(texts), hidden)`` float32, L2-normalised rows (mean pooling over
     real tokens, each text cut at ``max_length`` tokens). ``model`` is a bare encoder (``AutoModel``) of any
-    family; it is put in eval mode."""
-    model.eval()
-    rows = [_encode(model, tokenizer, texts[i:i + batch_size], max_length) for i in range(0, len(texts), batch_size)]
-    return torch.cat(rows).numpy() if rows else np.zeros((0, model.config.hidden_size), dtype=np.float32)
+    family; it is put in eval mode on the runtime's device."""
+    runtime.place(model)
+    rows = [_encode(model, tokenizer, texts[i:i + batch_size], max_length, runtime)
+            for i in range(0, len(texts), batch_size)]
+    return torch.cat(rows).cpu().numpy() if rows else np.zeros((0, model.config.hidden_size), dtype=np.float32)
 
 
 def retrieval_metrics(queries: np.ndarray, documents: np.ndarray) -> dict[str, float]:
@@ -78,19 +85,22 @@ def retrieval_metrics(queries: np.ndarray, documents: np.ndarray) -> dict[str, f
             "mrr": round(float(np.mean(1.0 / rank)), 6)}
 
 
-def contrastive_finetune(model: Any, tokenizer: Any, queries: Sequence[str], documents: Sequence[str], *,
-                         epochs: int, batch_size: int, learning_rate: float, scale: float, max_length: int,
-                         seed: int) -> list[float]:
+def contrastive_finetune(model: Any, tokenizer: Any, queries: Sequence[str], documents: Sequence[str],
+                         runtime: Runtime, *, epochs: int, batch_size: int, learning_rate: float, scale: float,
+                         max_length: int, seed: int, max_grad_norm: float = 1.0) -> list[float]:
     """Fine-tune the encoder ``model`` in place so each query embeds near its own document: per batch of
     ``batch_size`` pairs, cross-entropy over ``scale`` x the cosine similarities of every query to every document
-    of the batch (in-batch negatives; module docstring), AdamW at ``learning_rate`` with a linear decay to 0.
-    Batches are drawn in an order seeded by ``seed`` (the torch RNG, for dropout, too).
+    of the batch (in-batch negatives; module docstring), AdamW at ``learning_rate`` with a linear decay to 0, the
+    gradient norm clipped to ``max_grad_norm``, on the runtime's device and precision
+    (:meth:`bert_pipeline.train.runtime.Runtime.step`). Batches are drawn in an order seeded by ``seed`` (the torch
+    RNG, for dropout, too).
 
     Returns:
         The training loss of each step (nats).
 
     Raises:
-        ValueError: different numbers of queries and documents, fewer than two pairs, or a non-finite loss.
+        ValueError: different numbers of queries and documents, fewer than two pairs, or a non-finite loss
+            (fp32/bf16; under fp16 the loss scaler skips such a step).
     """
     if len(queries) != len(documents) or len(queries) < 2:
         raise ValueError(f"contrastive_finetune: expected >= 2 (query, document) pairs, got {len(queries)} and "
@@ -101,6 +111,7 @@ def contrastive_finetune(model: Any, tokenizer: Any, queries: Sequence[str], doc
     optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=0.01)
     schedule = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda step: max(0.0, 1.0 - step / (epochs * steps_per_epoch)))
+    model, optimizer = runtime.prepare(model, optimizer)
     model.train()
     losses = []
     for _ in range(epochs):
@@ -109,18 +120,19 @@ def contrastive_finetune(model: Any, tokenizer: Any, queries: Sequence[str], doc
             chosen = order[start:start + batch_size]
             if len(chosen) < 2:  # one pair has no negative
                 continue
-            q = _encode(model, tokenizer, [queries[i] for i in chosen], max_length)
-            d = _encode(model, tokenizer, [documents[i] for i in chosen], max_length)
-            loss = functional.cross_entropy(scale * q @ d.T, torch.arange(len(chosen)))
-            if not torch.isfinite(loss):
-                raise ValueError(f"contrastive_finetune: non-finite loss at step {len(losses)}")
+            q = _encode(model, tokenizer, [queries[i] for i in chosen], max_length, runtime)
+            d = _encode(model, tokenizer, [documents[i] for i in chosen], max_length, runtime)
+            loss = functional.cross_entropy(scale * q @ d.T, torch.arange(len(chosen), device=q.device))
             optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-            schedule.step()
-            losses.append(round(loss.item(), 6))
+            runtime.backward(loss)
+            outcome = runtime.step(model, optimizer, max_grad_norm, torch.isfinite(loss.detach()))
+            if not outcome.applied and runtime.scaler is None:
+                raise ValueError(f"contrastive_finetune: non-finite loss or gradient at step {len(losses)}")
+            if outcome.applied:
+                schedule.step()
+            losses.append(loss.detach())
     model.eval()
-    return losses
+    return [round(float(x), 6) for x in torch.stack(losses).tolist()] if losses else []
 
 
 def retrieval_section(record: Mapping[str, Any] | None, source: str, reference: str = "minilm",

@@ -1,5 +1,9 @@
-"""Speed and size: parameters on disk, CPU latency and throughput of fine-tuned models, encoder throughput of a
+"""Speed and size: parameters on disk, latency and throughput of fine-tuned models, encoder throughput of a
 teacher against its student, the machine's matmul peak (for MFU), and wall/CPU seconds of a call.
+
+Every measurement runs on the device of the :class:`bert_pipeline.train.runtime.Runtime` it is given (the model is
+placed there, inputs are built there, a GPU is synchronised around each timed call) and records that device: the
+``evaluate`` stage times serving on the CPU, distillation and the variants time encoders where they trained.
 
 Timing follows the usual benchmarking discipline (Dehghani et al. 2022, "The Efficiency Misnomer", §4: state
 batch size, sequence length, hardware and threads): fixed input shapes, ``warmup`` untimed rounds first, the
@@ -57,13 +61,15 @@ def timed(fn: Callable[[], Any]) -> tuple[Any, float, float]:
 # ------------------------------------------------------------------------------------- fine-tuned models
 @dataclass(frozen=True)
 class Speed:
-    """``latency_ms``: median ms per example at batch 1; ``throughput``: median examples/s at ``batch_size``."""
+    """``latency_ms``: median ms per example at batch 1; ``throughput``: median examples/s at ``batch_size``;
+    ``device``: where it was timed (``cpu``, ``cuda:0``)."""
 
     latency_ms: float
     throughput: float
     batch_size: int
     seq_length: int
     threads: int
+    device: str = "cpu"
 
 
 def size_on_disk_mb(model_dir: Path) -> float:
@@ -85,6 +91,7 @@ def measure_speed(
     model: torch.nn.Module,
     tokenizer: Any,
     texts: Sequence[str],
+    runtime: Any,
     seq_length: int = 128,
     latency_examples: int = 16,
     batch_size: int = 32,
@@ -96,8 +103,8 @@ def measure_speed(
     one batch of ``batch_size`` texts), each the median of ``runs`` timed rounds after ``warmup`` untimed ones.
 
     ``texts`` are recycled when there are fewer than needed; ``seq_length`` is capped at the model's
-    ``max_position_embeddings`` (the figure records the length used). Runs on CPU with ``threads`` intra-op threads
-    (restored afterwards).
+    ``max_position_embeddings`` (the figure records the length used). Runs on ``runtime``'s device (fp32, no
+    autocast) with ``threads`` intra-op threads (restored afterwards).
 
     Raises:
         ValueError: no texts.
@@ -110,25 +117,30 @@ def measure_speed(
         seq_length = limit
     need = max(latency_examples, batch_size)
     pool = [texts[i % len(texts)] for i in range(need)]
-    model = model.eval().to("cpu")
-    single = _batches(tokenizer, pool[:latency_examples], 1, seq_length)
-    full = _batches(tokenizer, pool[:batch_size], batch_size, seq_length)
+    model = runtime.place(model)
+    single = [runtime.to_device(b) for b in _batches(tokenizer, pool[:latency_examples], 1, seq_length)]
+    full = [runtime.to_device(b) for b in _batches(tokenizer, pool[:batch_size], batch_size, seq_length)]
     old_threads = torch.get_num_threads()
     torch.set_num_threads(threads)
+
+    def synced(call: Callable[[], object]) -> Callable[[], None]:
+        return lambda: (call(), runtime.synchronize())
+
     try:
         with torch.inference_mode():
-            median = median_seconds({"latency": lambda: [model(**b) for b in single],
-                                     "throughput": lambda: model(**full[0])}, warmup, runs)
+            median = median_seconds({"latency": synced(lambda: [model(**b) for b in single]),
+                                     "throughput": synced(lambda: model(**full[0]))}, warmup, runs)
     finally:
         torch.set_num_threads(old_threads)
     return Speed(latency_ms=1000 * median["latency"] / len(single), throughput=batch_size / median["throughput"],
-                 batch_size=batch_size, seq_length=seq_length, threads=threads)
+                 batch_size=batch_size, seq_length=seq_length, threads=threads, device=str(runtime.device))
 
 
 # --------------------------------------------------------------------------------------- encoders
 @torch.inference_mode()
 def measure_throughput(
     models: Mapping[str, nn.Module],
+    runtime: Any,
     *,
     batch_size: int = 32,
     seq_len: int = 128,
@@ -136,15 +148,16 @@ def measure_throughput(
     runs: int = 5,
     seed: int = 0,
 ) -> dict[str, dict[str, float]]:
-    """Inference throughput of several encoders' forward passes on CPU (pass ``model.base_model`` to time the
-    encoder that downstream tasks use, without the pre-training heads).
+    """Inference throughput of several encoders' forward passes on ``runtime``'s device, fp32 (pass
+    ``model.base_model`` to time the encoder that downstream tasks use, without the pre-training heads).
 
     Runs ``model(input_ids, attention_mask, token_type_ids)`` on one fixed random batch ``(batch_size, seq_len)``
-    of int64 ids (full attention), in eval mode, timed with :func:`median_seconds`.
+    of int64 ids (full attention), in eval mode, timed with :func:`median_seconds`. The models are moved to the
+    device (and stay there); their train/eval modes are restored.
 
     Returns:
         Per name ``{"sequences_per_second": batch_size / median seconds, "median_seconds", "runs", "batch_size",
-        "seq_len"}`` (wall-clock: write only to ``*-timing.json``).
+        "seq_len", "device"}`` (wall-clock: write only to ``*-timing.json``).
 
     Raises:
         ValueError: ``runs`` < 1 or ``warmup`` < 0.
@@ -153,17 +166,18 @@ def measure_throughput(
     gen = torch.Generator().manual_seed(seed)
     vocab = min(m.config.vocab_size for m in models.values())
     input_ids = torch.randint(1000 if vocab > 2000 else 1, vocab, (batch_size, seq_len), generator=gen)
-    batch = {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids),
-             "token_type_ids": torch.zeros_like(input_ids)}
+    batch = runtime.to_device({"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids),
+                               "token_type_ids": torch.zeros_like(input_ids)})
     for m in models.values():
-        m.eval()
+        runtime.place(m)
     try:
-        median = median_seconds({name: (lambda m=m: m(**batch)) for name, m in models.items()}, warmup, runs)
+        median = median_seconds({name: (lambda m=m: (m(**batch), runtime.synchronize())) for name, m in models.items()},
+                                warmup, runs)
     finally:
         for name, m in models.items():
             m.train(modes[name])
     return {name: {"sequences_per_second": batch_size / median[name], "median_seconds": median[name], "runs": runs,
-                   "batch_size": batch_size, "seq_len": seq_len} for name in models}
+                   "batch_size": batch_size, "seq_len": seq_len, "device": str(runtime.device)} for name in models}
 
 
 # ------------------------------------------------------------------------------------------- peak

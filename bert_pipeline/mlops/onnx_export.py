@@ -43,6 +43,7 @@ from bert_pipeline.evaluation.predictor import MODEL_INPUTS, Predictor, load_pre
 from bert_pipeline.evaluation.speed import median_seconds
 from bert_pipeline.io import atomic_dir, sha256_file, write_json
 from bert_pipeline.model.heads import decode_qa, prepare_qa_features, tokenize_ner
+from bert_pipeline.train.runtime import Runtime, make_runtime
 
 log = logging.getLogger(__name__)
 
@@ -101,8 +102,10 @@ def _known_export_noise():
         yield
 
 
-def export_onnx(pred: Predictor, path: Path, *, opset: int, exporter: str = "torchscript") -> list[str]:
-    """Write ``pred.model`` (float32, eval mode, CPU) to ``path`` as ONNX with dynamic batch and sequence axes.
+def export_onnx(pred: Predictor, path: Path, cpu_runtime: Runtime, *, opset: int,
+                exporter: str = "torchscript") -> list[str]:
+    """Write ``pred.model`` (float32, eval mode, placed on ``cpu_runtime``: the graph is traced on the CPU, where ONNX
+    Runtime will run it) to ``path`` as ONNX with dynamic batch and sequence axes.
 
     ``exporter``: ``torchscript`` (``torch.onnx.export(dynamo=False)`` with ``dynamic_axes``) or ``dynamo``
     (torch.export). The default is TorchScript: on these models both give graphs whose logits match PyTorch to
@@ -119,7 +122,7 @@ def export_onnx(pred: Predictor, path: Path, *, opset: int, exporter: str = "tor
         raise PipelineError(f"exporter {exporter!r}: expected one of {', '.join(EXPORTERS)}")
     names = input_names(pred)
     outputs = list(OUTPUTS[pred.kind])
-    model = pred.model.float().eval().to("cpu")
+    model = cpu_runtime.place(pred.model.float())
     example = pred.tokenizer(list(EXAMPLE_TEXTS), padding=True, return_tensors="pt")
     kwargs = {name: example[name] for name in names}
     axes = {name: INPUT_AXES for name in names} | {name: OUTPUT_AXES[pred.kind] for name in outputs}
@@ -242,13 +245,15 @@ def encode_examples(pred: Predictor, examples: Sequence[Mapping[str, Any]], max_
 Forward = Callable[[dict[str, np.ndarray]], list[np.ndarray]]
 
 
-def torch_forward(pred: Predictor) -> Forward:
-    """A batch of int64 arrays ``(batch, seq)`` -> the head's outputs from PyTorch (float32 numpy, in
-    :data:`OUTPUTS` order)."""
+def torch_forward(pred: Predictor, runtime: Runtime) -> Forward:
+    """A batch of int64 arrays ``(batch, seq)`` -> the head's outputs from PyTorch on ``runtime``'s device, fp32
+    (float32 numpy, in :data:`OUTPUTS` order). The model is placed on that device."""
+    model = runtime.place(pred.model)
+
     def run(batch: dict[str, np.ndarray]) -> list[np.ndarray]:
         with torch.inference_mode():
-            out = pred.model(**{k: torch.from_numpy(v) for k, v in batch.items()})
-        return [getattr(out, name).float().numpy() for name in OUTPUTS[pred.kind]]
+            out = model(**runtime.to_device({k: torch.from_numpy(v) for k, v in batch.items()}))
+        return [getattr(out, name).float().cpu().numpy() for name in OUTPUTS[pred.kind]]
     return run
 
 
@@ -314,14 +319,15 @@ class Parity:
         return asdict(self)
 
 
-def check_parity(pred: Predictor, session, enc: Encoded, batch_size: int = 8, n_best: int = 20,
+def check_parity(pred: Predictor, session, enc: Encoded, runtime: Runtime, batch_size: int = 8, n_best: int = 20,
                  max_answer_length: int = 30) -> Parity:
-    """Run ``enc``'s windows through PyTorch and the ONNX Runtime ``session`` in the same batches; compare logits
-    and :func:`predictions` (QA: ``n_best`` and ``max_answer_length`` as in fine-tuning's decoding).
+    """Run ``enc``'s windows through PyTorch (on ``runtime``'s device, fp32) and the ONNX Runtime ``session`` in the
+    same batches; compare logits and :func:`predictions` (QA: ``n_best`` and ``max_answer_length`` as in
+    fine-tuning's decoding).
 
     ``max_abs_diff`` is rounded to 3 significant digits (run-to-run float noise stays out of the metrics file).
     """
-    ref = window_logits(torch_forward(pred), pred, enc, batch_size)
+    ref = window_logits(torch_forward(pred, runtime), pred, enc, batch_size)
     got = window_logits(onnx_forward(session, pred.kind), pred, enc, batch_size)
     diffs = {name: float(f"{max(float(np.max(np.abs(a - b))) for a, b in zip(ref[name], got[name], strict=True)):.3g}")
              for name in ref}
@@ -357,17 +363,18 @@ class Latency:
                 "warmup": self.warmup, "threads": self.threads}
 
 
-def compare_latency(pred: Predictor, onnx_path: Path, enc: Encoded, *, examples: int = 8, warmup: int = 2,
-                    runs: int = 10, threads: int = 1) -> Latency:
-    """Time PyTorch and ONNX Runtime in turn within each round (:func:`~bert_pipeline.evaluation.speed.median_seconds`)
-    on the first ``examples`` windows of ``enc``, one at a time (batch 1, no padding).
+def compare_latency(pred: Predictor, onnx_path: Path, enc: Encoded, cpu_runtime: Runtime, *, examples: int = 8,
+                    warmup: int = 2, runs: int = 10, threads: int = 1) -> Latency:
+    """Time PyTorch (on ``cpu_runtime``, a CPU one: ONNX Runtime runs on the CPU provider) and ONNX Runtime in turn
+    within each round (:func:`~bert_pipeline.evaluation.speed.median_seconds`) on the first ``examples`` windows of
+    ``enc``, one at a time (batch 1, no padding).
 
     Raises:
         ValueError: ``runs`` < 1 or ``warmup`` < 0.
     """
     session = onnx_session(onnx_path, threads)
     singles = [{k: np.asarray([v], dtype=np.int64) for k, v in f.items()} for f in enc.features[:max(examples, 1)]]
-    run_torch, run_onnx = torch_forward(pred), onnx_forward(session, pred.kind)
+    run_torch, run_onnx = torch_forward(pred, cpu_runtime), onnx_forward(session, pred.kind)
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
@@ -415,11 +422,14 @@ def export_folder(model_dir: Path, out_dir: Path, examples: Sequence[Mapping[str
                   doc_stride: int | None = 128, n_best: int = 20, max_answer_length: int = 30, opset: int = 18,
                   exporter: str = "torchscript", batch_size: int = 8, threads: int = 1, latency_examples: int = 8,
                   warmup: int = 2, runs: int = 10, tolerance: float | None = 1e-4,
-                  tolerance_name: str = "tolerance") -> ExportReport:
+                  tolerance_name: str = "tolerance", runtime: Runtime | None = None) -> ExportReport:
     """Export ``model_dir`` to ``out_dir`` (``model.onnx``, :data:`COPIED_FILES`, ``onnx_export.json``), check
     parity on ``examples`` (:func:`encode_examples`, :func:`check_parity`) and time both backends at batch 1
     (:func:`compare_latency`). ``out_dir`` appears only when all of it is written (atomic) and the parity check
     passed; PyTorch and ONNX Runtime run with ``threads`` intra-op threads throughout.
+
+    The graph is exported from the CPU; the parity reference runs on ``runtime`` (the export stage's: a GPU
+    worker's device, with exact fp32 matmuls; None: the CPU), the latency on the CPU.
 
     ``tolerance``: the largest absolute logit difference accepted (None: any); fp32 graphs of these models differ
     by ~1e-7 (2-layer tiny models) to ~1e-6 (6-layer MiniLM). Predictions that disagree within it (a near tie) are
@@ -429,6 +439,8 @@ def export_folder(model_dir: Path, out_dir: Path, examples: Sequence[Mapping[str
         PipelineError: not a fine-tuned folder with a known head, no usable check inputs, a failed export, or a
             logit difference above ``tolerance`` (named ``tolerance_name`` in the message).
     """
+    cpu_runtime = make_runtime("fp32", cpu=True)
+    runtime = runtime or cpu_runtime
     pred = load_predictor(Path(model_dir))
     enc = encode_examples(pred, examples, max_seq_length, doc_stride)
     before = torch.get_num_threads()
@@ -436,17 +448,17 @@ def export_folder(model_dir: Path, out_dir: Path, examples: Sequence[Mapping[str
     try:
         with atomic_dir(out_dir) as tmp:
             path = tmp / ONNX_FILE
-            outputs = export_onnx(pred, path, opset=opset, exporter=exporter)
+            outputs = export_onnx(pred, path, cpu_runtime, opset=opset, exporter=exporter)
             session = onnx_session(path, threads)
             check_outputs(session, pred.kind, path)
-            parity = check_parity(pred, session, enc, batch_size, n_best, max_answer_length)
+            parity = check_parity(pred, session, enc, runtime, batch_size, n_best, max_answer_length)
             worst = max(parity.max_abs_diff, key=parity.max_abs_diff.get)
             if tolerance is not None and parity.max_abs_diff[worst] > tolerance:
                 raise PipelineError(f"{model_dir}: ONNX Runtime's {worst} differ from PyTorch's by up to "
                                     f"{parity.max_abs_diff[worst]:g} (> {tolerance_name} {tolerance:g}); the export "
                                     "is not written")
-            latency = compare_latency(pred, path, enc, examples=latency_examples, warmup=warmup, runs=runs,
-                                      threads=threads)
+            latency = compare_latency(pred, path, enc, cpu_runtime, examples=latency_examples, warmup=warmup,
+                                      runs=runs, threads=threads)
             for name in COPIED_FILES:
                 if (Path(model_dir) / name).is_file():
                     shutil.copyfile(Path(model_dir) / name, tmp / name)

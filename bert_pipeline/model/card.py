@@ -56,8 +56,8 @@ METRIC_TYPE = {"accuracy": "accuracy", "macro_f1": "f1", "f1": "f1", "precision"
 METRIC_NAME = {"accuracy": "accuracy", "macro_f1": "macro F1", "f1": "F1", "precision": "precision",
                "recall": "recall", "exact_match": "exact match", "pearson": "Pearson r", "spearman": "Spearman rho",
                "mse": "MSE"}
-PRECISION = {"no": "fp32", "fp32": "fp32", "bf16": "bf16 autocast", "fp16": "fp16 autocast"}
-"""Resolved precision (accelerate's ``mixed_precision`` or the pipeline's name) as the card writes it."""
+PRECISION = {"fp32": "fp32", "bf16": "bf16 autocast", "fp16": "fp16 autocast with loss scaling"}
+"""Resolved precision (:attr:`bert_pipeline.train.runtime.Runtime.precision`) as the card writes it."""
 _FRONT_MATTER = re.compile(r"\A---\n(.*?)\n---\n", re.DOTALL)
 
 

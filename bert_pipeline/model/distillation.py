@@ -344,8 +344,9 @@ class DistillationModel(nn.Module):
     """Student + frozen teacher -> DistilBERT's triple loss on a Hugging Face MLM batch (Sanh et al. 2019, §3).
 
     Only the student is a submodule: ``parameters()``, ``state_dict()`` and checkpoints hold the student alone. The
-    teacher is kept in eval mode, with ``requires_grad`` off, runs under ``torch.no_grad()`` and follows the
-    inputs' device on the first forward.
+    teacher is kept in eval mode, with ``requires_grad`` off, runs under ``torch.no_grad()`` and moves with the
+    student: ``.to(device)`` (what accelerate's ``prepare`` calls) moves both, so the teacher is on the student's
+    device before any forward, also when a resumed run evaluates without training a step.
 
     Args:
         student, teacher: ``BertForPreTraining`` / ``BertForMaskedLM`` models with the same vocabulary and hidden
@@ -371,6 +372,11 @@ class DistillationModel(nn.Module):
                             "alpha_cos": alpha_cos}
         self.cos_positions = cos_positions
 
+    def _apply(self, fn, recurse: bool = True):  # .to(), .cuda(), .float(): the teacher follows the student
+        super()._apply(fn, recurse)
+        self.teacher._apply(fn, recurse)
+        return self
+
     def train(self, mode: bool = True) -> DistillationModel:
         """Set the student's mode; the teacher stays in eval mode."""
         super().train(mode)
@@ -378,15 +384,15 @@ class DistillationModel(nn.Module):
         return self
 
     def forward(self, input_ids: torch.Tensor, labels: torch.Tensor, attention_mask: torch.Tensor | None = None,
-                token_type_ids: torch.Tensor | None = None, **_pair_labels: torch.Tensor) -> DistillOutput:
+                token_type_ids: torch.Tensor | None = None, masked_positions: torch.Tensor | None = None,
+                **_pair_labels: torch.Tensor) -> DistillOutput:
         """Triple loss on one batch ``(batch, seq_len)`` int64; NSP/SOP labels are accepted and ignored
         (DistilBERT drops the NSP objective; the student keeps the teacher's NSP head unchanged)."""
-        teacher = self.teacher
-        if next(teacher.parameters()).device != input_ids.device:
-            teacher.to(input_ids.device)
         with torch.no_grad():
-            t_logits, t_out, _ = masked_lm_forward(teacher, input_ids, labels, attention_mask, token_type_ids)
-        s_logits, s_out, targets = masked_lm_forward(self.student, input_ids, labels, attention_mask, token_type_ids)
+            t_logits, t_out, _ = masked_lm_forward(self.teacher, input_ids, labels, attention_mask, token_type_ids,
+                                                   masked_positions)
+        s_logits, s_out, targets = masked_lm_forward(self.student, input_ids, labels, attention_mask, token_type_ids,
+                                                     masked_positions)
         t_hidden, s_hidden = t_out.last_hidden_state, s_out.last_hidden_state
         if self.cos_positions == "masked":
             keep = labels != IGNORE_INDEX
@@ -395,7 +401,7 @@ class DistillationModel(nn.Module):
         else:
             keep = torch.ones_like(input_ids, dtype=torch.bool)
         out = distillation_loss(s_logits, t_logits, targets, s_hidden[keep], t_hidden[keep], **self.loss_kwargs)
-        count = torch.tensor(targets.numel(), device=targets.device)
+        count = torch.tensor(targets.numel())  # a host tensor (the shape's value)
         return DistillOutput(loss=out.total, kl_loss=out.kl, mlm_loss=out.mlm, cos_loss=out.cos, mlm_count=count,
                              mlm_logits=s_logits.detach(), mlm_targets=targets)
 

@@ -30,6 +30,7 @@ def masked_lm_forward(
     labels: torch.Tensor,
     attention_mask: torch.Tensor | None = None,
     token_type_ids: torch.Tensor | None = None,
+    masked_positions: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, Any, torch.Tensor]:
     """MLM logits at the labelled positions only.
 
@@ -43,6 +44,9 @@ def masked_lm_forward(
             and MLM head, e.g. ``.bert`` and ``.cls.predictions``; token types dropped for RoBERTa).
         input_ids, labels, attention_mask, token_type_ids: ``(batch, seq_len)`` int64; ``labels`` holds the
             original id where a prediction is made and ``IGNORE_INDEX`` (-100) elsewhere.
+        masked_positions: ``(n_predicted,)`` int64 flat indices into ``labels.view(-1)`` of those positions in
+            row-major order (:func:`bert_pipeline.train.loop.masked_positions`, computed on the host); None:
+            found here with a boolean mask, which on a GPU makes the host wait for the device.
 
     Returns:
         ``(logits, outputs, targets)``: ``(n_predicted, vocab_size)`` float32 logits in row-major order of the
@@ -54,9 +58,12 @@ def masked_lm_forward(
         token_type_ids = None
     outputs = getattr(model, family.encoder)(input_ids=input_ids, attention_mask=attention_mask,
                                              token_type_ids=token_type_ids, return_dict=True)
-    predicted = labels != IGNORE_INDEX  # (batch, seq_len) bool
-    logits = family.mlm_head(model)(outputs.last_hidden_state[predicted]).float()  # (n_predicted, vocab)
-    return logits, outputs, labels[predicted]
+    if masked_positions is None:
+        masked_positions = (labels.reshape(-1) != IGNORE_INDEX).nonzero().squeeze(1)
+    hidden = outputs.last_hidden_state
+    gathered = hidden.reshape(-1, hidden.shape[-1]).index_select(0, masked_positions)  # (n_predicted, hidden)
+    logits = family.mlm_head(model)(gathered).float()  # (n_predicted, vocab)
+    return logits, outputs, labels.reshape(-1).index_select(0, masked_positions)
 
 
 def top1_hits(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -123,7 +130,8 @@ class MaskedPositionPretrainer(nn.Module):
         token_type_ids: torch.Tensor | None = None,
         next_sentence_label: torch.Tensor | None = None,
         sentence_order_label: torch.Tensor | None = None,
-        mlm_normalizer: float | None = None,
+        mlm_normalizer: float | torch.Tensor | None = None,
+        masked_positions: torch.Tensor | None = None,
     ) -> PretrainOutput:
         """Compute the pre-training loss.
 
@@ -135,11 +143,13 @@ class MaskedPositionPretrainer(nn.Module):
             mlm_normalizer: the divisor of the summed MLM cross-entropy in ``loss`` (None: this batch's count of
                 predicted positions, a mean). Under DDP the training loop passes the global micro-batch's count
                 over the number of processes, so that the processes' averaged gradients are those of the global
-                token mean (:mod:`bert_pipeline.train.loop`).
+                token mean (:mod:`bert_pipeline.train.loop`); a 0-d tensor keeps it on the device.
+            masked_positions: see :func:`masked_lm_forward`.
         """
-        logits, outputs, targets = masked_lm_forward(self.model, input_ids, labels, attention_mask, token_type_ids)
+        logits, outputs, targets = masked_lm_forward(self.model, input_ids, labels, attention_mask, token_type_ids,
+                                                     masked_positions)
         mlm_loss = functional.cross_entropy(logits, targets)
-        mlm_count = torch.tensor(targets.numel(), device=targets.device)
+        mlm_count = torch.tensor(targets.numel())  # a host tensor: its value is the shape's, known without the device
         loss = mlm_loss if mlm_normalizer is None else (
             functional.cross_entropy(logits, targets, reduction="sum") / mlm_normalizer)
         out = PretrainOutput(loss=loss, mlm_loss=mlm_loss, mlm_count=mlm_count, mlm_logits=logits.detach(),
@@ -149,6 +159,6 @@ class MaskedPositionPretrainer(nn.Module):
             pair_logits = self.family.pair_head(self.model)(outputs.pooler_output).float()  # (batch, 2)
             out.pair_loss = functional.cross_entropy(pair_logits, pair_label.view(-1))
             out.pair_logits, out.pair_targets = pair_logits.detach(), pair_label.view(-1)
-            out.pair_count = torch.tensor(pair_label.numel(), device=pair_label.device)
+            out.pair_count = torch.tensor(pair_label.numel())
             out.loss = loss + out.pair_loss
         return out

@@ -55,8 +55,10 @@ def fingerprint(params: Any, inputs: list[str | Path] = ()) -> str:
     return digest.hexdigest()
 
 
-def rng_state() -> dict[str, Any]:
-    """The global RNG states of ``random``, NumPy and torch (CPU and CUDA) as weights_only-loadable values."""
+def rng_state(device: torch.device | str | None = None) -> dict[str, Any]:
+    """The global RNG states of ``random``, NumPy and torch's CPU generator, and of the CUDA ``device``'s generator
+    when ``device`` is a CUDA device (this process's own: a rank never opens a context on another GPU), as
+    weights_only-loadable values."""
     py = random.getstate()
     np_state = np.random.get_state()
     state: dict[str, Any] = {
@@ -64,20 +66,20 @@ def rng_state() -> dict[str, Any]:
         "numpy": [np_state[0], torch.from_numpy(np_state[1].astype(np.int64)), *np_state[2:]],
         "torch": torch.random.get_rng_state(),
     }
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
+    if device is not None and torch.device(device).type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state(torch.device(device))
     return state
 
 
-def set_rng_state(state: dict[str, Any]) -> None:
-    """Restore what :func:`rng_state` returned."""
+def set_rng_state(state: dict[str, Any], device: torch.device | str | None = None) -> None:
+    """Restore what :func:`rng_state` returned; its CUDA state goes to ``device`` when that is a CUDA device."""
     version, values, gauss = state["python"]
     random.setstate((version, tuple(values), gauss))
     name, keys, pos, has_gauss, cached = state["numpy"]
     np.random.set_state((name, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
     torch.random.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+    if "cuda" in state and device is not None and torch.device(device).type == "cuda":
+        torch.cuda.set_rng_state(state["cuda"], torch.device(device))
 
 
 class CheckpointManager:

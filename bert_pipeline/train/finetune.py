@@ -31,15 +31,17 @@ from bert_pipeline.train.finetune_data import (
     subsample,
     task_windows,
 )
-from bert_pipeline.train.finetune_loop import FitResult, TrainSettings, build_model, device_and_autocast, fit
+from bert_pipeline.train.finetune_loop import FitResult, TrainSettings, build_model, fit
+from bert_pipeline.train.runtime import Runtime
 
 log = logging.getLogger(__name__)
 
 
 # ------------------------------------------------------------------------------------------------ evaluation
 @torch.no_grad()
-def forward_all(model, features: list[dict[str, list[int]]], collate, batch_size: int, device, autocast) -> list[Any]:
-    """Logits for every feature (batched by length, returned in input order).
+def forward_all(model, features: list[dict[str, list[int]]], collate, batch_size: int, runtime: Runtime) -> list[Any]:
+    """Logits for every feature (batched by length, returned in input order), on ``runtime``'s device and autocast
+    (the model must be on that device).
 
     Returns:
         per feature: ``logits`` ``(num_labels,)`` / ``(seq_len, num_labels)``, or ``(start, end)`` ``(seq_len,)``
@@ -52,8 +54,8 @@ def forward_all(model, features: list[dict[str, list[int]]], collate, batch_size
         idx = order[k:k + batch_size]
         batch = collate([{kk: v for kk, v in features[i].items() if kk in ("input_ids", "attention_mask",
                                                                            "token_type_ids")} for i in idx])
-        batch = {kk: v.to(device) for kk, v in batch.items()}
-        with autocast():
+        batch = runtime.to_device(batch)
+        with runtime.autocast():
             res = model(**batch)
         if hasattr(res, "start_logits") and res.start_logits is not None:
             s, e = res.start_logits.float().cpu().numpy(), res.end_logits.float().cpu().numpy()
@@ -68,8 +70,8 @@ def forward_all(model, features: list[dict[str, list[int]]], collate, batch_size
 
 
 def make_evaluator(kind: str, tokenizer, ds: Dataset, task: dict[str, Any], label_names: Sequence[str] | None,
-                   batch_size: int, device, autocast) -> Callable[[Any], dict[str, float]]:
-    """A function ``model -> metrics`` on ``ds`` (features are encoded once)."""
+                   batch_size: int, runtime: Runtime) -> Callable[[Any], dict[str, float]]:
+    """A function ``model -> metrics`` on ``ds`` (features are encoded once; the model runs on ``runtime``)."""
     collate = DataCollatorWithPadding(tokenizer, return_tensors="pt")
     if kind == kinds.REGRESSION:
         enc = encode_sequence_split(kind, tokenizer, ds, task["max_length"])
@@ -77,7 +79,7 @@ def make_evaluator(kind: str, tokenizer, ds: Dataset, task: dict[str, Any], labe
         targets = [float(x) for x in ds["label"]]
 
         def run_regression(model):
-            out = forward_all(model, feats, collate, batch_size, device, autocast)
+            out = forward_all(model, feats, collate, batch_size, runtime)
             return task_metrics.regression_metrics(targets, [float(x[0]) for x in out])
         return run_regression
     if kinds.is_sequence_kind(kind):
@@ -86,7 +88,7 @@ def make_evaluator(kind: str, tokenizer, ds: Dataset, task: dict[str, Any], labe
         labels = list(ds["label"])
 
         def run(model):
-            logits = forward_all(model, feats, collate, batch_size, device, autocast)
+            logits = forward_all(model, feats, collate, batch_size, runtime)
             return task_metrics.classification_metrics(labels, [int(np.argmax(x)) for x in logits], len(label_names))
         return run
     if kind == "ner":
@@ -95,7 +97,7 @@ def make_evaluator(kind: str, tokenizer, ds: Dataset, task: dict[str, Any], labe
         gold = [[label_names[t] for t in tags] for tags in list(ds["ner_tags"])]
 
         def run(model):
-            logits = forward_all(model, windows.features, collate, batch_size, device, autocast)
+            logits = forward_all(model, windows.features, collate, batch_size, runtime)
             words = heads.word_predictions(windows, [np.argmax(x, -1) for x in logits])
             return task_metrics.ner_metrics(gold, [[label_names[p] for p in sent] for sent in words])
         return run
@@ -105,7 +107,7 @@ def make_evaluator(kind: str, tokenizer, ds: Dataset, task: dict[str, Any], labe
     contexts, refs = list(ds["context"]), [a["text"] for a in list(ds["answers"])]
 
     def run(model):
-        out = forward_all(model, feats, collate, batch_size, device, autocast)
+        out = forward_all(model, feats, collate, batch_size, runtime)
         preds = heads.decode_qa(contexts, enc["example_index"], enc["offset_mapping"], [o[0] for o in out],
                             [o[1] for o in out], task["n_best"], task["max_answer_length"])
         return task_metrics.squad_metrics([p[0] for p in preds], refs)
@@ -113,7 +115,7 @@ def make_evaluator(kind: str, tokenizer, ds: Dataset, task: dict[str, Any], labe
 
 
 def heldout_evaluators(task_dir: Path, dd: DatasetDict, info: dict[str, Any], tokenizer, task: dict[str, Any],
-                       data_seed: int, eval_batch_size: int, precision: str
+                       data_seed: int, eval_batch_size: int, runtime: Runtime
                        ) -> tuple[dict[str, Dataset], dict[str, Callable[[Any], dict[str, float]]]]:
     """The validation and test subsets (``max_validation_examples`` / ``max_test_examples`` drawn with
     ``data_seed``) and a ``model -> metrics`` evaluator for each (:func:`make_evaluator`): the same held-out
@@ -122,12 +124,11 @@ def heldout_evaluators(task_dir: Path, dd: DatasetDict, info: dict[str, Any], to
     Raises:
         FinetuneError: windows that ``max_length`` / ``doc_stride`` cannot build.
     """
-    device, autocast = device_and_autocast(precision)
     heldout = {"validation": subsample(dd["validation"], task["max_validation_examples"], data_seed),
                "test": subsample(dd["test"], task["max_test_examples"], data_seed)}
     with task_windows(task_dir):
         evaluators = {s: make_evaluator(info["kind"], tokenizer, d, task, info.get("label_names"), eval_batch_size,
-                                        device, autocast) for s, d in heldout.items()}
+                                        runtime) for s, d in heldout.items()}
     return heldout, evaluators
 
 
@@ -263,7 +264,7 @@ def choose_on_validation(settings: Sequence[tuple[float, int]], seeds: Sequence[
 
 def finetune_task(
     task_dir: Path, member: MemberSpec, task: dict[str, Any], *, seeds: Sequence[int], data_seed: int,
-    precision: str, warmup_ratio: float, weight_decay: float, max_grad_norm: float, early_stopping_patience: int,
+    runtime: Runtime, warmup_ratio: float, weight_decay: float, max_grad_norm: float, early_stopping_patience: int,
     evals_per_epoch: int, eval_batch_size: int, low_resource_train_examples: int | None,
     low_resource_epochs: int | None, on_eval: Callable[[str, int, dict[str, float]], None] | None = None,
     grid: Grid | None = None,
@@ -297,9 +298,8 @@ def finetune_task(
     if missing:
         raise FinetuneError(f"finetune.tasks.{task_dir.name}.{missing[0]}: required for a {kind.upper()} task, got null")
     tokenizer = load_tokenizer(member.path)
-    device, _ = device_and_autocast(precision)
     train = subsample(dd["train"], task["max_train_examples"], data_seed)
-    heldout, evaluators = heldout_evaluators(task_dir, dd, info, tokenizer, task, data_seed, eval_batch_size, precision)
+    heldout, evaluators = heldout_evaluators(task_dir, dd, info, tokenizer, task, data_seed, eval_batch_size, runtime)
     with task_windows(task_dir):
         features = encode_train(kind, tokenizer, train, task)
     collate = collator(kind, tokenizer)
@@ -316,10 +316,10 @@ def finetune_task(
             learning_rate=rate, epochs=epochs, batch_size=task["batch_size"],
             warmup_ratio=warmup_ratio, weight_decay=weight_decay, max_grad_norm=max_grad_norm,
             patience=early_stopping_patience, evals_per_epoch=evals_per_epoch, eval_batch_size=eval_batch_size,
-            precision=precision, seed=seed)
+            seed=seed)
         tag = prefix + (f"lr{rate:g}-epochs{epochs}/" if member.learning_rate is None else "")  # grid settings apart
         report = (lambda step, entry: on_eval(f"{tag}seed{seed}/", step, entry)) if on_eval else None
-        return model, fit(model, feats, collate, settings, evaluators["validation"], main, report)
+        return model, fit(model, feats, collate, settings, evaluators["validation"], main, runtime, report)
 
     def settings_for(low_resource: bool) -> list[tuple[float, int]]:
         if member.learning_rate is None:
@@ -359,7 +359,7 @@ def finetune_task(
     metrics["learning_rate"] = rate
     if member.learning_rate is None:
         metrics["grid"] = tried
-    return FinetuneOutcome(metrics, timing_record(device, timing), saved, tokenizer)
+    return FinetuneOutcome(metrics, timing_record(runtime.device, timing), saved, tokenizer)
 
 
 def metrics_record(info: dict[str, Any], model_path: str, init: str, seeds: Sequence[int], epochs: int,

@@ -1,11 +1,14 @@
-"""Fine-tuning's model and training loop: the model for a task kind (:func:`build_model`), the device and
-autocast (:func:`device_and_autocast`), and :func:`fit`, the loop with early stopping.
+"""Fine-tuning's model and training loop: the model for a task kind (:func:`build_model`) and :func:`fit`, the
+loop with early stopping, on the stage's :class:`bert_pipeline.train.runtime.Runtime` (device, autocast, the fp16
+loss scaler: the pre-training loop's runtime).
 
 The loop is the standard BERT fine-tuning recipe (Devlin et al. 2019, §4 and A.3): AdamW with weight decay
 (Loshchilov & Hutter 2019; no decay on biases and LayerNorm), linear warmup then linear decay, gradient
 clipping, a few epochs; the validation metric is checked ``evals_per_epoch`` times an epoch and training stops
 after ``patience`` checks without gain, restoring the best weights. Batches are grouped by length (shuffled
-mega-batches sorted by length), which on CPU saves most of the padding. Everything random takes a seed.
+mega-batches sorted by length), which on CPU saves most of the padding. Everything random takes a seed. The
+host waits for the device once per step (the step decision) and reads the training loss only at a validation
+check.
 
 The features it trains on: :mod:`bert_pipeline.train.finetune_data`; the runs over seeds and their
 evaluation: :mod:`bert_pipeline.train.finetune`.
@@ -34,7 +37,7 @@ from bert_pipeline.model import heads
 from bert_pipeline.model.configs import build_config, load_weights
 from bert_pipeline.train.finetune_data import FinetuneError, length_grouped_batches
 from bert_pipeline.train.optim import make_optimizer
-from bert_pipeline.train.precision import autocast_for, resolve_precision
+from bert_pipeline.train.runtime import Runtime, RuntimeSettingError
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +55,6 @@ class TrainSettings:
     patience: int = 1
     evals_per_epoch: int = 1
     eval_batch_size: int = 64
-    precision: str = "fp32"
     seed: int = 0
 
 
@@ -64,17 +66,10 @@ class FitResult:
     best_step: int
     steps: int
     history: list[dict[str, float]] = field(default_factory=list)
+    scaler_skipped_steps: int = 0  # fp16: updates the loss scaler skipped on an overflow
 
 
 # ------------------------------------------------------------------------------------------------ models
-def device_and_autocast(precision: str) -> tuple[torch.device, Callable[[], Any]]:
-    """The device (CUDA when present) and an autocast context factory for ``precision``
-    (:func:`bert_pipeline.train.precision.resolve_precision`; ``auto`` never picks fp16 here: this loop does not
-    scale the loss)."""
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return device, autocast_for(resolve_precision(precision, device.type, fp16_fallback=False), device)
-
-
 def build_model(
     kind: str, path: str, init: str, size: str | None, pooling: str, label_names: Sequence[str] | None,
     vocab_size: int, seed: int,
@@ -119,7 +114,8 @@ LossFn = Callable[[Any, dict[str, torch.Tensor], list[int]], torch.Tensor]
 
 def fit(
     model, features: list[dict[str, list[int]]], collate, s: TrainSettings, evaluate: Callable[[Any], dict[str, float]],
-    main_metric: str, on_eval: Callable[[int, dict[str, float]], None] | None = None, loss_fn: LossFn | None = None,
+    main_metric: str, runtime: Runtime, on_eval: Callable[[int, dict[str, float]], None] | None = None,
+    loss_fn: LossFn | None = None,
 ) -> FitResult:
     """Train ``model`` in place on ``features``; keep and restore the weights with the best validation metric.
 
@@ -130,6 +126,7 @@ def fit(
     Args:
         features: per example ``input_ids`` etc. (lists of ints), plus the labels the model's loss needs.
         evaluate: ``model -> metrics`` on the validation set (``main_metric`` is maximised).
+        runtime: device, autocast and (fp16) loss scaler; the model is moved to its device and stays there.
         on_eval: called with ``(step, {"train_loss", "validation_<metric>"...})`` after each evaluation.
         loss_fn: the objective, given the collated batch ``(batch, seq_len)`` tensors and the indices of its
             features in ``features`` (task-specific distillation reads cached teacher logits by them); default
@@ -137,45 +134,52 @@ def fit(
     Returns:
         :class:`FitResult`.
     Raises:
-        FinetuneError: a non-finite loss.
+        FinetuneError: a non-finite loss (fp32/bf16; under fp16 the loss scaler skips such a step), or an fp16 loss
+            scale that collapsed.
     """
-    device, autocast = device_and_autocast(s.precision)
     torch.manual_seed(s.seed)
     rng = np.random.default_rng(s.seed)
-    model.to(device)
     steps_per_epoch = math.ceil(len(features) / s.batch_size)
     total = steps_per_epoch * s.epochs
     opt = make_optimizer(model, "adamw", s.learning_rate, s.weight_decay, eps=1e-8, foreach=True)
     sched = get_linear_schedule_with_warmup(opt, int(s.warmup_ratio * total), total)
+    model, opt = runtime.prepare(model, opt)
+    skipped = 0
     checks = {max(1, round(steps_per_epoch * (k + 1) / s.evals_per_epoch)) for k in range(s.evals_per_epoch)}
     lengths = [len(f["input_ids"]) for f in features]
     best, best_state, best_step, bad, step = -math.inf, None, 0, 0, 0
     first, started = -math.inf, False
     best_metrics: dict[str, float] = {}
     history: list[dict[str, float]] = []
-    losses: list[float] = []
+    losses: list[torch.Tensor] = []  # on the device, read at each check
     bar = tqdm(total=total, desc="fine-tune", leave=False, mininterval=5)
     stop = False
     for epoch in range(s.epochs):
         model.train()
         for i, b in enumerate(length_grouped_batches(lengths, s.batch_size, rng)):
-            batch = {k: v.to(device) for k, v in collate([features[j] for j in b]).items()}
-            with autocast():
+            batch = runtime.to_device(collate([features[j] for j in b]))
+            with runtime.autocast():
                 loss = model(**batch).loss if loss_fn is None else loss_fn(model, batch, b)
-            if not torch.isfinite(loss):
-                raise FinetuneError(f"non-finite training loss at step {step} (lower the learning rate)")
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), s.max_grad_norm)
-            opt.step()
-            sched.step()
+            runtime.backward(loss)
+            try:
+                outcome = runtime.step(model, opt, s.max_grad_norm, torch.isfinite(loss.detach()))
+            except RuntimeSettingError as exc:
+                raise FinetuneError(f"finetune.{exc}") from None
+            if not outcome.applied and runtime.scaler is None:
+                raise FinetuneError(f"non-finite training loss or gradient at step {step} (lower the learning rate)")
+            if outcome.applied:
+                sched.step()
+            else:  # an fp16 overflow: the scaler skipped the update and lowered the scale
+                skipped += 1
             opt.zero_grad(set_to_none=True)
-            losses.append(loss.item())
+            losses.append(loss.detach())
             step += 1
             bar.update(1)
             if i + 1 in checks:
                 metrics = evaluate(model)
                 model.train()
-                entry = {"step": step, "epoch": epoch + 1, "train_loss": float(np.mean(losses))}
+                entry = {"step": step, "epoch": epoch + 1,
+                         "train_loss": float(np.mean([float(x) for x in torch.stack(losses).float().tolist()]))}
                 entry.update({f"validation_{k}": v for k, v in metrics.items()})
                 history.append(entry)
                 losses = []
@@ -201,4 +205,5 @@ def fit(
     bar.close()
     if best_state is not None:
         model.load_state_dict(best_state)
-    return FitResult(best_validation=best_metrics, best_step=best_step, steps=step, history=history)
+    return FitResult(best_validation=best_metrics, best_step=best_step, steps=step, history=history,
+                     scaler_skipped_steps=skipped)

@@ -1,8 +1,8 @@
 """The training loop shared by pre-training and distillation: resumable, accelerate-driven.
 
 One code path for one CPU, one GPU, or several GPUs under ``accelerate launch`` / ``torchrun`` (DDP, or FSDP
-through an accelerate config): :class:`accelerate.Accelerator` owns devices, process groups, mixed precision
-and gradient scaling; this module owns the recipe (Devlin et al. 2019, Appendix A.2):
+through an accelerate config): the stage's :class:`bert_pipeline.train.runtime.Runtime` owns devices, process
+groups, autocast and loss scaling; this module owns the recipe (Devlin et al. 2019, Appendix A.2):
 
 - AdamW (Loshchilov & Hutter 2019) with weight decay on matrices only (no decay on biases and LayerNorm), or
   LAMB (You et al. 2020) for large batches (:mod:`bert_pipeline.train.optim`);
@@ -10,7 +10,9 @@ and gradient scaling; this module owns the recipe (Devlin et al. 2019, Appendix 
   factor); heads may have a rate of their own and learn alone for the first ``head_only_steps`` (DAPT from a
   checkpoint that ships no MLM head: :func:`bert_pipeline.train.optim.make_scheduler`);
 - gradient accumulation, clipping of the global gradient norm;
-- a non-finite loss or gradient skips the update and is counted; more than ``max_bad_steps`` is an error;
+- a non-finite loss or gradient skips the update and is counted; more than ``max_bad_steps`` is an error; under
+  fp16 the loss scaler decides instead (an overflow skips the step and halves the scale: ``scaler_skipped_steps``,
+  never an error while the scale stays usable, :meth:`bert_pipeline.train.runtime.Runtime.step`);
 - phases (BERT's seq 128 then 512): each phase has its own dataset and batch size, switched at a fixed step;
 - exact resume: data order is a pure function of ``(seed, phase, epoch)``, so the data position is the step
   number; a checkpoint holds model, optimizer, scheduler, RNG states (every process's) and the logged history.
@@ -24,6 +26,11 @@ the pair (NSP/SOP) loss is a mean over ``b`` sequences on every process, whose a
 clipped norm is the global gradient's (after the all-reduce); ``tokens_seen`` sums every process's tokens; only
 the main process writes checkpoints and calls ``on_log``. A model without ``mlm_normalizer`` (distillation's)
 averages per-process means.
+
+On a GPU the host waits for the device once per optimizer step (the step decision), not per micro-batch: token
+counts and FLOPs are read from the batch before it moves (pinned, copied asynchronously), the predicted positions
+are computed on the host (``masked_positions``, for a model whose forward takes them), the finite-loss check and
+the DDP token normaliser stay on the device.
 
 The model is called as ``model(**batch)`` and must return an object with ``loss``, ``mlm_loss``,
 ``mlm_correct``, ``mlm_count`` and optionally ``pair_loss``/``pair_correct``/``pair_count``
@@ -49,6 +56,7 @@ from tqdm.auto import tqdm
 from bert_pipeline.data.masking import IGNORE_INDEX
 from bert_pipeline.train.checkpoint import CheckpointManager, rng_state, set_rng_state
 from bert_pipeline.train.optim import make_optimizer, make_scheduler
+from bert_pipeline.train.runtime import Runtime, RuntimeSettingError
 
 log = logging.getLogger(__name__)
 
@@ -189,6 +197,7 @@ class TrainResult:
     final_eval: dict[str, float] = field(default_factory=dict)
     first_eval: dict[str, float] = field(default_factory=dict)
     bad_steps: int = 0
+    scaler_skipped_steps: int = 0  # fp16: steps the loss scaler skipped on an overflow (not errors)
     resumed_from: int = 0
     tokens: int = 0  # non-padding tokens this process consumed since the start or resume
     tokens_before_resume: int = 0  # tokens_seen (all processes) recorded in the checkpoint resumed from
@@ -198,55 +207,57 @@ class TrainResult:
     seconds: float = 0.0
     flops: float = 0.0
 
-    def tokens_seen(self, accelerator: Any) -> int:
+    def tokens_seen(self, runtime: Runtime) -> int:
         """Non-padding training tokens (inputs, ``attention_mask == 1``) of every process from step 0, resumes
         included: deterministic for fixed data and params. A collective call when several processes run."""
-        local = torch.tensor(self.tokens, dtype=torch.int64, device=accelerator.device)
-        if accelerator.num_processes > 1:
-            local = accelerator.reduce(local, reduction="sum")
-        return self.tokens_before_resume + int(local.item())
+        local = torch.tensor(self.tokens, dtype=torch.int64, device=runtime.device)
+        return self.tokens_before_resume + int(runtime.reduce_sum(local).item())
 
 
 # ------------------------------------------------------------------------------------------ evaluation
 @torch.no_grad()
-def evaluate(model: nn.Module, dataset: Any, collate_fn: Callable, batch_size: int, accelerator: Any,
+def evaluate(model: nn.Module, dataset: Any, collate_fn: Callable, batch_size: int, runtime: Runtime,
              unigram_token_id: int | None = None, max_batches: int | None = None) -> dict[str, float]:
     """MLM loss (nats, token-weighted), accuracy, perplexity, pair (NSP/SOP) accuracy, unigram baseline accuracy.
 
     Batches are taken in order (``batch_size`` per process, processes interleaved), so the result is
     deterministic. ``unigram_accuracy`` is the accuracy of always predicting ``unigram_token_id`` (the most
-    frequent training target) on the same positions, the scale against which ``mlm_accuracy`` is read.
+    frequent training target) on the same positions, the scale against which ``mlm_accuracy`` is read. The sums
+    stay on the device until the end (one synchronisation).
     """
     model.eval()
     n = len(dataset)
     starts = list(range(0, n, batch_size))
     if max_batches is not None:
         starts = starts[:max_batches]
-    sums = torch.zeros(6, dtype=torch.float64, device=accelerator.device)
-    world, rank = accelerator.num_processes, accelerator.process_index
+    sums = torch.zeros(6, dtype=torch.float64, device=runtime.device)
+    world, rank = runtime.num_processes, runtime.process_index
+    positions = takes_masked_positions(runtime.unwrap(model))
     # Every process runs the same number of forward passes (DDP/FSDP forwards are collective); a process
     # without a batch of its own repeats the first one with weight 0.
     for i in range(math.ceil(len(starts) / world)):
         k = i * world + rank
-        weight = 1.0 if k < len(starts) else 0.0
         start = starts[k] if k < len(starts) else starts[0]
-        batch = collate_fn([dataset[j] for j in range(start, min(n, start + batch_size))])
-        batch = {key: v.to(accelerator.device) for key, v in batch.items()}
-        with accelerator.autocast():
+        host = collate_fn([dataset[j] for j in range(start, min(n, start + batch_size))])
+        if positions:
+            host["masked_positions"] = masked_positions(host["labels"])
+        batch = runtime.to_device(host)
+        with runtime.autocast():
             out = model(**batch)
-        if not weight:
+        if k >= len(starts):
             continue
-        count = float(out.mlm_count)
-        sums[0] += float(out.mlm_loss) * count
-        sums[1] += float(out.mlm_correct)
-        sums[2] += count
+        count = out.mlm_count.to(sums.device, torch.float64)
+        row = [out.mlm_loss.detach().to(torch.float64) * count, out.mlm_correct.to(torch.float64), count]
         if out.pair_count is not None:
-            sums[3] += float(out.pair_correct)
-            sums[4] += float(out.pair_count)
+            row += [out.pair_correct.to(torch.float64), out.pair_count.to(sums.device, torch.float64)]
+        else:
+            row += [sums.new_zeros(()), sums.new_zeros(())]
         if unigram_token_id is not None:
-            labels = batch["labels"]
-            sums[5] += float((labels == unigram_token_id).sum())
-    sums = accelerator.reduce(sums, reduction="sum") if accelerator.num_processes > 1 else sums
+            row.append((batch["labels"] == unigram_token_id).sum().to(torch.float64))
+        else:
+            row.append(sums.new_zeros(()))
+        sums += torch.stack(row)
+    sums = runtime.reduce_sum(sums)
     loss_sum, correct, count, pair_correct, pair_count, unigram = sums.tolist()
     model.train()
     if count == 0:
@@ -265,38 +276,56 @@ def evaluate(model: nn.Module, dataset: Any, collate_fn: Callable, batch_size: i
     return metrics
 
 
+def masked_positions(labels: torch.Tensor) -> torch.Tensor:
+    """The flat indices into ``labels.view(-1)`` of the predicted positions (``labels != -100``), ``(n_predicted,)``
+    int64, in row-major order: computed on the host, so the model's gather needs no device-to-host copy."""
+    return (labels.reshape(-1) != IGNORE_INDEX).nonzero().squeeze(1)
+
+
+def takes_masked_positions(model: nn.Module) -> bool:
+    """Whether ``model``'s forward takes ``masked_positions`` (:func:`masked_positions`)."""
+    return "masked_positions" in inspect.signature(model.forward).parameters
+
+
 # ---------------------------------------------------------------------------------------------- loop
-def _snapshot(model, optimizer, scheduler, accelerator: Any, extra: dict[str, Any]) -> dict[str, Any]:
-    """Full (unsharded, CPU) state dicts of model and optimizer, for DDP, FSDP or a plain module, and the RNG state
-    of this process (``rng``) and, with several processes, of each (``rng_per_process``, by rank: their dropout
-    draws differ). A collective call when several processes run."""
+def _snapshot(model, optimizer, scheduler, runtime: Runtime, extra: dict[str, Any]) -> dict[str, Any]:
+    """Full (unsharded, CPU) state dicts of model and optimizer, for DDP, FSDP or a plain module, the loss scaler's
+    state under fp16, and the RNG state of this process (``rng``: its own device's only) and, with several
+    processes, of each (``rng_per_process``, by rank: their dropout draws differ). A collective call when several
+    processes run."""
     from accelerate.utils import gather_object
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
 
     msd, osd = get_state_dict(model, optimizer, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-    state = {"model": msd, "optimizer": osd, "scheduler": scheduler.state_dict(), "rng": rng_state(), **extra}
-    if accelerator.num_processes > 1:
+    state = {"model": msd, "optimizer": osd, "scheduler": scheduler.state_dict(), "rng": rng_state(runtime.device),
+             **extra}
+    if runtime.scaler is not None:
+        state["scaler"] = runtime.scaler.state_dict()
+    if runtime.num_processes > 1:
         state["rng_per_process"] = gather_object([state["rng"]])
     return state
 
 
-def _restore(model, optimizer, scheduler, state: dict[str, Any], rank: int = 0) -> None:
+def _restore(model, optimizer, scheduler, state: dict[str, Any], runtime: Runtime) -> None:
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_state_dict
 
     set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"],
                    options=StateDictOptions(full_state_dict=True, strict=False))
     scheduler.load_state_dict(state["scheduler"])
-    set_rng_state(state["rng_per_process"][rank] if "rng_per_process" in state else state["rng"])
+    if runtime.scaler is not None and state.get("scaler"):
+        runtime.scaler.load_state_dict(state["scaler"])
+    rank = runtime.process_index
+    set_rng_state(state["rng_per_process"][rank] if "rng_per_process" in state else state["rng"], runtime.device)
 
 
-def _latest_checkpoint(checkpoints: CheckpointManager, accelerator: Any) -> tuple[Any, dict[str, Any]] | None:
+def _latest_checkpoint(checkpoints: CheckpointManager, runtime: Runtime) -> tuple[Any, dict[str, Any]] | None:
     """The checkpoint to resume from: the main process moves stale and incomplete ones aside first
     (:meth:`CheckpointManager.latest`), then the others read the same folder (it must be one that every machine
     sees)."""
-    found = checkpoints.latest() if accelerator.is_main_process else None
-    if accelerator.num_processes > 1:
-        accelerator.wait_for_everyone()
-        if not accelerator.is_main_process:
+    found = checkpoints.latest() if runtime.is_main_process else None
+    if runtime.num_processes > 1:
+        runtime.accelerator.wait_for_everyone()
+        if not runtime.is_main_process:
             valid = checkpoints.valid()
             found = valid[-1] if valid else None
     return found
@@ -312,7 +341,7 @@ def train(
     phases: list[Phase],
     collate_fn: Callable[[list[dict]], dict[str, torch.Tensor]],
     config: TrainConfig,
-    accelerator: Any,
+    runtime: Runtime,
     checkpoints: CheckpointManager | None = None,
     unigram_token_id: int | None = None,
     on_log: Callable[[int, dict[str, float]], None] | None = None,
@@ -327,11 +356,11 @@ def train(
         collate_fn: list of instances -> batch of ``(batch, seq_len)`` tensors (and ``(batch,)`` pair labels); a
             phase's own ``collate_fn`` takes precedence. A collator with ``reseed`` (dynamic masking) is reseeded
             per batch (:class:`ReseedPerBatch`).
-        accelerator: an ``accelerate.Accelerator`` (device, DDP/FSDP, mixed precision).
+        runtime: the stage's :class:`~bert_pipeline.train.runtime.Runtime` (device, DDP/FSDP, precision, scaler).
         checkpoints: where to save every ``save_steps`` (and at ``max_steps``) and resume from; None disables both.
         unigram_token_id: most frequent training target, for the baseline accuracy in evaluations.
         on_log: called on the main process with ``(step, row)`` for every history row (e.g. MLflow).
-        flops_per_step: model FLOPs of one micro-batch, for the MFU in the result.
+        flops_per_step: model FLOPs of one micro-batch (given the host copy of the batch), for the MFU.
         head_parameters: trained at ``config.head_learning_rate`` and alone for ``config.head_only_steps``
             (:func:`bert_pipeline.train.optim.parameter_groups`); the history's ``learning_rate`` is the encoder's.
 
@@ -340,28 +369,27 @@ def train(
         and per evaluation (``eval_*``), identical whether or not the run was interrupted and resumed.
 
     Raises:
-        TrainingError: more than ``max_bad_steps`` non-finite steps, or a phase with too little data.
+        TrainingError: more than ``max_bad_steps`` non-finite steps (fp32/bf16), an fp16 loss scale that collapsed,
+            or a phase with too little data.
     """
     cfg = config
     if not phases or phases[0].start_step != 0 or phases[-1].end_step != cfg.max_steps:
         raise TrainingError(f"phases must cover steps 0..{cfg.max_steps}")
     accum = cfg.gradient_accumulation_steps
-    model = accelerator.prepare(model)
-    optimizer = make_optimizer(accelerator.unwrap_model(model) if accelerator.distributed_type == "NO" else model,
-                               cfg.optimizer, cfg.learning_rate, cfg.weight_decay, cfg.adam_betas, cfg.adam_epsilon,
-                               head=head_parameters, head_lr=cfg.head_learning_rate)
+    optimizer = make_optimizer(model, cfg.optimizer, cfg.learning_rate, cfg.weight_decay, cfg.adam_betas,
+                               cfg.adam_epsilon, head=head_parameters, head_lr=cfg.head_learning_rate)
     # The schedule is not handed to accelerate: its prepared scheduler steps num_processes times per optimizer step
     # (it assumes each process's dataloader holds 1/num_processes of the steps), which would decay the rate that
     # many times too fast; ours is stepped once per optimizer step, as accelerate's does on one process.
     raw_scheduler = make_scheduler(optimizer, cfg.warmup_steps, cfg.max_steps, cfg.head_only_steps)
-    optimizer = accelerator.prepare(optimizer)
+    model, optimizer = runtime.prepare(model, optimizer)  # together: FSDP2 shards the optimizer's parameters
     raw_optimizer = getattr(optimizer, "optimizer", optimizer)
 
     result = TrainResult()
     step = 0
-    world = accelerator.num_processes
+    world = runtime.num_processes
     if checkpoints is not None:
-        found = _latest_checkpoint(checkpoints, accelerator)
+        found = _latest_checkpoint(checkpoints, runtime)
         if found is not None:
             path, meta = found
             if int(meta.get("num_processes", 1)) != world:
@@ -370,10 +398,11 @@ def train(
                     f"processes, this run has {world} (another global batch: another data position); move it aside"
                 )
             state = CheckpointManager.load(path)
-            _restore(model, raw_optimizer, raw_scheduler, state, accelerator.process_index)
+            _restore(model, raw_optimizer, raw_scheduler, state, runtime)
             step = int(meta["step"])
             result.history = list(state["history"])
             result.bad_steps = int(state["bad_steps"])
+            result.scaler_skipped_steps = int(state.get("scaler_skipped_steps", 0))
             result.first_eval = dict(state.get("first_eval") or {})
             result.final_eval = dict(state.get("final_eval") or {})
             result.tokens_before_resume = int(state.get("tokens_seen", 0))
@@ -381,61 +410,72 @@ def train(
             log.info("resumed from %s at step %d", path, step)
 
     model.train()
+    inner = runtime.unwrap(model)
     # several processes: the MLM mean over the global micro-batch's predicted positions (module docstring)
-    global_mlm_mean = world > 1 and _takes_mlm_normalizer(accelerator.unwrap_model(model))
+    global_mlm_mean = world > 1 and _takes_mlm_normalizer(inner)
+    positions = takes_masked_positions(inner)
     pending: list[torch.Tensor] = []  # per-step train losses since the last history row
     t0 = time.perf_counter()
-    progress = tqdm(total=cfg.max_steps, initial=step, desc=cfg.stage, disable=not accelerator.is_main_process,
+    progress = tqdm(total=cfg.max_steps, initial=step, desc=cfg.stage, disable=not runtime.is_main_process,
                     mininterval=5.0)
     for phase_index, phase in enumerate(phases):
         if step >= phase.end_step:
             continue
         start_micro = (step - phase.start_step) * accum
         sampler = ResumableBatchSampler(len(phase.train), phase.batch_size, cfg.seed, phase_index, start_micro,
-                                        accelerator.process_index, accelerator.num_processes)
+                                        runtime.process_index, world)
         collate = phase.collate_fn or collate_fn
-        train_collate = (ReseedPerBatch(collate, cfg.seed, phase_index, start_micro, accelerator.process_index)
+        train_collate = (ReseedPerBatch(collate, cfg.seed, phase_index, start_micro, runtime.process_index)
                          if hasattr(collate, "reseed") else collate)
         loader = torch.utils.data.DataLoader(phase.train, batch_sampler=sampler, collate_fn=train_collate,
                                              num_workers=cfg.num_workers, persistent_workers=False,
-                                             generator=torch.Generator().manual_seed(cfg.seed))  # not the global RNG
+                                             generator=torch.Generator().manual_seed(cfg.seed),  # not the global RNG
+                                             **runtime.loader_options())
         batches = iter(loader)
         log.info("phase %s: steps %d-%d, seq %d, %d instances", phase.name, step, phase.end_step,
                  phase.max_seq_length, len(phase.train))
         while step < phase.end_step:
-            step_loss = torch.zeros((), device=accelerator.device)
-            finite = True
+            step_loss = torch.zeros((), device=runtime.device)
+            finite = torch.ones((), dtype=torch.bool, device=runtime.device)
             for micro in range(accum):
-                batch = {k: v.to(accelerator.device, non_blocking=True) for k, v in next(batches).items()}
-                result.tokens += int(batch["attention_mask"].sum())
-                result.padded_tokens += batch["input_ids"].numel()
-                result.sequences += batch["input_ids"].shape[0]
-                npred = int((batch["labels"] != IGNORE_INDEX).sum())
+                host = next(batches)
+                # counted on the host copy, before the batch moves: no device-to-host synchronisation
+                result.tokens += int(host["attention_mask"].sum())
+                result.padded_tokens += host["input_ids"].numel()
+                result.sequences += host["input_ids"].shape[0]
+                labels = host["labels"]
+                predicted = masked_positions(labels) if positions else None
+                npred = int(predicted.numel()) if predicted is not None else int((labels != IGNORE_INDEX).sum())
                 result.predicted_tokens += npred
                 if flops_per_step is not None:
-                    result.flops += flops_per_step(batch)
+                    result.flops += flops_per_step(host)
+                if predicted is not None:
+                    host = {**host, "masked_positions": predicted}
+                batch = runtime.to_device(host)
                 loss_kwargs = {}
                 if global_mlm_mean:
-                    total = accelerator.reduce(torch.tensor(npred, dtype=torch.int64, device=accelerator.device),
-                                               reduction="sum")
-                    loss_kwargs["mlm_normalizer"] = int(total) / world
-                sync = contextlib.nullcontext() if micro == accum - 1 else accelerator.no_sync(model)
+                    total = runtime.reduce_sum(runtime.tensor([npred]))
+                    loss_kwargs["mlm_normalizer"] = total[0] / world
+                sync = contextlib.nullcontext() if micro == accum - 1 else runtime.no_sync(model)
                 with sync:
-                    with accelerator.autocast():
+                    with runtime.autocast():
                         out = model(**batch, **loss_kwargs)
                     loss = out.loss / accum
-                    if not torch.isfinite(loss):
-                        finite = False
-                    accelerator.backward(loss)
+                    finite &= torch.isfinite(loss.detach())
+                    runtime.backward(loss)
                 step_loss += loss.detach()
-            grad_norm = accelerator.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
-            finite = finite and bool(torch.isfinite(torch.as_tensor(grad_norm)))
-            if world > 1:
-                flag = torch.tensor([0.0 if finite else 1.0], device=accelerator.device)
-                finite = float(accelerator.reduce(flag, reduction="sum")) == 0.0
-            if finite:
-                optimizer.step()
-            else:
+            try:
+                outcome = runtime.step(model, optimizer, cfg.max_grad_norm, finite)
+            except RuntimeSettingError as exc:
+                raise TrainingError(f"{cfg.stage}.{exc}") from None
+            if outcome.applied:
+                raw_scheduler.step()
+            elif runtime.scaler is not None:  # an fp16 overflow: the scaler skipped the step and lowered the scale
+                result.scaler_skipped_steps += 1
+                log.info("step %d: fp16 overflow, update skipped, loss scale now %g (%d so far)", step + 1,
+                         runtime.scaler.get_scale(), result.scaler_skipped_steps)
+            else:  # the schedule follows the step number (a skipped step spends its rate)
+                raw_scheduler.step()
                 result.bad_steps += 1
                 log.warning("step %d: non-finite loss or gradient, update skipped (%d so far)", step + 1,
                             result.bad_steps)
@@ -444,8 +484,6 @@ def train(
                         f"{cfg.stage}.max_bad_steps: {result.bad_steps} steps had a non-finite loss or gradient "
                         f"(limit {cfg.max_bad_steps}); lower the learning rate or use precision fp32"
                     )
-            if not getattr(optimizer, "step_was_skipped", False):  # fp16 loss scaling skipped the update
-                raw_scheduler.step()
             optimizer.zero_grad(set_to_none=True)
             step += 1
             progress.update(1)
@@ -457,38 +495,39 @@ def train(
                 if pending:
                     losses = torch.stack(pending)
                     if world > 1:
-                        losses = accelerator.reduce(losses, reduction="mean")
+                        losses = runtime.accelerator.reduce(losses, reduction="mean")
                     row = {"step": step, "train_loss": float(losses.float().mean()),
                            "learning_rate": float(raw_scheduler.get_last_lr()[0]), "phase": phase_index}
                     pending = []
                     result.history.append(row)
-                    if on_log and accelerator.is_main_process:
+                    if on_log and runtime.is_main_process:
                         on_log(step, row)
             if do_eval:
-                metrics = evaluate(model, phase.validation, collate, cfg.eval_batch_size, accelerator,
+                metrics = evaluate(model, phase.validation, collate, cfg.eval_batch_size, runtime,
                                    unigram_token_id, cfg.max_eval_batches)
                 row = {"step": step, **{f"eval_{k}": v for k, v in metrics.items()}}
                 result.history.append(row)
                 if not result.first_eval:
                     result.first_eval = dict(row)
                 result.final_eval = dict(row)
-                if on_log and accelerator.is_main_process:
+                if on_log and runtime.is_main_process:
                     on_log(step, row)
                 log.info("step %d: eval mlm_loss %.4f mlm_accuracy %.4f", step, metrics["mlm_loss"],
                          metrics["mlm_accuracy"])
             if do_save:
-                state = _snapshot(model, raw_optimizer, raw_scheduler, accelerator, {
+                state = _snapshot(model, raw_optimizer, raw_scheduler, runtime, {
                     "history": result.history, "bad_steps": result.bad_steps,
+                    "scaler_skipped_steps": result.scaler_skipped_steps,
                     "first_eval": result.first_eval, "final_eval": result.final_eval,
-                    "tokens_seen": result.tokens_seen(accelerator),
+                    "tokens_seen": result.tokens_seen(runtime),
                 })
-                if accelerator.is_main_process:
+                if runtime.is_main_process:
                     meta = {"phase": phase.name, "phase_index": phase_index,
                             "micro_batches_in_phase": (step - phase.start_step) * accum}
                     if world > 1:
                         meta["num_processes"] = world
                     checkpoints.save(step, state, meta)
-                accelerator.wait_for_everyone()
+                runtime.accelerator.wait_for_everyone()
         del batches, loader
     progress.close()
     result.seconds = time.perf_counter() - t0

@@ -27,6 +27,7 @@ from bert_pipeline.model.objectives import MaskedPositionPretrainer
 from bert_pipeline.train.checkpoint import CheckpointManager
 from bert_pipeline.train.loop import Phase, TrainConfig, TrainingError, TrainResult, phase_boundaries, train
 from bert_pipeline.train.optim import pretraining_head_parameters
+from bert_pipeline.train.runtime import Runtime
 
 log = logging.getLogger(__name__)
 
@@ -260,7 +261,7 @@ class PretrainingOutcome:
     timing: dict[str, Any]
 
 
-def run_pretraining(model: Any, data: PretrainingData, config: TrainConfig, accelerator: Any,
+def run_pretraining(model: Any, data: PretrainingData, config: TrainConfig, runtime: Runtime,
                     checkpoints: CheckpointManager | None, *, describe: dict[str, Any],
                     on_log: Callable[[int, dict[str, Any]], None] | None = None) -> PretrainingOutcome:
     """Train ``model`` on ``data`` with the masked-position objective, resuming from ``checkpoints`` (``None``: no
@@ -284,9 +285,7 @@ def run_pretraining(model: Any, data: PretrainingData, config: TrainConfig, acce
     """
     from bert_pipeline.evaluation.speed import OtherProcesses, measure_matmul_peak
 
-    precision = accelerator.mixed_precision
-    measured = measure_matmul_peak(accelerator.device, torch.bfloat16 if precision == "bf16" else
-                                   torch.float16 if precision == "fp16" else torch.float32)
+    measured = measure_matmul_peak(runtime.device, runtime.compute_dtype)
     peak = measured.flops
     if measured.warning:
         log.warning("pretrain: %s", measured.warning)
@@ -306,13 +305,13 @@ def run_pretraining(model: Any, data: PretrainingData, config: TrainConfig, acce
     cpu_start = time.process_time()
     try:
         with OtherProcesses() as others:
-            result = train(wrapper, data.phases, data.phases[0].collate_fn, config, accelerator, checkpoints,
+            result = train(wrapper, data.phases, data.phases[0].collate_fn, config, runtime, checkpoints,
                            unigram_token_id=data.unigram_token_id, on_log=on_log, flops_per_step=flops,
                            head_parameters=heads)
     except TrainingError as exc:
         raise PipelineError(str(exc)) from None
     cpu_seconds = time.process_time() - cpu_start
-    tokens_seen = result.tokens_seen(accelerator)
+    tokens_seen = result.tokens_seen(runtime)
     final, first = result.final_eval, result.first_eval
     baseline_loss = data.unigram_baseline_loss(config)
     quality = {
@@ -328,12 +327,13 @@ def run_pretraining(model: Any, data: PretrainingData, config: TrainConfig, acce
                                 if first.get("step") != final.get("step") else None),
         "final_train_loss": round([r for r in result.history if "train_loss" in r][-1]["train_loss"], 6),
         "bad_steps": result.bad_steps,
+        "scaler_skipped_steps": result.scaler_skipped_steps,
         "unigram_token_id": data.unigram_token_id,
         "unigram_loss": round(baseline_loss, 6),
         "mlm_loss_below_unigram": round(baseline_loss - final["eval_mlm_loss"], 6),
     }
     seconds = max(result.seconds, 1e-9)
-    world = accelerator.num_processes
+    world = runtime.num_processes
     timing = {
         "seconds": round(result.seconds, 3),
         "resumed_from_step": result.resumed_from,
@@ -348,9 +348,9 @@ def run_pretraining(model: Any, data: PretrainingData, config: TrainConfig, acce
         "matmul_peak_other_cpu_share": measured.other_share,
         "peak_warning": measured.warning,
         "cpu_seconds": round(cpu_seconds, 1),
-        "other_cpu_share": others.share if accelerator.device.type == "cpu" else None,
-        "precision": precision,
-        "device": str(accelerator.device),
+        "other_cpu_share": others.share if runtime.device.type == "cpu" else None,
+        "precision": runtime.precision,
+        "device": str(runtime.device),
         "num_processes": world,
         "torch_threads": torch.get_num_threads(),
     }
@@ -358,4 +358,4 @@ def run_pretraining(model: Any, data: PretrainingData, config: TrainConfig, acce
              "tokens/s, MFU %.3f", final["eval_mlm_accuracy"], final["eval_unigram_accuracy"],
              quality["mlm_accuracy_over_unigram"], first["eval_mlm_loss"], final["eval_mlm_loss"], baseline_loss,
              timing["tokens_per_second"], timing["mfu"])
-    return PretrainingOutcome(accelerator.unwrap_model(wrapper).model, result, quality, timing)
+    return PretrainingOutcome(wrapper.model, result, quality, timing)

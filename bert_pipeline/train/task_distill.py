@@ -48,7 +48,8 @@ from bert_pipeline.train.finetune_data import (
     subsample_indices,
     task_windows,
 )
-from bert_pipeline.train.finetune_loop import TrainSettings, device_and_autocast, fit
+from bert_pipeline.train.finetune_loop import TrainSettings, fit
+from bert_pipeline.train.runtime import Runtime
 
 log = logging.getLogger(__name__)
 
@@ -130,9 +131,9 @@ class TeacherLogits:
 
 
 def compute_teacher_logits(teacher, tokenizer, kind: str, features: TransferFeatures, batch_size: int,
-                           precision: str = "fp32") -> list[np.ndarray]:
-    """One inference pass of ``teacher`` (eval mode, no gradient) over ``features``, batched by length
-    (:func:`bert_pipeline.train.finetune.forward_all`).
+                           runtime: Runtime) -> list[np.ndarray]:
+    """One inference pass of ``teacher`` (eval mode, no gradient, on ``runtime``'s device and autocast) over
+    ``features``, batched by length (:func:`bert_pipeline.train.finetune.forward_all`).
 
     Returns:
         per feature float32: classification ``(num_labels,)``, NER ``(seq_len, num_labels)``, QA ``(seq_len, 2)``
@@ -140,10 +141,8 @@ def compute_teacher_logits(teacher, tokenizer, kind: str, features: TransferFeat
     """
     from transformers import DataCollatorWithPadding
 
-    device, autocast = device_and_autocast(precision)
-    teacher.to(device)
     pad = DataCollatorWithPadding(tokenizer, return_tensors="pt")
-    out = forward_all(teacher, features.features, pad, batch_size, device, autocast)
+    out = forward_all(runtime.place(teacher), features.features, pad, batch_size, runtime)
     if kind == "qa":
         return [np.stack([start, end], axis=-1).astype(np.float32) for start, end in out]
     return [np.asarray(x, dtype=np.float32) for x in out]
@@ -184,7 +183,7 @@ def load_teacher_logits(folder: Path) -> TeacherLogits:
 
 
 def label_task(task_dir: Path, teacher_dir: Path, task: dict[str, Any], *, teacher_only_examples: int,
-               data_seed: int, batch_size: int, precision: str = "fp32") -> TeacherLogits:
+               data_seed: int, batch_size: int, runtime: Runtime) -> TeacherLogits:
     """The teacher's logits on a task's transfer set (:func:`transfer_set`, :func:`compute_teacher_logits`) and the
     index record :func:`save_teacher_logits` writes beside them: the task, kind, teacher folder, the transfer set's
     training-split rows and their example ``id`` (and ``doc_id`` where the task has one: NER, QA), and the feature
@@ -202,7 +201,7 @@ def label_task(task_dir: Path, teacher_dir: Path, task: dict[str, Any], *, teach
     teacher = load_predictor(teacher_dir)
     with task_windows(task_dir):
         features = transfer_features(kind, teacher.tokenizer, train, rows, task)
-    logits = compute_teacher_logits(teacher.model, teacher.tokenizer, kind, features, batch_size, precision)
+    logits = compute_teacher_logits(teacher.model, teacher.tokenizer, kind, features, batch_size, runtime)
     picked = train.select(rows.rows)
     record: dict[str, Any] = {
         "task": task_dir.name, "kind": kind, "teacher_path": Path(teacher_dir).as_posix(),
@@ -282,7 +281,8 @@ class StudentSpec:
 
 def distill_task(
     task_dir: Path, teacher_dir: Path, logits_dir: Path, spec: StudentSpec, task: dict[str, Any], *,
-    teacher_only_examples: int, seeds: Sequence[int], data_seed: int, precision: str, warmup_ratio: float, weight_decay: float,
+    teacher_only_examples: int, seeds: Sequence[int], data_seed: int, runtime: Runtime, warmup_ratio: float,
+    weight_decay: float,
     max_grad_norm: float, early_stopping_patience: int, evals_per_epoch: int, eval_batch_size: int,
     on_eval: Callable[[str, int, dict[str, float]], None] | None = None,
 ) -> FinetuneOutcome:
@@ -322,7 +322,7 @@ def distill_task(
         raise FinetuneError(f"{logits_dir}: the cached teacher logits do not match the transfer set's features "
                             f"({len(cache.logits)} cached, {len(lengths)} now); rerun `dvc repro teacher_logits@"
                             f"{task_dir.name}`")
-    heldout, evaluators = heldout_evaluators(task_dir, dd, info, tokenizer, task, data_seed, eval_batch_size, precision)
+    heldout, evaluators = heldout_evaluators(task_dir, dd, info, tokenizer, task, data_seed, eval_batch_size, runtime)
     depth = teacher.model.config.num_hidden_layers
     layers = distillation.resolve_student_layers(spec.student_layers, depth, teacher_dir)
     objective = distillation_objective(kind, cache.logits, features.scored, temperature=spec.temperature,
@@ -341,9 +341,9 @@ def distill_task(
         settings = TrainSettings(
             learning_rate=spec.learning_rate, epochs=epochs, batch_size=task["batch_size"], warmup_ratio=warmup_ratio,
             weight_decay=weight_decay, max_grad_norm=max_grad_norm, patience=early_stopping_patience,
-            evals_per_epoch=evals_per_epoch, eval_batch_size=eval_batch_size, precision=precision, seed=seed)
+            evals_per_epoch=evals_per_epoch, eval_batch_size=eval_batch_size, seed=seed)
         report = (lambda step, entry: on_eval(f"seed{seed}/", step, entry)) if on_eval else None
-        result = fit(student, features.features, collate, settings, evaluators["validation"], main, report,
+        result = fit(student, features.features, collate, settings, evaluators["validation"], main, runtime, report,
                      loss_fn=objective)
         return student, result, evaluators["test"](student)
 
@@ -362,6 +362,5 @@ def distill_task(
         "student_parameters": {"total": count_parameters(saved),
                                "encoder": count_parameters(saved.base_model, exclude_embeddings=True)},
     }
-    device, _ = device_and_autocast(precision)
     timing = {"train_seconds": runs.train_seconds, "train_cpu_seconds": runs.train_cpu_seconds}
-    return FinetuneOutcome(metrics, timing_record(device, timing), saved, tokenizer)
+    return FinetuneOutcome(metrics, timing_record(runtime.device, timing), saved, tokenizer)

@@ -63,7 +63,7 @@ class PretrainParams(Section):
     the instances are built with (:attr:`tokenizer_path`). ``batch_size`` is per process and micro-batch: the
     optimizer sees ``batch_size * gradient_accumulation_steps * compute.num_processes`` sequences per step.
     ``phases: []`` means one phase on ``data/pretraining/``. ``precision``: see
-    :mod:`bert_pipeline.train.precision` (``auto``: bf16 where the device runs it natively, fp16 on older GPUs,
+    :mod:`bert_pipeline.train.runtime` (``auto``: bf16 where the device runs it natively, fp16 on older GPUs,
     else fp32). ``head_learning_rate`` (null: ``learning_rate``) and ``head_only_steps`` are for a checkpoint
     whose MLM head is fresh: the head's own peak rate, and the first steps in which it learns alone.
     ``dropout`` (null: the config's) is the rate of every dropout layer while pre-training; the saved config keeps

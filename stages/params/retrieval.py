@@ -32,7 +32,8 @@ class RetrievalParams(Section):
 
 
 class RetrievalView(View):
-    """What stage ``retrieval`` reads: its section and the members it embeds (``finetune.models``, ``finetune.num_threads``)."""
+    """What stage ``retrieval`` reads: its section, the members it embeds (``finetune.models``,
+    ``finetune.num_threads``) and the precision it fine-tunes them in (``finetune.precision``)."""
 
     retrieval: RetrievalParams
     finetune: FinetuneParams

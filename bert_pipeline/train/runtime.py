@@ -1,0 +1,285 @@
+"""The one runtime every stage that trains or infers uses: device, precision, autocast, loss scaling, and DDP/FSDP
+through ``accelerate``.
+
+A :class:`Runtime` is made once per stage (:func:`make_runtime`) from the stage's ``precision`` key and handed to the
+library: the pre-training/distillation loop (:mod:`bert_pipeline.train.loop`), fine-tuning and task distillation
+(:func:`bert_pipeline.train.finetune_loop.fit`), teacher logits, retrieval's contrastive fine-tuning, the budget
+curve, the variants, export's parity run and the speed measurements. No other module picks a device or a precision.
+
+Precision (``auto | fp32 | bf16 | fp16``; :func:`resolve_precision`): ``auto`` is bf16 autocast where the device runs
+bf16 natively (CUDA GPUs with native bf16, Ampere and later; CPUs with AVX512-BF16 or AMX), fp16 autocast with loss
+scaling on CUDA GPUs without native bf16 (V100, T4: there ``torch.cuda.is_bf16_supported()`` says yes by emulation,
+which is slower than fp32), else fp32. fp32 on a CUDA GPU uses TF32 matmuls (10-bit mantissa inputs, fp32
+accumulation; the PyTorch default for convolutions, off for matmuls) unless the caller needs exact fp32 (export
+parity).
+
+Loss scaling (Micikevicius et al. 2018, "Mixed Precision Training", §3.2): under fp16 the loss is multiplied by a
+scale before backward; :meth:`Runtime.step` unscales the gradients, clips them, and lets ``torch.amp.GradScaler``
+decide: a step with a non-finite gradient is skipped and the scale halved, else applied (the scale doubles after
+2000 clean steps). A skipped step is the scaler's decision, counted from the scale (:attr:`StepOutcome.applied`),
+never an error while the scale stays at or above :data:`MIN_LOSS_SCALE`. Without a scaler (fp32, bf16) a step with a
+non-finite loss or gradient is skipped by the caller's rule.
+
+Accelerate (``accelerate.Accelerator``) owns process groups, device placement, DDP/FSDP wrapping (model and optimizer
+prepared together, as FSDP2 requires), gradient clipping of sharded gradients, ``no_sync`` and collectives. The
+runtime gives accelerate ``mixed_precision="no"`` and applies autocast itself, so a prepared model's ``forward`` is
+never patched and every stage's autocast is the same context.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+log = logging.getLogger(__name__)
+
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+MIN_LOSS_SCALE = 1.0
+"""Below this fp16 loss scale the gradients are non-finite even unscaled: the run diverged (not an fp16 overflow)."""
+
+
+class RuntimeSettingError(ValueError):
+    """A precision or device setting that cannot work (``str(err)`` is one line naming ``precision``)."""
+
+
+# ------------------------------------------------------------------------------------------------ precision
+def cpu_has_fast_bf16() -> bool:
+    """Whether this CPU runs bf16 matmuls natively (AVX512-BF16 / AMX, as oneDNN reports it). Without them bf16
+    autocast is emulated and several times slower than fp32 (measured 7x on an AVX2 EPYC for a BERT-mini layer)."""
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):
+        return False
+
+
+def cuda_has_native_bf16() -> bool:
+    """Whether the current CUDA device computes in bf16 natively (compute capability 8.0+). PyTorch's
+    ``is_bf16_supported()`` also says yes where bf16 is only emulated (V100, T4), which is slower than fp32."""
+    try:
+        return bool(torch.cuda.is_bf16_supported(including_emulation=False))
+    except TypeError:  # a torch without the argument: the capability is what decides
+        return torch.cuda.get_device_capability()[0] >= 8
+
+
+def resolve_precision(precision: str, device_type: str) -> str:
+    """``fp32``, ``bf16`` or ``fp16`` for ``precision`` in ``auto | fp32 | bf16 | fp16`` on ``device_type``
+    (``cpu`` or ``cuda``); see the module docstring for ``auto``.
+
+    Raises:
+        RuntimeSettingError: an unknown ``precision``.
+    """
+    if precision not in PRECISIONS:
+        raise RuntimeSettingError(f"precision: expected auto, fp32, bf16 or fp16, got {precision!r}")
+    if precision != "auto":
+        return precision
+    if device_type == "cuda":
+        return "bf16" if cuda_has_native_bf16() else "fp16"
+    return "bf16" if cpu_has_fast_bf16() else "fp32"
+
+
+# ------------------------------------------------------------------------------------------------ runtime
+@dataclass(frozen=True)
+class StepOutcome:
+    """One optimizer step: ``applied`` (False: skipped, by the loss scaler or for a non-finite gradient) and the
+    global gradient norm before clipping (``grad_norm``, float; ``inf``/``nan`` when non-finite)."""
+
+    applied: bool
+    grad_norm: float
+
+
+class Runtime:
+    """Device, resolved precision, autocast, loss scaler and the ``accelerate.Accelerator`` of one stage.
+
+    Attributes:
+        accelerator: the process group, device placement and DDP/FSDP wrapping.
+        device: ``torch.device`` every tensor of this process goes to.
+        precision: ``fp32``, ``bf16`` or ``fp16`` (resolved).
+        scaler: a ``torch.amp.GradScaler`` under fp16, else None (tests may replace it, e.g. with a huge
+            ``init_scale`` to force overflows).
+    """
+
+    def __init__(self, accelerator: Any, precision: str, *, tf32: bool = True):
+        self.accelerator = accelerator
+        self.device: torch.device = accelerator.device
+        self.precision = resolve_precision(precision, self.device.type)
+        if self.precision == "fp16" and self.distributed_type == "FSDP":
+            raise RuntimeSettingError("precision: fp16 under FSDP is not supported (the loss scaler checks each "
+                                      "shard's gradients apart); use bf16 (native on GPUs that FSDP targets) or DDP")
+        if self.precision == "fp16" and self.device.type == "cpu":
+            log.warning("precision fp16 on a CPU: autocast is emulated there and slower than fp32 (auto picks bf16 "
+                        "or fp32 on CPUs)")
+        self.scaler = torch.amp.GradScaler(self.device.type) if self.precision == "fp16" else None
+        if self.device.type == "cuda":
+            # TF32 for fp32 matmuls (module docstring); bf16/fp16 autocast does not read the flag
+            torch.backends.cuda.matmul.allow_tf32 = tf32
+            torch.backends.cudnn.allow_tf32 = tf32
+
+    # ---------------------------------------------------------------------------------------- facts
+    @property
+    def num_processes(self) -> int:
+        return self.accelerator.num_processes
+
+    @property
+    def process_index(self) -> int:
+        return self.accelerator.process_index
+
+    @property
+    def is_main_process(self) -> bool:
+        return self.accelerator.is_main_process
+
+    @property
+    def distributed_type(self) -> str:
+        """accelerate's ``NO``, ``MULTI_GPU``, ``MULTI_CPU``, ``FSDP``, ... as a string."""
+        return str(getattr(self.accelerator.distributed_type, "value", self.accelerator.distributed_type))
+
+    @property
+    def autocast_dtype(self) -> torch.dtype | None:
+        """The autocast dtype (``torch.bfloat16`` / ``torch.float16``), None under fp32."""
+        return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(self.precision)
+
+    @property
+    def compute_dtype(self) -> torch.dtype:
+        """The dtype the matmuls run in (the matmul peak of MFU is measured in it)."""
+        return self.autocast_dtype or torch.float32
+
+    def describe(self) -> dict[str, Any]:
+        """``{"device", "precision", "num_processes"}`` for records (a device name like ``cuda:0``)."""
+        return {"device": str(self.device), "precision": self.precision, "num_processes": self.num_processes}
+
+    # ---------------------------------------------------------------------------------------- compute
+    def autocast(self) -> contextlib.AbstractContextManager:
+        """The autocast context of this precision (a no-op under fp32)."""
+        dtype = self.autocast_dtype
+        if dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=dtype)
+
+    def loader_options(self) -> dict[str, Any]:
+        """``torch.utils.data.DataLoader`` keyword arguments: pinned host memory on a GPU, so that
+        :meth:`to_device`'s ``non_blocking`` copies overlap with compute."""
+        return {"pin_memory": self.device.type == "cuda"}
+
+    def to_device(self, batch: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """``batch``'s tensors on :attr:`device`; on a GPU copied asynchronously from pinned host memory (a
+        pageable tensor is pinned first), so the host does not wait for the device's queue."""
+        if self.device.type != "cuda":
+            return {key: value.to(self.device) for key, value in batch.items()}
+        return {key: (value if value.is_pinned() else value.pin_memory()).to(self.device, non_blocking=True)
+                for key, value in batch.items()}
+
+    def tensor(self, values: list[float], dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        """A 1-d tensor of host ``values`` on :attr:`device`, copied without waiting for the device's queue (a
+        plain ``torch.tensor(..., device="cuda")`` waits)."""
+        return self.to_device({"values": torch.tensor(values, dtype=dtype)})["values"]
+
+    def place(self, model: nn.Module) -> nn.Module:
+        """``model`` on :attr:`device` in eval mode (inference: teacher logits, evaluation, speed, parity)."""
+        return model.to(self.device).eval()
+
+    def synchronize(self) -> None:
+        """Wait for queued device work (around wall-clock timings on a GPU)."""
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    # ---------------------------------------------------------------------------------------- training
+    def prepare(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[nn.Module, Any]:
+        """Model and optimizer prepared together (device placement; DDP or FSDP wrapping, whose FSDP2 swaps the
+        optimizer's parameters for the sharded ones). The optimizer must be built on ``model``'s own parameters.
+        Returns ``(prepared model, prepared optimizer)``."""
+        if self.distributed_type == "NO":  # nothing to wrap; accelerate would keep a reference to every model
+            return model.to(self.device), optimizer
+        return self.accelerator.prepare(model, optimizer)
+
+    def unwrap(self, model: nn.Module) -> nn.Module:
+        """The module under any DDP/FSDP/compile wrapper."""
+        return self.accelerator.unwrap_model(model)
+
+    def backward(self, loss: torch.Tensor) -> None:
+        """Backward of ``loss`` (scaled under fp16)."""
+        self.accelerator.backward(self.scaler.scale(loss) if self.scaler is not None else loss)
+
+    def no_sync(self, model: nn.Module) -> contextlib.AbstractContextManager:
+        """Accumulate gradients without the DDP all-reduce (every micro-batch but an optimizer step's last)."""
+        return self.accelerator.no_sync(model)
+
+    def step(self, model: nn.Module, optimizer: Any, max_grad_norm: float,
+             finite: torch.Tensor | bool = True) -> StepOutcome:
+        """Unscale (fp16), clip the global gradient norm to ``max_grad_norm`` and step ``optimizer`` (prepared by
+        :meth:`prepare`); the caller zeroes the gradients.
+
+        Under a scaler the scaler decides (a non-finite gradient skips the step and halves the scale). Without
+        one, the step is skipped when ``finite`` (a bool or 0-d bool tensor: the caller's losses were finite) is
+        false or the gradient norm is not finite, on every process alike. One host-device synchronisation.
+
+        Raises:
+            RuntimeSettingError: the fp16 loss scale fell below :data:`MIN_LOSS_SCALE` (non-finite gradients even
+                unscaled: lower the learning rate or use bf16/fp32).
+        """
+        raw = getattr(optimizer, "optimizer", optimizer)
+        if self.scaler is not None:
+            self.scaler.unscale_(raw)
+        if self.distributed_type == "NO":
+            norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
+        else:  # the global norm of DDP's reduced or FSDP's sharded gradients
+            norm = self.accelerator.clip_grad_norm_(model.parameters(), max_grad_norm)
+        norm = torch.as_tensor(norm, device=self.device, dtype=torch.float32)
+        if self.scaler is not None:
+            before = self.scaler.get_scale()  # after unscale_, which has queued the overflow check
+            self.scaler.step(raw)
+            self.scaler.update()
+            after = self.scaler.get_scale()
+            if after < MIN_LOSS_SCALE:
+                raise RuntimeSettingError(f"precision: the fp16 loss scale fell to {after:g}: the gradients are "
+                                          "non-finite even unscaled; lower the learning rate or use bf16 or fp32")
+            return StepOutcome(applied=after >= before, grad_norm=float(norm))
+        ok = torch.isfinite(norm)
+        if isinstance(finite, torch.Tensor):
+            ok = ok & finite.to(self.device)
+        elif not finite:
+            ok = torch.zeros_like(ok)
+        if self.num_processes > 1:
+            ok = self.accelerator.reduce(ok.to(torch.float32), reduction="sum") == self.num_processes
+        grad_norm, applied = torch.stack([norm, ok.to(torch.float32)]).tolist()  # the one synchronisation
+        if applied:
+            optimizer.step()
+        return StepOutcome(applied=bool(applied), grad_norm=grad_norm)
+
+    def reduce_sum(self, value: torch.Tensor) -> torch.Tensor:
+        """``value`` summed over the processes (itself with one process)."""
+        return self.accelerator.reduce(value, reduction="sum") if self.num_processes > 1 else value
+
+
+def _reset_accelerate_state() -> None:
+    """Forget accelerate's process-wide singletons, so a process not started by a launcher can build several
+    runtimes (tests, benchmarks, stages that train several models)."""
+    from accelerate.state import AcceleratorState, GradientState, PartialState
+
+    AcceleratorState._reset_state(reset_partial_state=True)
+    GradientState._reset_state()
+    PartialState._reset_state()
+
+
+def make_runtime(precision: str, cpu: bool | None = None, *, tf32: bool = True) -> Runtime:
+    """The runtime of a stage: CUDA when visible (``cpu=None``) else the CPU, ``precision`` resolved on it
+    (:func:`resolve_precision`), the accelerate process group of ``accelerate launch`` / ``torchrun`` when launched
+    so. ``tf32=False`` keeps fp32 matmuls exact on a GPU (parity checks).
+
+    Raises:
+        RuntimeSettingError: an unknown precision, or fp16 under FSDP.
+    """
+    from accelerate import Accelerator
+
+    if precision not in PRECISIONS:
+        raise RuntimeSettingError(f"precision: expected auto, fp32, bf16 or fp16, got {precision!r}")
+    if cpu is None:
+        cpu = not torch.cuda.is_available()
+    if int(os.environ.get("WORLD_SIZE", "1")) == 1:
+        _reset_accelerate_state()
+    return Runtime(Accelerator(mixed_precision="no", cpu=cpu), precision, tf32=tf32)

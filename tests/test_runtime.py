@@ -1,0 +1,255 @@
+"""The one runtime (bert_pipeline/train/runtime.py): fp16 loss scaling that trains on after overflows, model and
+optimizer prepared together, the teacher moving with the student, the host-side masked positions, speed
+measurements on the runtime's device, and no stage or library module choosing a device or precision of its own."""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+from bert_pipeline.model.configs import new_pretraining_model
+from bert_pipeline.model.distillation import DistillationModel, build_student
+from bert_pipeline.model.objectives import MaskedPositionPretrainer, masked_lm_forward
+from bert_pipeline.train import finetune_loop
+from bert_pipeline.train.loop import Phase, TrainConfig, masked_positions, train
+from bert_pipeline.train.runtime import MIN_LOSS_SCALE, Runtime, RuntimeSettingError, make_runtime
+from tests.conftest import REPO
+from tests.pretrain_fixtures import make_dataset, pad_collate, tiny_config
+
+HUGE_SCALE = 2.0**40  # fp16's largest finite value is 65504 (2^16): every early scaled gradient overflows
+
+
+def _phases(steps: int, n_train: int = 64, seq: int = 32) -> list[Phase]:
+    return [Phase("p", 0, steps, make_dataset(n_train, seed=1, max_seq_length=seq),
+                  make_dataset(16, seed=2, max_seq_length=seq), batch_size=8, max_seq_length=seq)]
+
+
+def _fp16_runtime(init_scale: float = HUGE_SCALE) -> Runtime:
+    runtime = make_runtime("fp16", cpu=True)
+    assert runtime.precision == "fp16" and runtime.scaler is not None
+    runtime.scaler = torch.amp.GradScaler("cpu", init_scale=init_scale)  # forced overflows
+    return runtime
+
+
+# ------------------------------------------------------------------------------------------- fp16 scaling
+def test_fp16_training_goes_on_after_the_scaler_skips_overflowing_steps():
+    """Bug 1 of issue 36: a skipped fp16 step never reached ``scaler.update()``, so the next unscale raised. Under a
+    scaler every step is the scaler's decision: the first steps overflow and are skipped (the scale halves each
+    time), then training goes on and the weights move."""
+    torch.manual_seed(0)
+    model = MaskedPositionPretrainer(new_pretraining_model(tiny_config(), with_pair_head=True, seed=0))
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    runtime = _fp16_runtime()
+    steps = 40
+    cfg = TrainConfig(max_steps=steps, learning_rate=1e-3, warmup_steps=0, eval_steps=0, logging_steps=10,
+                      max_bad_steps=0)  # a skip under the scaler is no bad step
+    result = train(model, _phases(steps), pad_collate, cfg, runtime)
+    assert 1 <= result.scaler_skipped_steps < steps, result.scaler_skipped_steps
+    assert result.bad_steps == 0
+    assert runtime.scaler.get_scale() < HUGE_SCALE
+    assert all(math.isfinite(r["train_loss"]) for r in result.history if "train_loss" in r)
+    changed = [k for k, v in model.state_dict().items() if v.is_floating_point() and not torch.equal(before[k], v)]
+    assert changed, "no update was applied after the skipped steps"
+    assert all(torch.isfinite(v).all() for v in model.state_dict().values() if v.is_floating_point())
+
+
+def test_fp16_fine_tuning_trains_with_the_scaler_instead_of_being_refused():
+    """``finetune.precision: fp16`` was refused (no scaler in fine-tuning); now fit() scales the loss."""
+    from transformers import BertConfig, BertForSequenceClassification
+
+    torch.manual_seed(0)
+    model = BertForSequenceClassification(BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1,
+                                                     num_attention_heads=2, intermediate_size=32, num_labels=2))
+    features = [{"input_ids": [1, 5 + i % 7, 9 + i % 3, 2], "label": i % 2} for i in range(32)]
+
+    def collate(rows):
+        return {"input_ids": torch.tensor([r["input_ids"] for r in rows]),
+                "labels": torch.tensor([r["label"] for r in rows])}
+
+    runtime = _fp16_runtime(2.0**30)
+    settings = finetune_loop.TrainSettings(learning_rate=1e-3, epochs=6, batch_size=8, evals_per_epoch=1)
+    result = finetune_loop.fit(model, features, collate, settings, lambda _m: {"accuracy": 0.5}, "accuracy", runtime)
+    assert result.steps == 24
+    assert 1 <= result.scaler_skipped_steps < result.steps
+
+
+def test_a_collapsed_fp16_scale_is_a_one_line_error():
+    """Gradients that stay non-finite at any scale are divergence, not an fp16 overflow: the loss scale falls below
+    MIN_LOSS_SCALE and the loop stops with a line naming the key."""
+    model = MaskedPositionPretrainer(new_pretraining_model(tiny_config(), with_pair_head=True, seed=0))
+
+    class Diverged(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = model
+
+        def forward(self, **batch):
+            out = self.inner(**batch)
+            out.loss = out.loss * float("inf")
+            return out
+
+    runtime = _fp16_runtime(4.0)
+    cfg = TrainConfig(max_steps=10, learning_rate=1e-3, warmup_steps=0, eval_steps=0, logging_steps=10)
+    with pytest.raises(Exception, match=r"^pretrain\.precision: the fp16 loss scale fell to") as err:
+        train(Diverged(), _phases(10), pad_collate, cfg, runtime)
+    assert MIN_LOSS_SCALE > 0 and "\n" not in str(err.value)
+
+
+def test_fp16_under_fsdp_is_refused_in_one_line():
+    class FakeFsdp:
+        device = torch.device("cpu")
+        distributed_type = "FSDP"
+
+    with pytest.raises(RuntimeSettingError, match="^precision: fp16 under FSDP is not supported"):
+        Runtime(FakeFsdp(), "fp16")
+
+
+# --------------------------------------------------------------------------------------- prepare together
+def test_the_loop_prepares_model_and_optimizer_together():
+    """Bug 3: FSDP2 needs model and optimizer in one ``prepare`` call (it swaps the optimizer's parameters for the
+    sharded ones); the loop used to prepare the model alone and build the optimizer on the wrapped model."""
+    calls = []
+
+    class Spy(Runtime):
+        def prepare(self, model, optimizer):
+            calls.append((model, optimizer))
+            return super().prepare(model, optimizer)
+
+    runtime = make_runtime("fp32", cpu=True)
+    spy = Spy(runtime.accelerator, "fp32")
+    model = MaskedPositionPretrainer(new_pretraining_model(tiny_config(), with_pair_head=True, seed=0))
+    cfg = TrainConfig(max_steps=2, learning_rate=1e-3, warmup_steps=0, eval_steps=0, logging_steps=1)
+    train(model, _phases(2), pad_collate, cfg, spy)
+    assert len(calls) == 1
+    prepared_model, optimizer = calls[0]
+    assert prepared_model is model
+    optimised = {id(p) for group in optimizer.param_groups for p in group["params"]}
+    assert optimised == {id(p) for p in model.parameters() if p.requires_grad}
+
+
+# ----------------------------------------------------------------------------------------- the teacher
+def test_the_teacher_moves_with_the_student():
+    """Bug 5: the teacher (not a submodule) followed the inputs' device only in ``forward``; a resumed run that
+    evaluates without a training step met a teacher on the CPU. ``.to()`` (what accelerate's prepare calls) now
+    moves it with the student: shown with the ``meta`` device and with a dtype."""
+    teacher = new_pretraining_model(tiny_config(num_hidden_layers=4), with_pair_head=True, seed=0)
+    student, _ = build_student(teacher, 2)
+    model = DistillationModel(student, teacher, temperature=2.0, alpha_ce=5.0, alpha_mlm=2.0, alpha_cos=1.0)
+    model.to(torch.float64)
+    assert {p.dtype for p in model.teacher.parameters()} == {torch.float64}
+    model.to("meta")
+    assert {p.device.type for p in model.teacher.parameters()} == {"meta"}
+    assert {p.device.type for p in model.student.parameters()} == {"meta"}
+    assert not list(model.teacher.parameters())[0].requires_grad  # still frozen
+    assert sum(p.numel() for p in model.parameters()) == sum(p.numel() for p in student.parameters())
+
+
+def test_a_distill_resume_at_the_final_step_evaluates_teacher_and_student_on_one_device(tmp_path):
+    """The whole path of bug 5 on the CPU: train to the end with checkpoints, run again (resumes at the final
+    step, trains nothing), and the held-out comparison reads both models on the runtime's device."""
+    from bert_pipeline.train.checkpoint import CheckpointManager
+    from bert_pipeline.train.distill import run_distillation
+
+    def run():
+        teacher = new_pretraining_model(tiny_config(num_hidden_layers=4, max_position_embeddings=128),
+                                        with_pair_head=True, seed=0)
+        cfg = TrainConfig(max_steps=3, learning_rate=1e-3, warmup_steps=0, eval_steps=0, logging_steps=1,
+                          save_steps=3, stage="distill", eval_batch_size=8)
+        return run_distillation(
+            teacher, 2, make_dataset(48, seed=1), make_dataset(16, seed=2), pad_collate, config=cfg,
+            runtime=make_runtime("fp32", cpu=True), checkpoints=CheckpointManager(tmp_path / "ck", "fp", keep=1),
+            batch_size=8, max_seq_length=32, loss={"temperature": 2.0, "alpha_ce": 5.0, "alpha_mlm": 2.0,
+                                                   "alpha_cos": 1.0, "cos_positions": "tokens"},
+            final_eval_batches=None, throughput_runs=1, throughput_warmup=0)
+
+    first, again = run(), run()
+    assert again.timing["resumed_from_step"] == 3
+    assert again.metrics["student"]["mlm_accuracy"] == first.metrics["student"]["mlm_accuracy"]
+    assert again.metrics["teacher"]["mlm_accuracy"] == first.metrics["teacher"]["mlm_accuracy"]
+    assert again.timing["device"] == "cpu" and again.timing["teacher"]["device"] == "cpu"
+
+
+# ------------------------------------------------------------------------------------- host synchronisation
+def test_host_side_masked_positions_give_the_same_logits_as_the_boolean_mask():
+    torch.manual_seed(0)
+    model = new_pretraining_model(tiny_config(), with_pair_head=True, seed=0).eval()
+    batch = pad_collate([make_dataset(6, seed=3)[i] for i in range(6)])
+    plain = masked_lm_forward(model, batch["input_ids"], batch["labels"], batch["attention_mask"],
+                              batch["token_type_ids"])
+    hosted = masked_lm_forward(model, batch["input_ids"], batch["labels"], batch["attention_mask"],
+                               batch["token_type_ids"], masked_positions(batch["labels"]))
+    assert plain[0].shape[0] == int((batch["labels"] != -100).sum()) > 0
+    torch.testing.assert_close(hosted[0], plain[0], rtol=0, atol=0)
+    assert torch.equal(hosted[2], plain[2])
+
+
+# ------------------------------------------------------------------------------------------ speed devices
+def test_throughput_runs_on_the_runtime_device_and_records_it():
+    """Bug 4: ``variants`` timed encoders left on the GPU with inputs built on the CPU. Every speed measurement
+    places the models and builds the inputs on the runtime's device and says which."""
+    from bert_pipeline.evaluation.speed import measure_throughput
+
+    placed, moved = [], []
+
+    class Spy(Runtime):
+        def place(self, model):
+            placed.append(model)
+            return super().place(model)
+
+        def to_device(self, batch):
+            moved.append(sorted(batch))
+            return super().to_device(batch)
+
+    runtime = make_runtime("fp32", cpu=True)
+    spy = Spy(runtime.accelerator, "fp32")
+    a = new_pretraining_model(tiny_config(), with_pair_head=False, seed=0).base_model
+    b = new_pretraining_model(tiny_config(num_hidden_layers=1), with_pair_head=False, seed=0).base_model
+    out = measure_throughput({"a": a, "b": b}, spy, batch_size=2, seq_len=8, warmup=0, runs=1)
+    assert placed == [a, b]
+    assert moved == [["attention_mask", "input_ids", "token_type_ids"]]
+    assert out["a"]["device"] == out["b"]["device"] == "cpu"
+
+
+# ---------------------------------------------------------------------------------------------- one home
+DEVICE_POLICY = re.compile(
+    r"torch\.cuda\.is_available\(|torch\.autocast\(|Accelerator\(|GradScaler\(|is_bf16_supported|"
+    r"\.to\(\s*[\"'](?:cpu|cuda)[\"']|\.cuda\(\)|torch\.device\(\s*[\"']cuda")
+# where a device or precision is allowed to be chosen: the runtime itself, provenance facts (the GPU's name in the
+# run record), the flow's device list (it assigns devices; it does not pick one for a model)
+ALLOWED = {"bert_pipeline/train/runtime.py", "bert_pipeline/evaluation/provenance.py"}
+
+
+def test_no_module_chooses_a_device_or_precision_of_its_own():
+    """Every stage that trains or infers goes through the one runtime: no other library or stage module asks for
+    CUDA, builds an Accelerator, a GradScaler or an autocast context, or moves a model to a named device."""
+    offenders = []
+    for folder in ("bert_pipeline", "stages"):
+        for path in sorted((REPO / folder).rglob("*.py")):
+            rel = path.relative_to(REPO).as_posix()
+            if rel in ALLOWED:
+                continue
+            for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+                code = line.split("#", 1)[0]
+                if DEVICE_POLICY.search(code) and "``" not in code:
+                    offenders.append(f"{rel}:{number}: {line.strip()}")
+    assert not offenders, "\n".join(offenders)
+
+
+def test_the_policy_check_catches_a_private_device_choice():
+    assert DEVICE_POLICY.search('device = torch.device("cuda" if torch.cuda.is_available() else "cpu")')
+    assert DEVICE_POLICY.search('student = student.to("cpu", dtype=torch.float32)')
+    assert DEVICE_POLICY.search("with torch.autocast(device.type, dtype=torch.bfloat16):")
+    assert not DEVICE_POLICY.search("batch = runtime.to_device(batch)")
+
+
+def test_every_training_stage_builds_the_shared_runtime():
+    """The stages that train or infer on a GPU worker (orchestration.gpu_stages) each make the runtime through
+    make_runtime, the only factory."""
+    for name in ("pretrain", "distill", "finetune", "teacher_logits", "distill_task", "retrieval", "budget_curve",
+                 "variants", "export"):
+        text = Path(REPO / "stages" / f"{name}.py").read_text(encoding="utf-8")
+        assert "make_runtime(" in text, name
