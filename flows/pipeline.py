@@ -16,8 +16,11 @@ stage's name and its last output lines. A flow run holds its workspace from star
 (:class:`flows.dvc_cli.WorkspaceLock`): a second flow, or a flow started while another DVC command works there,
 stops at once in one line; a ``dvc repro`` started during the flow fails on DVC's lock (between stages, or when it
 needs the running stage's files; one of unrelated stages may run beside it, as DVC allows two ``dvc repro`` to);
-the first run finishes unharmed. Its stages run one at a time; with ``workers`` (separate clones, see :mod:`flows.worker`) independent stages run in parallel, each
-GPU stage on its own device (``CUDA_VISIBLE_DEVICES``) and tagged ``gpu`` for the Prefect concurrency limit.
+the first run finishes unharmed. Its stages run one at a time; with ``workers`` (separate clones, see :mod:`flows.worker`) independent stages run in parallel.
+Each GPU stage (``orchestration.gpu_stages``) gets devices of its own (``CUDA_VISIBLE_DEVICES``): one, or
+``compute.num_processes`` for a multi-process stage (:func:`devices_needed`), reserved together and returned when
+it ends; a count above this machine's devices is refused before any stage runs (none is on a CPU machine, where
+GPU stages run on the CPU). GPU stages are tagged ``gpu`` for the Prefect concurrency limit.
 
 With a profile or params overrides the user's workspace is never touched (:mod:`flows.workspace`): the run happens
 in a temporary clone at ``HEAD`` sharing the DVC cache and is saved as a DVC experiment (``dvc exp show``).
@@ -33,6 +36,7 @@ import queue
 import subprocess
 import sys
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -132,6 +136,57 @@ def read_orchestration(root: Path):
     return validate_as(OrchestrationView, {"orchestration": raw.get("orchestration") or {}}, str(path)).orchestration
 
 
+def _num_processes_key(stage: str) -> tuple[str, str]:
+    """(the ``params.yaml`` DVC reads for ``stage``, relative to the workspace; the stage's params section): the
+    file beside the stage's ``dvc.yaml``, the section named after the stage (``finetune`` for ``finetune@x``)."""
+    rel, _, name = stage.rpartition(":")
+    folder = Path(rel).parent if rel else Path()
+    return (folder / "params.yaml").as_posix(), name.partition("@")[0]
+
+
+def devices_needed(root: Path, stages: Iterable[str]) -> dict[str, int]:
+    """Devices each of ``stages`` (the GPU stages) needs: its params section's ``compute.num_processes`` (one
+    process per device, as ``accelerate launch`` starts them) when the section has it, else 1.
+
+    Read from the workspace's ``params.yaml`` (a clone's has its overrides applied), as :func:`read_orchestration`.
+
+    Raises:
+        PipelineError: a ``compute.num_processes`` that is not an integer >= 1.
+    """
+    loaded: dict[str, dict[str, Any]] = {}
+    needed: dict[str, int] = {}
+    for stage in stages:
+        file, section = _num_processes_key(stage)
+        if file not in loaded:
+            path = root / file
+            loaded[file] = (yaml.safe_load(path.read_text(encoding="utf-8")) if path.exists() else None) or {}
+        params = loaded[file].get(section)
+        compute = params.get("compute") if isinstance(params, dict) else None
+        count = compute.get("num_processes", 1) if isinstance(compute, dict) else 1
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise PipelineError(f"{file}: {section}.compute.num_processes: expected an integer >= 1, got {count!r}; "
+                                "set it to the number of processes (one per GPU)")
+        needed[stage] = count
+    return needed
+
+
+def refuse_too_many(needed: dict[str, int], devices: list[str], source: str) -> None:
+    """Refuse, in one line, a stage that needs more devices (``needed``, from :func:`devices_needed`) than this
+    machine has (``devices``; ``source`` says where their number came from). Nothing is refused without devices:
+    GPU stages then run on the CPU (several processes as DDP on gloo).
+
+    Raises:
+        PipelineError: the first such stage, naming its ``compute.num_processes`` key and the fix.
+    """
+    if not devices:
+        return
+    for stage, count in needed.items():
+        if count > len(devices):
+            file, section = _num_processes_key(stage)
+            raise PipelineError(f"{file}: {section}.compute.num_processes: {count} processes need {count} GPUs, this "
+                                f"machine has {len(devices)} ({source}); lower it or run on a machine with {count} GPUs")
+
+
 def collect_overrides(root: Path, profile: str | None, set_params: list[str] | None) -> list[str]:
     """``key=value`` overrides: the profile's (``profiles/NAME.yaml``) first, then ``set_params``.
 
@@ -203,17 +258,22 @@ def _error_text(future) -> tuple[str, list[str]]:
 
 
 def _schedule(graph: StageGraph, needs: set[str], slots: list[str | None], devices: list[str],
-              submit, submit_blocked, logger, outcome: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+              submit, submit_blocked, logger, outcome: dict[str, dict[str, Any]],
+              needed: dict[str, int] | None = None) -> dict[str, dict[str, Any]]:
     """Run the graph: a stage starts when all its upstream stages succeeded and a slot (workspace or worker
-    clone) and, for a GPU stage, a device are free; dependents of a failed stage are failed without running.
+    clone) and, for a GPU stage, as many free devices as it needs (``needed``, stage -> count, default 1) are
+    free; dependents of a failed stage are failed without running. A stage's devices return when it ends.
 
-    ``submit(stage, slot, device, runs, upstream_futures)`` returns a Prefect future; ``submit_blocked(stage,
-    failed, upstream_futures)`` likewise. ``outcome`` (stage -> task result) is filled in as stages finish.
+    ``submit(stage, slot, device, runs, upstream_futures)`` returns a Prefect future (``device``: its device ids
+    joined by commas, for ``CUDA_VISIBLE_DEVICES``; ``None`` for a CPU stage or without devices);
+    ``submit_blocked(stage, failed, upstream_futures)`` likewise. ``outcome`` (stage -> task result) is filled in
+    as stages finish.
     """
     done: queue.Queue[str] = queue.Queue()
     futures: dict[str, Any] = {}
-    holding: dict[str, tuple[str | None, str | None]] = {}
+    holding: dict[str, tuple[str | None, list[str]]] = {}
     free_slots, free_devices = list(slots), list(devices)
+    needed = needed or {}
     pending = list(graph.order)
     while pending or holding:
         for stage in list(pending):
@@ -232,32 +292,33 @@ def _schedule(graph: StageGraph, needs: set[str], slots: list[str | None], devic
             if not all(u in outcome and outcome[u]["status"] not in ("failed", "blocked") for u in ups):
                 continue
             runs = stage in needs
-            device = None
+            taken: list[str] = []
             if runs:
                 if not free_slots:
                     continue
                 if stage in graph.gpu and devices:
-                    if not free_devices:
+                    count = needed.get(stage, 1)
+                    if len(free_devices) < count:  # all of them at once: a partial hold could deadlock two stages
                         continue
-                    device = free_devices.pop(0)
+                    taken, free_devices = free_devices[:count], free_devices[count:]
                 slot = free_slots.pop(0)
             else:
                 slot = None
             pending.remove(stage)
-            fut = submit(stage, slot, device, runs, [futures[u] for u in ups])
+            fut = submit(stage, slot, ",".join(taken) if taken else None, runs, [futures[u] for u in ups])
             futures[stage] = fut
-            holding[stage] = (slot, device)  # a skipped stage holds no slot (None): it runs no subprocess
+            holding[stage] = (slot, taken)  # a skipped stage holds no slot (None): it runs no subprocess
             fut.add_done_callback(lambda _f, s=stage: done.put(s))
         if not holding:
             if pending:  # cannot happen for a DAG; guard against a silent hang
                 raise RuntimeError(f"no runnable stage among {pending}")
             break
         stage = done.get()
-        slot, device = holding.pop(stage)
+        slot, taken = holding.pop(stage)
         if slot is not None:
             free_slots.append(slot)
-        if device is not None:
-            free_devices.append(device)
+        # kept in the machine's order, so that a later stage gets neighbouring ids ("0,1") again
+        free_devices = [d for d in devices if d in free_devices or d in taken]
         _record(stage, futures[stage], outcome, logger)
     return outcome
 
@@ -375,6 +436,11 @@ def pipeline(
             needs = graph.needs_run()
         logger.info("%d stages; out of date per dvc status: %s; may run: %s", len(graph.order),
                     sorted(graph.out_of_date) or "none", sorted(needs) or "none")
+        devices = gpu_devices(gpus)
+        # only the stages that may run hold devices: an up-to-date one is skipped whatever its count
+        needed = devices_needed(workspace, [s for s in graph.order if s in graph.gpu and s in needs])
+        refuse_too_many(needed, devices, "the flow's gpus argument" if gpus is not None
+                        else "CUDA_VISIBLE_DEVICES / nvidia-smi")
         env: dict[str, str] = {}
         if track if track is not None else orch.mlflow:
             uri = tracking.tracking_uri(root)
@@ -386,7 +452,6 @@ def pipeline(
             env = {tracking.PARENT_RUN_ENV: parent, tracking.FLOW_RUN_ENV: flow_run_id, "MLFLOW_TRACKING_URI": uri,
                    tracking.EXPERIMENT_ENV: experiment_name}
         retry = {"retries": orch.retries, "retry_delay_seconds": orch.retry_delay_seconds}
-        devices = gpu_devices(gpus)
         if devices and graph.gpu:
             ensure_gpu_limit(len(devices), logger)
         rev = git_rev(workspace) if workers else ""
@@ -410,7 +475,7 @@ def pipeline(
             return stage_blocked.submit(stage, failed, wait_for=ups)
 
         slots: list[str | None] = list(workers) if workers else [str(workspace)]
-        _schedule(graph, needs, slots, devices, submit, submit_blocked, logger, outcome)
+        _schedule(graph, needs, slots, devices, submit, submit_blocked, logger, outcome, needed)
         failed = [s for s in graph.order if outcome[s]["status"] == "failed"]
         if workers:  # the coordinator's workspace ends with the complete dvc.lock
             merge_lock(workspace, {s: o["lock"] for s, o in outcome.items() if o.get("lock")})

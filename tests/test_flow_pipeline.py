@@ -1,22 +1,26 @@
 """The Prefect flow over throwaway DVC repositories: task graph = `dvc dag`, retries, failure isolation, a
-second run that skips every stage, a run with overrides saved as a DVC experiment, and two worker clones
-sharing data through a local-directory DVC remote.
+second run that skips every stage, a run with overrides saved as a DVC experiment, two worker clones
+sharing data through a local-directory DVC remote, and the GPU devices each stage gets (``compute.num_processes``
+of them for a multi-process stage; too many refused before any stage runs).
 
 One Prefect test server (temporary database) serves every flow run of this module.
 """
 
 from __future__ import annotations
 
+import logging
+import os
 import subprocess
 import sys
 import time
+from types import SimpleNamespace
 
 import pytest
 import yaml
 
-from flows.dag import parse_dot, read_lock
+from flows.dag import StageGraph, parse_dot, read_lock
 from flows.dvc_cli import GIT_ADVICE_ONCE, is_git_advice
-from flows.pipeline import PipelineFailed, pipeline
+from flows.pipeline import PipelineFailed, _schedule, gpu_devices, pipeline
 from tests.conftest import REPO as REPO_ROOT
 from tests.flow_repos import make_repo, py, sh
 
@@ -333,3 +337,133 @@ def test_a_flow_started_during_a_user_repro_fails_in_one_line_and_the_repro_fini
     out, _ = user.communicate(timeout=300)
     assert user.returncode == 0, out[-3000:]
     assert (repo / "t.txt").read_text() == "s"
+
+
+# ------------------------------------------------------------------------------------------------- GPU devices
+class _Finished:
+    """A task future that has already finished (what ``_schedule`` asks of a Prefect future); ``wait()``, which
+    ``_schedule`` calls when it takes the stage's result, tells the fake machine the stage's devices are free."""
+
+    def __init__(self, stage: str, release):
+        self.stage, self._release = stage, release
+        self.state = SimpleNamespace(is_completed=lambda: True)
+
+    def add_done_callback(self, fn):
+        fn(self)
+
+    def wait(self):
+        self._release(self.stage)
+
+    def result(self):
+        return {"stage": self.stage, "status": "ran"}
+
+
+def schedule_fake(graph: StageGraph, devices: list[str], needed: dict[str, int] | None,
+                  slots: int = 4) -> list[tuple[str, str | None]]:
+    """``_schedule`` every stage of ``graph`` with fake submits; returns ``(stage, CUDA_VISIBLE_DEVICES)`` in submit
+    order, asserting that no device is ever handed to two running stages."""
+    calls: list[tuple[str, str | None]] = []
+    busy: dict[str, list[str]] = {}
+
+    def submit(stage, slot, device, runs, ups):
+        ids = device.split(",") if device else []
+        held = {d for h in busy.values() for d in h}
+        assert not set(ids) & held, f"{stage} got {device} while {busy} run"
+        busy[stage] = ids
+        calls.append((stage, device))
+        return _Finished(stage, lambda s: busy.pop(s, None))
+
+    def submit_blocked(stage, failed, ups):
+        raise AssertionError(f"{stage} blocked by {failed}")
+
+    outcome: dict = {}
+    _schedule(graph, set(graph.order), [f"clone-{i}" for i in range(slots)], devices, submit, submit_blocked,
+              logging.getLogger("test"), outcome, needed)
+    assert {o["status"] for o in outcome.values()} == {"ran"}
+    assert not busy
+    return calls
+
+
+def test_a_multi_process_stage_reserves_its_devices_at_once_and_returns_them():
+    # big (2 processes) and small start together on 0,1 and 2; other waits for a free device; last, after all,
+    # needs all three: only there once every device came back.
+    graph = StageGraph(order=["big", "small", "other", "cpu", "last"],
+                       upstream={"big": [], "small": [], "other": [], "cpu": [],
+                                 "last": ["big", "small", "other", "cpu"]},
+                       gpu=frozenset({"big", "small", "other", "last"}))
+    calls = schedule_fake(graph, ["0", "1", "2"], {"big": 2, "last": 3})
+    assert calls == [("big", "0,1"), ("small", "2"), ("cpu", None), ("other", "0"), ("last", "0,1,2")]
+    # a 2-device stage waits while a 1-device stage holds one of two devices
+    pair = StageGraph(order=["small", "big"], upstream={"small": [], "big": []}, gpu=frozenset({"small", "big"}))
+    assert schedule_fake(pair, ["0", "1"], {"big": 2}) == [("small", "0"), ("big", "0,1")]
+    # a CPU machine: no device for anyone, whatever the count
+    assert schedule_fake(pair, [], {"big": 2}) == [("small", None), ("big", None)]
+
+
+def test_devices_needed_reads_compute_num_processes_of_the_stages_section(tmp_path):
+    from bert_pipeline.errors import PipelineError
+    from flows.pipeline import devices_needed, read_orchestration
+
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump({
+        "pre": {"compute": {"num_processes": 8}}, "finetune": {"compute": {"num_workers": 2}}, "flat": 3}))
+    assert devices_needed(tmp_path, ["pre", "finetune@bert-ner", "flat", "absent", "sub/dvc.yaml:pre"]) == {
+        "pre": 8, "finetune@bert-ner": 1, "flat": 1, "absent": 1, "sub/dvc.yaml:pre": 1}  # sub/params.yaml: none
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump({"pre": {"compute": {"num_processes": "eight"}}}))
+    with pytest.raises(PipelineError, match=r"^params.yaml: pre.compute.num_processes: expected an integer >= 1, "
+                                            r"got 'eight'; set it to the number of processes \(one per GPU\)$"):
+        devices_needed(tmp_path, ["pre"])
+    # the project's stages that train are GPU stages, pretrain's count comes from its compute section
+    gpu = read_orchestration(REPO_ROOT).gpu_stages
+    assert {"pretrain", "budget_curve", "variants", "retrieval"} <= set(gpu)
+    assert devices_needed(REPO_ROOT, ["pretrain"]) == {
+        "pretrain": yaml.safe_load((REPO_ROOT / "params.yaml").read_text())["pretrain"]["compute"]["num_processes"]}
+
+
+def test_a_count_above_the_machines_devices_is_refused_before_any_stage_and_none_on_a_cpu(tmp_path, monkeypatch,
+                                                                                           capsys):
+    from flows.pipeline import main
+
+    stages = {"a": {"cmd": "echo a > a.txt", "outs": ["a.txt"]},
+              "pre": {"cmd": "cat a.txt > pre.txt; echo \"[$CUDA_VISIBLE_DEVICES]\" > dev.txt", "deps": ["a.txt"],
+                      "params": ["pre.compute.num_processes"], "outs": ["pre.txt", "dev.txt"]}}
+    params = {"pre": {"compute": {"num_processes": 2}},
+              "orchestration": {"retries": 0, "retry_delay_seconds": 0, "gpu_stages": ["pre"]}}
+    repo = make_repo(tmp_path / "repo", stages, params)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    assert main(["--repo", str(repo), "--no-mlflow"]) == 1
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert errors == ["error: params.yaml: pre.compute.num_processes: 2 processes need 2 GPUs, this machine has 1 "
+                      "(CUDA_VISIBLE_DEVICES / nvidia-smi); lower it or run on a machine with 2 GPUs"]
+    assert not (repo / "a.txt").exists()  # nothing ran, not even the CPU stage before it
+    assert not (repo / "dvc.lock").exists()
+
+    result = pipeline(repo=str(repo), track=False, gpus=2)
+    assert result["stages"]["pre"]["status"] == "ran"
+    assert (repo / "dev.txt").read_text() == "[0,1]\n"  # both devices, one per process
+
+    # a CPU machine (no device): nothing refused, the stage runs on the CPU with whatever count
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    (repo / "params.yaml").write_text(yaml.safe_dump({**params, "pre": {"compute": {"num_processes": 4}}}))
+    result = pipeline(repo=str(repo), track=False)
+    assert result["stages"]["pre"]["status"] == "ran"
+    assert (repo / "dev.txt").read_text() == "[]\n"
+
+
+@pytest.mark.gpu
+def test_each_gpu_stage_gets_devices_of_this_machine():
+    devices = gpu_devices(None)
+    assert devices, "CUDA is available but neither CUDA_VISIBLE_DEVICES nor nvidia-smi -L names a device"
+    multi = min(2, len(devices))
+    graph = StageGraph(order=["pretrain", "finetune@a", "finetune@b", "prepare"],
+                       upstream={"pretrain": [], "finetune@a": ["pretrain"], "finetune@b": ["pretrain"], "prepare": []},
+                       gpu=frozenset({"pretrain", "finetune@a", "finetune@b"}))
+    calls = dict(schedule_fake(graph, devices, {"pretrain": multi}))
+    assert calls["prepare"] is None
+    for stage in ("pretrain", "finetune@a", "finetune@b"):
+        assert calls[stage] and set(calls[stage].split(",")) <= set(devices), (stage, calls[stage], devices)
+    assert len(calls["pretrain"].split(",")) == multi
+    # the id is one CUDA itself accepts: a child process given it sees exactly that device
+    seen = subprocess.run([sys.executable, "-c", "import torch; print(torch.cuda.device_count())"],
+                          env={**os.environ, "CUDA_VISIBLE_DEVICES": calls["finetune@a"]},
+                          capture_output=True, text=True, timeout=300)
+    assert seen.stdout.strip() == "1", seen.stderr[-2000:]

@@ -18,7 +18,8 @@ class OrchestrationParams(Section):
     have no such section. ``retries``: extra attempts of a failed stage before its dependents are marked failed;
     ``log_tail_lines``: last output lines of a failed stage in the flow's result; ``gpu_stages``: glob patterns over
     stage addresses (``finetune@*``), tagged ``gpu`` (a Prefect concurrency limit equal to the pool's GPU count),
-    each with its own ``CUDA_VISIBLE_DEVICES``; ``mlflow``: open a parent MLflow run that stage runs nest under.
+    each with devices of its own in ``CUDA_VISIBLE_DEVICES``: one, or ``compute.num_processes`` for a multi-process
+    stage; ``mlflow``: open a parent MLflow run that stage runs nest under.
     """
 
     retries: Annotated[int, annotated_types.Ge(0)] = 2
