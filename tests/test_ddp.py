@@ -4,6 +4,8 @@
   per-process batch b train as one process of batch 2b (the same loss curve, learning rates, evaluations,
   ``tokens_seen`` and, within floating-point noise, weights), and only the main process writes the model,
   metrics, checkpoints and the one MLflow run;
+- README's several-machine command (``torchrun --nnodes 2 ... --rdzv_backend c10d``) as 2 "machines" of one
+  process on 127.0.0.1, in one workspace: the same run as one process of the doubled batch, written by rank 0 only;
 - the library under ``torchrun`` (the c10d rendezvous that several machines take): a SIGKILL of the whole job after
   a checkpoint, then a resume, ends bit for bit where an uninterrupted run ends, each process on the batches it
   would have had.
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import signal
 import socket
@@ -25,10 +28,11 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from tests.conftest import REPO
+from tests.conftest import REPO, committed_params
 from tests.pretrain_fixtures import pretrain_workspace
 
 pytestmark = pytest.mark.usefixtures("one_thread")
+log = logging.getLogger(__name__)
 
 TWO = {"num_processes": 2, "accelerate_config": None, "num_workers": 0}
 # fp32 sums in another order (each process pads to its own longest row, the all-reduce adds two halves) differ in
@@ -53,64 +57,151 @@ def _history(checkpoint: Path) -> list[dict]:
     return torch.load(checkpoint / "state.pt", weights_only=True)["history"]
 
 
-def test_two_processes_of_batch_b_train_as_one_process_of_batch_2b(tmp_path, monkeypatch, raw):
-    """6 steps, 2 accumulated micro-batches, 64 instances: 4 steps per epoch, so the runs cross an epoch. Dropout
-    is off (each process draws its own masks, one process draws other masks for the same rows). Two processes of
-    batch 4 (``accelerate launch``, the stage's own relaunch) against one of batch 8, in process."""
-    from mlflow import MlflowClient
+# 6 steps, 2 accumulated micro-batches, 64 instances: 4 steps per epoch, so the runs cross an epoch. Dropout is off
+# (each process draws its own masks, one process draws other masks for the same rows).
+COMMON = {"max_steps": 6, "gradient_accumulation_steps": 2, "save_steps": 2, "eval_steps": 3, "save_total_limit": 3,
+          "dropout": 0.0}
+STEPS = ["step-00000002", "step-00000004", "step-00000006"]
 
+
+@pytest.fixture(scope="module")
+def one_process(tmp_path_factory) -> Path:
+    """The reference every launcher below is compared with: one process of batch 8, the stage's ``main`` in
+    process, in a workspace of its own (run once for the module)."""
     from stages import pretrain
 
-    common = {"max_steps": 6, "gradient_accumulation_steps": 2, "save_steps": 2, "eval_steps": 3,
-              "save_total_limit": 3, "dropout": 0.0}
-    one = pretrain_workspace(tmp_path / "one", raw, batch_size=8, **common)
-    two = pretrain_workspace(tmp_path / "two", raw, batch_size=4, compute=TWO, **common)
-    uri = f"sqlite:///{two / 'mlflow.db'}"
-    proc = subprocess.run([sys.executable, "-m", "stages.pretrain"], cwd=two, env=_env(MLFLOW_TRACKING_URI=uri),
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    assert "--num_processes 2 --multi_gpu" in proc.stderr  # the stage relaunched itself
-    monkeypatch.chdir(one)
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{one / 'mlflow.db'}")
-    pretrain.main()
+    one = pretrain_workspace(tmp_path_factory.mktemp("one"), committed_params(), batch_size=8, **COMMON)
+    threads = torch.get_num_threads()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(one)
+        patch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{one / 'mlflow.db'}")
+        torch.set_num_threads(1)  # one_thread's setting: a module fixture starts before the test's fixtures
+        try:
+            pretrain.main()
+        finally:
+            torch.set_num_threads(threads)
+    return one
 
-    steps = ["step-00000002", "step-00000004", "step-00000006"]
+
+def _two_processes_workspace(root: Path, raw: dict) -> Path:
+    return pretrain_workspace(root, raw, batch_size=4, compute=TWO, **COMMON)
+
+
+def _assert_trains_as_one(one: Path, two: Path) -> tuple[float, float]:
+    """The workspace ``two`` (2 processes of batch 4) ends as ``one`` (:func:`one_process`): the same history, the
+    same weights within ``WEIGHT_ATOL``, the same tokens, each output and checkpoint written once, whole, with both
+    processes' RNG states. Returns the largest weight difference and the largest relative difference of a loss or
+    evaluation figure."""
     # the same curve: every step's train loss within LOSS_RTOL, the same learning rates (accelerate's own
     # scheduler would step twice per step with two processes), the same evaluations
-    a, b = _history(one / "checkpoints/pretrain" / steps[-1]), _history(two / "checkpoints/pretrain" / steps[-1])
+    a, b = _history(one / "checkpoints/pretrain" / STEPS[-1]), _history(two / "checkpoints/pretrain" / STEPS[-1])
     assert [sorted(r) for r in a] == [sorted(r) for r in b]
     assert [r["step"] for r in b if "train_loss" in r] == [1, 2, 3, 4, 5, 6]
+    loss_diff = 0.0
     for ra, rb in zip(a, b, strict=True):
         for key, value in ra.items():
             if key == "learning_rate" or key.endswith(("_tokens", "step", "phase")):
                 assert rb[key] == value, (ra["step"], key)
             else:
                 assert rb[key] == pytest.approx(value, rel=LOSS_RTOL), (ra["step"], key)
+                loss_diff = max(loss_diff, abs(rb[key] - value) / max(abs(value), 1e-12))
     wa = load_file(one / "models/pretrained/model.safetensors")
     wb = load_file(two / "models/pretrained/model.safetensors")
     assert wa.keys() == wb.keys()
-    diff = max(float((wa[k] - wb[k]).abs().max()) for k in wa)
-    assert diff <= WEIGHT_ATOL, diff
+    weight_diff = max(float((wa[k] - wb[k]).abs().max()) for k in wa)
+    assert weight_diff <= WEIGHT_ATOL, weight_diff
     # every process's tokens, counted once: the same rows were trained on
     qa, qb = (json.loads((w / "metrics/pretrain.json").read_text()) for w in (one, two))
     assert qb["tokens_seen"] == qa["tokens_seen"] > 0
     assert qb["eval"]["predicted_tokens"] == qa["eval"]["predicted_tokens"]
-    timing = json.loads((two / "metrics/pretrain-timing.json").read_text())
-    assert timing["num_processes"] == 2
+    assert json.loads((two / "metrics/pretrain-timing.json").read_text())["num_processes"] == 2
 
-    # only the main process wrote: each checkpoint saved once, whole, with every process's RNG state
+    # each checkpoint saved once, whole, with every process's RNG state
     folder = two / "checkpoints/pretrain"
-    assert sorted(p.name for p in folder.iterdir()) == steps  # no .tmp-* or stale/ left by a second writer
-    assert proc.stderr.count("saved checkpoint") == len(steps)
-    meta = json.loads((folder / steps[-1] / "meta.json").read_text())
+    assert sorted(p.name for p in folder.iterdir()) == STEPS  # no .tmp-* or stale/ left by a second writer
+    meta = json.loads((folder / STEPS[-1] / "meta.json").read_text())
     assert (meta["num_processes"], meta["micro_batches_in_phase"]) == (2, 12)
-    assert len(torch.load(folder / steps[-1] / "state.pt", weights_only=True)["rng_per_process"]) == 2
+    assert len(torch.load(folder / STEPS[-1] / "state.pt", weights_only=True)["rng_per_process"]) == 2
     assert sorted(p.name for p in (two / "models").iterdir()) == ["pretrained", "tokenizer"]
+    return weight_diff, loss_diff
+
+
+def _assert_one_mlflow_run(uri: str, two: Path) -> None:
+    """The main process opened the one MLflow run and logged every step's train loss to it."""
+    from mlflow import MlflowClient
+
+    history = _history(two / "checkpoints/pretrain" / STEPS[-1])
     client = MlflowClient(uri)
     (run,) = client.search_runs([client.get_experiment_by_name("bert-pipeline").experiment_id])
     assert run.info.status == "FINISHED"
     assert [m.step for m in client.get_metric_history(run.info.run_id, "train_loss")] == [1, 2, 3, 4, 5, 6]
-    assert run.data.metrics["train_loss"] == pytest.approx([r for r in b if "train_loss" in r][-1]["train_loss"])
+    assert run.data.metrics["train_loss"] == pytest.approx([r for r in history if "train_loss" in r][-1]["train_loss"])
+
+
+def test_two_processes_of_batch_b_train_as_one_process_of_batch_2b(tmp_path, raw, one_process):
+    """Two processes of batch 4 (``accelerate launch``, the stage's own relaunch) against one of batch 8
+    (:func:`one_process`), on the same 6 steps across an epoch."""
+    two = _two_processes_workspace(tmp_path / "two", raw)
+    uri = f"sqlite:///{two / 'mlflow.db'}"
+    proc = subprocess.run([sys.executable, "-m", "stages.pretrain"], cwd=two, env=_env(MLFLOW_TRACKING_URI=uri),
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "--num_processes 2 --multi_gpu" in proc.stderr  # the stage relaunched itself
+    _assert_trains_as_one(one_process, two)
+    assert proc.stderr.count("saved checkpoint") == len(STEPS)  # only the main process saved
+    _assert_one_mlflow_run(uri, two)
+
+
+# ---------------------------------------------------------------------------- several machines, on one
+def _torchrun_node(workspace: Path, node_rank: int, endpoint: str, out) -> subprocess.Popen:
+    """README's several-machine command (``torchrun --nnodes 2 --node_rank R ... --rdzv_backend c10d
+    --rdzv_endpoint HOST:29500 -m stages.pretrain``) as one "machine" of 1 process, in a process group of its own."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node_rank", str(node_rank),
+           "--nproc_per_node", "1", "--rdzv_backend", "c10d", "--rdzv_endpoint", endpoint, "--rdzv_id", "two-nodes",
+           "-m", "stages.pretrain"]
+    env = _env(MLFLOW_TRACKING_URI=f"sqlite:///{workspace / 'mlflow.db'}")
+    return subprocess.Popen(cmd, cwd=workspace, env=env, stdout=out, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+
+
+def test_two_machines_of_one_process_train_as_one_process_of_the_doubled_batch(tmp_path, raw, one_process):
+    """README's multi-machine ``torchrun`` command as 2 "machines" of 1 process each on 127.0.0.1 (c10d rendezvous,
+    one endpoint and id), both in one workspace (the shared checkout and ``checkpoints/pretrain``), with
+    ``pretrain.compute.num_processes: 2``: both exit 0, the run is :func:`one_process`'s within the tolerances of
+    the 2-process test, and only the machine of rank 0 writes the outputs."""
+    two = _two_processes_workspace(tmp_path / "two", raw)
+    endpoint = f"127.0.0.1:{_free_port()}"
+    logs = [tmp_path / f"node-{rank}.log" for rank in (0, 1)]  # each node's launcher and process
+    started = time.monotonic()
+    with contextlib.ExitStack() as stack:
+        nodes = [_torchrun_node(two, rank, endpoint, stack.enter_context(path.open("w"))) for rank, path in
+                 enumerate(logs)]
+        try:
+            deadline = started + 300
+            while None in (codes := [node.poll() for node in nodes]):
+                failed = [rank for rank, code in enumerate(codes) if code]  # the other waits on it: stop both
+                assert not failed, [logs[rank].read_text()[-4000:] for rank in failed]
+                assert time.monotonic() < deadline, [path.read_text()[-2000:] for path in logs]
+                time.sleep(0.2)
+        finally:
+            for node in nodes:
+                if node.poll() is None:
+                    _kill_job(node)
+    seconds = time.monotonic() - started
+    outputs = [log.read_text() for log in logs]
+    for rank, node in enumerate(nodes):
+        assert node.returncode == 0, outputs[rank][-4000:]
+    weight_diff, loss_diff = _assert_trains_as_one(one_process, two)
+
+    # only rank 0 wrote. c10d ignores --node_rank (torchrun warns so) and ranks the machines by (host name, pid):
+    # on one host the one started first, node 0, unless the pids wrapped around between the two starts
+    writer = 0 if nodes[0].pid < nodes[1].pid else 1
+    assert [out.count("saved checkpoint") for out in outputs] == [len(STEPS) if r == writer else 0 for r in (0, 1)]
+    timing = json.loads((two / "metrics/pretrain-timing.json").read_text())  # the writer's own speed figure
+    assert f"{timing['tokens_per_second']:.0f} tokens/s" in outputs[writer]
+    _assert_one_mlflow_run(f"sqlite:///{two / 'mlflow.db'}", two)
+    log.info("2 torchrun machines of 1 process: %.1f s, largest weight difference %.3g, largest relative loss "
+             "difference %.3g against one process", seconds, weight_diff, loss_diff)
 
 
 # ------------------------------------------------------------------------------------ SIGKILL and resume
