@@ -5,8 +5,9 @@
     python bench/pretrain.py --size mini             # L=4, H=256
     python bench/pretrain.py --size base --batch 64  # e.g. on a GPU
 
-Reference: ``BertForPreTraining`` (MLM decoder over every position), fp32, batches from the stock
-``DataCollatorForLanguageModeling`` (+ NSP labels). Ours: :class:`bert_pipeline.model.objectives.MaskedPositionPretrainer`
+Reference: ``BertForPreTraining`` (MLM decoder over every position) in the same ``--precision`` autocast (the
+strongest stock configuration: bf16 where native), batches from the stock ``DataCollatorForLanguageModeling``
+(+ NSP labels). Ours: :class:`bert_pipeline.model.objectives.MaskedPositionPretrainer`
 (decoder on the masked positions only), ``precision auto`` autocast (bf16 on CPUs and bf16 GPUs), batches from
 create_pretraining_data's collator. Both: AdamW step, SDPA attention, the same token stream and masking rate,
 timing includes collation, forward, backward and the optimizer step (median of ``--steps`` steps after warmup,
@@ -23,6 +24,7 @@ auto`` is fp32 and the gain is the masked-position decoder and the collator alon
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import tempfile
@@ -95,6 +97,7 @@ def main() -> None:
     parser.add_argument("--dropout", type=float, default=None,
                         help="every dropout rate of both models (pretrain.dropout; default: the config's 0.1)")
     parser.add_argument("--peak-size", type=int, default=1024)
+    parser.add_argument("--json", type=Path, help="also write the figures to this JSON file (bench/gpu_check.sh)")
     parser.add_argument("--profile", type=int, default=0, metavar="STEPS",
                         help="then profile this many of our steps (torch.profiler): where the time goes, by op group")
     args = parser.parse_args()
@@ -180,7 +183,7 @@ def main() -> None:
     for measured in (measured32, measured16):
         if measured.warning:
             print(f"WARNING: {measured.warning}")
-    rows = {}
+    rows, mfu = {}, {}
     for name, label in (("ref", f"BertForPreTraining, full decoder, {runtime.precision} autocast, "
                                 "DataCollatorForLanguageModeling"),
                         ("ours", f"masked-position decoder, {runtime.precision} autocast, our collator")):
@@ -189,9 +192,20 @@ def main() -> None:
         flops = training_flops_per_step(config, args.batch, args.seq, int(npred), full_decoder=False)
         executed = training_flops_per_step(config, args.batch, args.seq, int(npred), full_decoder=name == "ref")
         rows[name] = tokens / step
+        mfu[name] = flops / step / peak
         print(f"{name:4s}: {step * 1e3:8.1f} ms/step  {tokens / step:10.0f} tokens/s  {args.batch / step:8.1f} seq/s  "
               f"MFU {flops / step / peak:6.3f}  (executed {executed / step / 1e12:.3f} TFLOP/s)  [{label}]")
     print(f"speed-up ours / reference: {rows['ours'] / rows['ref']:.2f}x (target >= 2.0x)")
+    if args.json:
+        record = {"device": device, "device_name": torch.cuda.get_device_name() if device == "cuda" else "cpu",
+                  "size": args.size, "layers": config.num_hidden_layers, "hidden": config.hidden_size,
+                  "vocab": config.vocab_size, "seq": args.seq, "batch": args.batch, "steps": args.steps,
+                  "precision": runtime.precision, "matmul_peak_tflops": {"fp32": round(peak32 / 1e12, 3),
+                                                                          "bf16": round(peak16 / 1e12, 3)},
+                  **{name: {"tokens_per_second": round(rows[name], 1), "mfu": round(mfu[name], 4)}
+                     for name in rows},
+                  "speedup": round(rows["ours"] / rows["ref"], 3)}
+        args.json.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
     if args.profile:
         profile_steps(step_ours, range(args.warmup + args.steps, args.warmup + args.steps + args.profile))
 

@@ -161,6 +161,45 @@ def test_stand_in_runs_the_device_script_on_cpu(packed, tmp_path):
     assert summary in (out / "gpu_quick.log").read_text()
 
 
+def test_gpu_check_stand_in_runs_every_part_on_cpu_and_summarizes(packed, tmp_path):
+    """bench/gpu_check.sh as the GPU machine runs it, scaled down on the CPU: the gpu tests (all skipped here: no
+    CUDA), one gpu-quick size, the step benchmark, and the one summary with each part's exit code."""
+    from tests.test_gpu import __file__ as gpu_tests
+
+    out = tmp_path / "out"
+    quick_args = [a for a in RUN_ARGS if a not in ("--size", "tiny")]
+    env = {**os.environ, "OUT": str(out), "GPU_QUICK_DATA": str(packed), "GPU_QUICK_WHEELS": str(tmp_path / "none"),
+           "PYTHON": sys.executable, "CUDA_VISIBLE_DEVICES": "", "GPU_CHECK_SIZES": "tiny",
+           "GPU_CHECK_PRETRAIN_SECONDS": "0", "GPU_CHECK_BUDGET_SECONDS": "300",
+           "GPU_CHECK_QUICK_ARGS": " ".join(quick_args),
+           "GPU_CHECK_BENCH_ARGS": "--size tiny --steps 2 --warmup 1 --batch 4 --seq 32 --vocab 512 --peak-size 128",
+           "GPU_CHECK_TESTS": "tests/test_gpu.py", "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(["bash", str(REPO / "bench" / "gpu_check.sh")], env=env, capture_output=True, text=True,
+                          timeout=600, cwd=REPO)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    summary = json.loads((out / "gpu_check.json").read_text())
+    assert summary["exit_codes"] == {"pretrain_bench": 0, "quick_tiny": 0, "tests": 0} and summary["ok"] is True
+    # the script adds the flow's gpu test where Prefect is importable, as it is here
+    listed = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-o", "addopts=", "-p",
+                             "no:cacheprovider", "-m", "gpu", gpu_tests, str(REPO / "tests/test_flow_pipeline.py")],
+                            capture_output=True, text=True, cwd=REPO).stdout
+    gpu_test_count = sum("::test_" in line for line in listed.splitlines())
+    assert gpu_test_count >= 11
+    assert summary["tests"]["counts"] == {"passed": 0, "failed": 0, "skipped": gpu_test_count}
+    quick = summary["gpu_quick"]["tiny"]
+    assert quick["size"] == "tiny" and quick["steps"] == STEPS and quick["tokens_per_second"] > 0
+    assert set(quick["gain"]) == set(MAIN_METRIC) and quick["complete"] is True
+    bench = summary["pretrain_bench"]
+    assert bench["size"] == "tiny" and bench["ours"]["tokens_per_second"] > 0 and bench["ref"]["tokens_per_second"] > 0
+    assert bench["speedup"] == pytest.approx(bench["ours"]["tokens_per_second"] / bench["ref"]["tokens_per_second"],
+                                             rel=1e-2)
+    assert set(bench["goals"]) == {"mfu>=0.4", "speedup>=1.5"}
+    assert not (out / "quick-tiny" / "work").exists()  # the saved model does not travel back
+    printed = proc.stdout.splitlines()
+    assert any(line.startswith("tests: passed 0, failed 0, skipped") for line in printed)
+    assert any(line.startswith("pretrain bench tiny seq 32") for line in printed)
+
+
 def test_pack_refuses_data_built_with_other_settings(project, bench, tmp_path):
     with pytest.raises(PipelineError, match=r"data/pretraining/info.json: built with "
                                             r"create_pretraining_data.max_seq_length=32, but profiles/gpu-quick.yaml "
