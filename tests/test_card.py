@@ -140,7 +140,7 @@ def test_encoder_cards_parse_and_render_byte_identical():
                         "pair_accuracy": 0.61, "predicted_tokens": 2344},
                "first_eval": {"mlm_accuracy": 0.03}}
     settings = {"batch_size": 32, "max_steps": 1600, "learning_rate": 2e-3, "warmup_steps": 50, "weight_decay": 0.01,
-                "max_grad_norm": 1.0, "optimizer": "adamw", "precision": "no", "seed": 42, "phases": []}
+                "max_grad_norm": 1.0, "optimizer": "adamw", "precision": "fp32", "seed": 42, "phases": []}
     info = {"objective": "nsp", "max_seq_length": 128, "masking": "static", "dupe_factor": 5,
             "rules": {"masked_lm_prob": 0.15, "mask_token_prob": 0.8, "random_token_prob": 0.1,
                       "max_predictions_per_seq": 20, "whole_word_masking": False}}
