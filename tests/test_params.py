@@ -191,6 +191,18 @@ def test_bad_literal(raw):
     assert "prepare_corpus.sentence_splitter: expected one of" in params_error(bad)
 
 
+def test_fp16_is_a_precision_of_every_training_section(raw):
+    """fp16 (with the runtime's loss scaler) is accepted wherever a stage trains; anything else is one line."""
+    fp16 = copy.deepcopy(raw)
+    for section in ("pretrain", "distill", "finetune"):
+        fp16[section]["precision"] = "fp16"
+    params = validate_params(fp16)
+    assert (params.pretrain.precision, params.distill.precision, params.finetune.precision) == ("fp16",) * 3
+    bad = copy.deepcopy(raw)
+    bad["finetune"]["precision"] = "fp8"
+    assert "finetune.precision: expected one of" in params_error(bad)
+
+
 def test_invalid_yaml_is_one_line(tmp_path):
     path = tmp_path / "params.yaml"
     path.write_text("a: [1, 2\n", encoding="utf-8")

@@ -38,7 +38,7 @@ class DistillParams(Section):
     final_eval_batches: Annotated[int, annotated_types.Ge(1)] | None
     save_steps: Annotated[int, annotated_types.Ge(1)]
     save_total_limit: Annotated[int, annotated_types.Ge(1)]
-    precision: Literal["auto", "fp32", "bf16"]
+    precision: Literal["auto", "fp32", "bf16", "fp16"]
     seed: int
     throughput_runs: Annotated[int, annotated_types.Ge(1)]
     throughput_warmup: Annotated[int, annotated_types.Ge(0)]

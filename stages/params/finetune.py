@@ -64,7 +64,7 @@ class FinetuneParams(Section):
 
     seeds: list[int] = Field(min_length=1)
     data_seed: int
-    precision: Literal["auto", "fp32", "bf16"]
+    precision: Literal["auto", "fp32", "bf16", "fp16"]
     warmup_ratio: Annotated[float, annotated_types.Ge(0.0), annotated_types.Lt(1.0)]
     weight_decay: Annotated[float, annotated_types.Ge(0.0)]
     max_grad_norm: Annotated[float, annotated_types.Gt(0.0)]
