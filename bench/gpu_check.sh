@@ -44,16 +44,10 @@ PEAK="${GPU_CHECK_PEAK_TFLOPS:-790}"
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
 mkdir -p "$OUT"
 started=$(date +%s)
+. bench/device_setup.sh
 declare -A CODES
 {
-  echo "gpu_check.sh: $(date -u +%FT%TZ) on $(hostname), data $DATA, out $OUT"
-  command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
-  if compgen -G "$WHEELS/*.whl" >/dev/null; then
-    "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
-        "$WHEELS"/*.whl
-    export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
-    echo "gpu_check.sh: $(ls "$WHEELS"/*.whl | wc -l) carried wheels in /tmp/site ($(( $(date +%s) - started )) s)"
-  fi
+  device_setup gpu_check.sh
 
   # 1. the gpu tests (no xdist on the GPU machine: the project's addopts are dropped)
   if "$PYTHON" -c "import prefect" 2>/dev/null; then TESTS+=(tests/test_flow_pipeline.py); fi

@@ -33,15 +33,9 @@ PYTHON="${PYTHON:-python3}"
 export PYTHONUNBUFFERED=1
 mkdir -p "$OUT"
 started=$(date +%s)
+. bench/device_setup.sh
 {
-  echo "gpu_quick.sh: $(date -u +%FT%TZ) on $(hostname), data $DATA, out $OUT"
-  command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
-  if compgen -G "$WHEELS/*.whl" >/dev/null; then
-    "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
-        "$WHEELS"/*.whl
-    export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
-    echo "gpu_quick.sh: $(ls "$WHEELS"/*.whl | wc -l) carried wheels in /tmp/site ($(( $(date +%s) - started )) s)"
-  fi
+  device_setup gpu_quick.sh
   "$PYTHON" bench/gpu_quick.py run --data "$DATA" --out "$OUT" --pretrain-seconds 270 --budget-seconds 450 \
       --peak-tflops 790 "$@"
   echo "gpu_quick.sh: done in $(( $(date +%s) - started )) s"
