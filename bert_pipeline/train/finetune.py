@@ -278,6 +278,8 @@ def finetune_task(
         task: the task's knobs (``max_*_examples``, ``max_length``, ``epochs``, ``batch_size``, QA's
             ``doc_stride``, ``n_best``, ``max_answer_length``).
         seeds: one run per seed; ``data_seed`` draws the ``max_*_examples`` subsets (:func:`subsample`).
+        runtime: the stage's :class:`~bert_pipeline.train.runtime.Runtime` (device, autocast, fp16 loss scaler);
+            the models it returns stay on its device.
         low_resource_train_examples: ``None`` skips the low-resource runs; ``low_resource_epochs`` caps their
             epochs (``member.low_resource_epochs`` wins, then this, then the full run's).
         on_eval: called with ``(prefix, step, entry)`` at each validation check (``prefix`` e.g. ``seed42/``).
