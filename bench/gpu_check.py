@@ -1,6 +1,6 @@
 """The summary of ``bench/gpu_check.sh``: one JSON file from what its parts wrote into its output folder.
 
-    python bench/gpu_check.py summarize --out DIR --codes tests=0 quick_small=0 ... --seconds 480
+    python bench/gpu_check.py summarize --out DIR --codes tests=0 quick_small=0 ... --seconds 480 [--quiet]
 
 Reads ``DIR/gpu_tests.xml`` (pytest's JUnit XML of the ``gpu`` tests), ``DIR/quick-{size}/gpu_quick.json``
 (``bench/gpu_quick.py run`` per size) and ``DIR/pretrain_bench.json`` (``bench/pretrain.py --json``), each optional
@@ -127,12 +127,15 @@ def main(argv: list[str] | None = None) -> int:
     sm.add_argument("--out", type=Path, required=True)
     sm.add_argument("--codes", nargs="*", default=[], metavar="PART=CODE")
     sm.add_argument("--seconds", type=float)
+    sm.add_argument("--quiet", action="store_true", help="write the file only (the script's summaries between parts)")
     args = parser.parse_args(argv)
     codes = {}
     for item in args.codes:
         part, _, code = item.partition("=")
         codes[part] = int(code)
     summary = summarize(args.out, codes, args.seconds)
+    if args.quiet:
+        return 0
     sys.stdout.write("\n".join(lines(summary)) + "\n")
     return 0 if summary["ok"] else 1
 

@@ -79,7 +79,7 @@ def main() -> None:
     import datasets
 
     from bert_pipeline.evaluation.retrieval import contrastive_finetune, embed, retrieval_metrics
-    from bert_pipeline.train.runtime import make_runtime
+    from bert_pipeline.train.runtime import RuntimeSettingError, make_runtime
     from stages import dvc_adapter
 
     # checked here, not in the schema: other stages' tests and profiles may replace finetune.models freely
@@ -111,6 +111,8 @@ def main() -> None:
                 losses = contrastive_finetune(model, tokenizer, train_q, train_d, runtime, epochs=r.epochs,
                                               batch_size=r.batch_size, learning_rate=rate, scale=r.scale,
                                               max_length=r.max_length, seed=r.seed)
+            except RuntimeSettingError as exc:  # its key is the precision retrieval trains in: finetune's
+                raise PipelineError(f"params.yaml: finetune.{exc} (retrieval, {name})") from None
             except ValueError as exc:
                 raise PipelineError(f"retrieval: {name}: {exc}") from None
             tuned = retrieval_metrics(embed(model, tokenizer, test_q, runtime, **kw),

@@ -59,7 +59,7 @@ def test_pretraining_in_fp16_goes_on_after_forced_overflows_on_cuda():
     model = MaskedPositionPretrainer(new_pretraining_model(tiny_config(), with_pair_head=True, seed=0))
     before = {k: v.clone() for k, v in model.state_dict().items()}
     runtime = _cuda_runtime("fp16")
-    runtime.scaler = torch.amp.GradScaler("cuda", init_scale=2.0**40)
+    runtime.loss_scale_init = 2.0**40
     cfg = TrainConfig(max_steps=40, learning_rate=1e-3, warmup_steps=0, eval_steps=0, logging_steps=10,
                       max_bad_steps=0)
     result = train(model, _phases(40), pad_collate, cfg, runtime)

@@ -199,6 +199,15 @@ def test_gpu_check_stand_in_runs_every_part_on_cpu_and_summarizes(packed, tmp_pa
     assert any(line.startswith("tests: passed 0, failed 0, skipped") for line in printed)
     assert any(line.startswith("pretrain bench tiny seq 32") for line in printed)
 
+    # a part that fails: the script goes on, the summary says which, and the script's exit code is not 0
+    env.update(GPU_CHECK_SIZES="", GPU_CHECK_BENCH_ARGS="--size no-such-size")
+    failed = subprocess.run(["bash", str(REPO / "bench" / "gpu_check.sh")], env={**env, "OUT": str(tmp_path / "bad")},
+                            capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert failed.returncode == 1, failed.stdout[-2000:]
+    bad = json.loads((tmp_path / "bad" / "gpu_check.json").read_text())
+    assert bad["ok"] is False and bad["exit_codes"]["tests"] == 0 and bad["exit_codes"]["pretrain_bench"] != 0
+    assert bad["gpu_quick"] == {} and bad["pretrain_bench"] is None
+
 
 def test_pack_refuses_data_built_with_other_settings(project, bench, tmp_path):
     with pytest.raises(PipelineError, match=r"data/pretraining/info.json: built with "

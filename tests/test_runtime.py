@@ -31,7 +31,7 @@ def _phases(steps: int, n_train: int = 64, seq: int = 32) -> list[Phase]:
 def _fp16_runtime(init_scale: float = HUGE_SCALE) -> Runtime:
     runtime = make_runtime("fp16", cpu=True)
     assert runtime.precision == "fp16" and runtime.scaler is not None
-    runtime.scaler = torch.amp.GradScaler("cpu", init_scale=init_scale)  # forced overflows
+    runtime.loss_scale_init = init_scale  # forced overflows: every training run starts a scaler at this scale
     return runtime
 
 
@@ -57,24 +57,43 @@ def test_fp16_training_goes_on_after_the_scaler_skips_overflowing_steps():
     assert all(torch.isfinite(v).all() for v in model.state_dict().values() if v.is_floating_point())
 
 
-def test_fp16_fine_tuning_trains_with_the_scaler_instead_of_being_refused():
-    """``finetune.precision: fp16`` was refused (no scaler in fine-tuning); now fit() scales the loss."""
+def _classifier(seed: int):
     from transformers import BertConfig, BertForSequenceClassification
 
-    torch.manual_seed(0)
-    model = BertForSequenceClassification(BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1,
-                                                     num_attention_heads=2, intermediate_size=32, num_labels=2))
+    torch.manual_seed(seed)
+    return BertForSequenceClassification(BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1,
+                                                    num_attention_heads=2, intermediate_size=32, num_labels=2))
+
+
+def _fit(model, runtime: Runtime, seed: int = 0):
     features = [{"input_ids": [1, 5 + i % 7, 9 + i % 3, 2], "label": i % 2} for i in range(32)]
 
     def collate(rows):
         return {"input_ids": torch.tensor([r["input_ids"] for r in rows]),
                 "labels": torch.tensor([r["label"] for r in rows])}
 
-    runtime = _fp16_runtime(2.0**30)
-    settings = finetune_loop.TrainSettings(learning_rate=1e-3, epochs=6, batch_size=8, evals_per_epoch=1)
-    result = finetune_loop.fit(model, features, collate, settings, lambda _m: {"accuracy": 0.5}, "accuracy", runtime)
+    settings = finetune_loop.TrainSettings(learning_rate=1e-3, epochs=6, batch_size=8, evals_per_epoch=1, seed=seed)
+    return finetune_loop.fit(model, features, collate, settings, lambda _m: {"accuracy": 0.5}, "accuracy", runtime)
+
+
+def test_fp16_fine_tuning_trains_with_the_scaler_instead_of_being_refused():
+    """``finetune.precision: fp16`` was refused (no scaler in fine-tuning); now fit() scales the loss."""
+    result = _fit(_classifier(0), _fp16_runtime(2.0**30))
     assert result.steps == 24
     assert 1 <= result.scaler_skipped_steps < result.steps
+
+
+def test_each_training_run_starts_its_own_loss_scale():
+    """A stage fine-tunes several seeds and grid settings on one runtime: seed 1 after seed 0 must train as seed 1
+    alone (the scale where seed 0 ended is not seed 1's start)."""
+    shared = _fp16_runtime(2.0**30)
+    _fit(_classifier(0), shared, seed=0)
+    after, alone = _classifier(1), _classifier(1)
+    first = _fit(after, shared, seed=1)
+    second = _fit(alone, _fp16_runtime(2.0**30), seed=1)
+    assert first.scaler_skipped_steps == second.scaler_skipped_steps >= 1
+    for (name, a), b in zip(after.state_dict().items(), alone.state_dict().values(), strict=True):
+        assert torch.equal(a, b), name
 
 
 def test_a_collapsed_fp16_scale_is_a_one_line_error():
@@ -99,13 +118,21 @@ def test_a_collapsed_fp16_scale_is_a_one_line_error():
     assert MIN_LOSS_SCALE > 0 and "\n" not in str(err.value)
 
 
-def test_fp16_under_fsdp_is_refused_in_one_line():
+def test_fp16_under_fsdp_is_refused_in_one_line_and_auto_never_picks_it(monkeypatch):
+    from bert_pipeline.train import runtime as runtime_module
+
     class FakeFsdp:
-        device = torch.device("cpu")
+        device = torch.device("cuda")
         distributed_type = "FSDP"
 
     with pytest.raises(RuntimeSettingError, match="^precision: fp16 under FSDP is not supported"):
         Runtime(FakeFsdp(), "fp16")
+    monkeypatch.setattr(runtime_module, "cuda_has_native_bf16", lambda: False)  # a V100 under FSDP
+    flags = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32  # a "cuda" runtime sets them
+    try:
+        assert Runtime(FakeFsdp(), "auto").precision == "fp32"
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = flags
 
 
 # --------------------------------------------------------------------------------------- prepare together
@@ -253,3 +280,63 @@ def test_every_training_stage_builds_the_shared_runtime():
                  "variants", "export"):
         text = Path(REPO / "stages" / f"{name}.py").read_text(encoding="utf-8")
         assert "make_runtime(" in text, name
+
+
+# ------------------------------------------------------------------------------------------------ FSDP2 step
+def _fsdp_step_worker(rank: int, port: int, out: Path) -> None:
+    """One of two gloo processes: a ``fully_shard`` model, then Runtime.step with accelerate's own FSDP2 clipping
+    (accelerate runs no FSDP on a CPU, so its accelerator is stood in for by what the step reads of it)."""
+    import json
+    import os
+    import types
+
+    import torch.distributed as dist
+    from accelerate import Accelerator
+    from torch.distributed.fsdp import fully_shard
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    try:
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 1))
+        fully_shard(model)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        accelerator = types.SimpleNamespace(
+            device=torch.device("cpu"), distributed_type="FSDP", num_processes=2, process_index=rank,
+            is_main_process=rank == 0,
+            clip_grad_norm_=lambda params, max_norm: Accelerator._clip_grad_norm_dtensor_aware(None, list(params),
+                                                                                                  max_norm),
+            reduce=lambda tensor, reduction: (dist.all_reduce(tensor), tensor)[1])
+        runtime = Runtime(accelerator, "fp32")
+        torch.manual_seed(rank)
+        loss = model(torch.randn(4, 8)).sum()
+        loss.backward()
+        outcome = runtime.step(model, optimizer, 1.0, torch.isfinite(loss.detach()))
+        result = {"applied": outcome.applied, "grad_norm": outcome.grad_norm}
+    except Exception as exc:  # noqa: BLE001 - reported to the test
+        result = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0]}"}
+    finally:
+        dist.destroy_process_group()
+    (out / f"rank{rank}.json").write_text(json.dumps(result))
+
+
+def test_an_fsdp2_step_reads_the_sharded_gradient_norm(tmp_path):
+    """FSDP2's clipped norm is a replicated DTensor, which neither a collective nor ``tolist`` takes: the step
+    must use its full tensor (it raised on the first step of every FSDP run)."""
+    import json
+    import multiprocessing
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    context = multiprocessing.get_context("fork")
+    workers = [context.Process(target=_fsdp_step_worker, args=(rank, port, tmp_path)) for rank in range(2)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(120)
+    results = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in range(2)]
+    assert all("error" not in r for r in results), results
+    assert results[0] == results[1]  # one global norm, one decision on both ranks
+    assert results[0]["applied"] is True and math.isfinite(results[0]["grad_norm"]) and results[0]["grad_norm"] > 0

@@ -112,6 +112,7 @@ def contrastive_finetune(model: Any, tokenizer: Any, queries: Sequence[str], doc
     schedule = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda step: max(0.0, 1.0 - step / (epochs * steps_per_epoch)))
     model, optimizer = runtime.prepare(model, optimizer)
+    runtime.new_scaler()
     model.train()
     losses = []
     for _ in range(epochs):

@@ -86,6 +86,7 @@ def run_distillation(teacher: nn.Module, layers: int, train_set: Any, validation
         "steps": config.max_steps,
         "tokens_seen": result.tokens_seen(runtime),
         "bad_steps": result.bad_steps,
+        "scaler_skipped_steps": result.scaler_skipped_steps,
     }
     torch.manual_seed(config.seed)
     speed = measure_throughput({"teacher": teacher.base_model, "student": student.base_model}, runtime,

@@ -190,7 +190,7 @@ def summarize_seeds(per_seed: list[dict[str, float]]) -> dict[str, dict[str, Any
 @dataclass
 class SeedRuns:
     """One training run per seed: per seed the best validation metrics, the test metrics and the training history
-    (``{"seed", "best_step", "steps", "history"}``), wall and CPU seconds; the first seed's model (what is saved)."""
+    (``{"seed", "best_step", "steps", "scaler_skipped_steps", "history"}``), wall and CPU seconds; the first seed's model (what is saved)."""
 
     validation: list[dict[str, float]] = field(default_factory=list)
     test: list[dict[str, float]] = field(default_factory=list)
@@ -220,7 +220,7 @@ def run_seeds(seeds: Sequence[int], one_run: Callable[[int], tuple[Any, FitResul
         out.train_cpu_seconds.append(round(cpu, 2))
         out.validation.append(result.best_validation)
         out.history.append({"seed": seed, "best_step": result.best_step, "steps": result.steps,
-                            "history": result.history})
+                            "scaler_skipped_steps": result.scaler_skipped_steps, "history": result.history})
         out.models.append(model)
         if test_metrics is None:
             log.info("seed %d%s: validation %s %.4f (%.0f s)", seed, label, main_metric,

@@ -144,6 +144,7 @@ def fit(
     opt = make_optimizer(model, "adamw", s.learning_rate, s.weight_decay, eps=1e-8, foreach=True)
     sched = get_linear_schedule_with_warmup(opt, int(s.warmup_ratio * total), total)
     model, opt = runtime.prepare(model, opt)
+    runtime.new_scaler()  # this run's own loss scale, whatever runs came before on this runtime
     skipped = 0
     checks = {max(1, round(steps_per_epoch * (k + 1) / s.evals_per_epoch)) for k in range(s.evals_per_epoch)}
     lengths = [len(f["input_ids"]) for f in features]

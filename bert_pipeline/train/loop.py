@@ -10,9 +10,11 @@ groups, autocast and loss scaling; this module owns the recipe (Devlin et al. 20
   factor); heads may have a rate of their own and learn alone for the first ``head_only_steps`` (DAPT from a
   checkpoint that ships no MLM head: :func:`bert_pipeline.train.optim.make_scheduler`);
 - gradient accumulation, clipping of the global gradient norm;
-- a non-finite loss or gradient skips the update and is counted; more than ``max_bad_steps`` is an error; under
-  fp16 the loss scaler decides instead (an overflow skips the step and halves the scale: ``scaler_skipped_steps``,
-  never an error while the scale stays usable, :meth:`bert_pipeline.train.runtime.Runtime.step`);
+- a non-finite loss or gradient skips the update and is counted, the schedule moving on; more than
+  ``max_bad_steps`` is an error; under fp16 the loss scaler decides instead (an overflow skips the step and halves
+  the scale: ``scaler_skipped_steps``, never an error while the scale stays usable,
+  :meth:`bert_pipeline.train.runtime.Runtime.step`) and the schedule waits for the next applied step, as HF
+  Trainer's does, so a run with skips ends a little above the schedule's final rate;
 - phases (BERT's seq 128 then 512): each phase has its own dataset and batch size, switched at a fixed step;
 - exact resume: data order is a pure function of ``(seed, phase, epoch)``, so the data position is the step
   number; a checkpoint holds model, optimizer, scheduler, RNG states (every process's) and the logged history.
@@ -383,6 +385,7 @@ def train(
     # many times too fast; ours is stepped once per optimizer step, as accelerate's does on one process.
     raw_scheduler = make_scheduler(optimizer, cfg.warmup_steps, cfg.max_steps, cfg.head_only_steps)
     model, optimizer = runtime.prepare(model, optimizer)  # together: FSDP2 shards the optimizer's parameters
+    runtime.new_scaler()  # this run's own loss scale (a resume loads the checkpoint's below)
     raw_optimizer = getattr(optimizer, "optimizer", optimizer)
 
     result = TrainResult()

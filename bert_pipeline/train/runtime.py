@@ -9,7 +9,7 @@ curve, the variants, export's parity run and the speed measurements. No other mo
 Precision (``auto | fp32 | bf16 | fp16``; :func:`resolve_precision`): ``auto`` is bf16 autocast where the device runs
 bf16 natively (CUDA GPUs with native bf16, Ampere and later; CPUs with AVX512-BF16 or AMX), fp16 autocast with loss
 scaling on CUDA GPUs without native bf16 (V100, T4: there ``torch.cuda.is_bf16_supported()`` says yes by emulation,
-which is slower than fp32), else fp32. fp32 on a CUDA GPU uses TF32 matmuls (10-bit mantissa inputs, fp32
+which is slower than fp32; fp32 under FSDP, which refuses fp16), else fp32. fp32 on a CUDA GPU uses TF32 matmuls (10-bit mantissa inputs, fp32
 accumulation; the PyTorch default for convolutions, off for matmuls) unless the caller needs exact fp32 (export
 parity).
 
@@ -17,8 +17,9 @@ Loss scaling (Micikevicius et al. 2018, "Mixed Precision Training", §3.2): unde
 scale before backward; :meth:`Runtime.step` unscales the gradients, clips them, and lets ``torch.amp.GradScaler``
 decide: a step with a non-finite gradient is skipped and the scale halved, else applied (the scale doubles after
 2000 clean steps). A skipped step is the scaler's decision, counted from the scale (:attr:`StepOutcome.applied`),
-never an error while the scale stays at or above :data:`MIN_LOSS_SCALE`. Without a scaler (fp32, bf16) a step with a
-non-finite loss or gradient is skipped by the caller's rule.
+never an error while the scale stays at or above :data:`MIN_LOSS_SCALE`. Each training run starts with a fresh scaler
+(:meth:`Runtime.new_scaler`). Without a scaler (fp32, bf16) a step with a non-finite loss or gradient is skipped by
+the caller's rule.
 
 Accelerate (``accelerate.Accelerator``) owns process groups, device placement, DDP/FSDP wrapping (model and optimizer
 prepared together, as FSDP2 requires), gradient clipping of sharded gradients, ``no_sync`` and collectives. The
@@ -101,21 +102,26 @@ class Runtime:
         accelerator: the process group, device placement and DDP/FSDP wrapping.
         device: ``torch.device`` every tensor of this process goes to.
         precision: ``fp32``, ``bf16`` or ``fp16`` (resolved).
-        scaler: a ``torch.amp.GradScaler`` under fp16, else None (tests may replace it, e.g. with a huge
-            ``init_scale`` to force overflows).
+        scaler: a ``torch.amp.GradScaler`` under fp16 (:meth:`new_scaler`), else None.
+        loss_scale_init: the initial fp16 loss scale of :meth:`new_scaler` (2**16; tests raise it to force
+            overflows).
     """
 
     def __init__(self, accelerator: Any, precision: str, *, tf32: bool = True):
         self.accelerator = accelerator
         self.device: torch.device = accelerator.device
         self.precision = resolve_precision(precision, self.device.type)
+        if precision == "auto" and self.precision == "fp16" and self.distributed_type == "FSDP":
+            self.precision = "fp32"  # auto never picks what FSDP refuses: a GPU without native bf16 trains in fp32
         if self.precision == "fp16" and self.distributed_type == "FSDP":
             raise RuntimeSettingError("precision: fp16 under FSDP is not supported (the loss scaler checks each "
                                       "shard's gradients apart); use bf16 (native on GPUs that FSDP targets) or DDP")
         if self.precision == "fp16" and self.device.type == "cpu":
             log.warning("precision fp16 on a CPU: autocast is emulated there and slower than fp32 (auto picks bf16 "
                         "or fp32 on CPUs)")
-        self.scaler = torch.amp.GradScaler(self.device.type) if self.precision == "fp16" else None
+        self.loss_scale_init = 2.0**16  # torch's default initial scale (tests raise it to force overflows)
+        self.scaler: torch.amp.GradScaler | None = None
+        self.new_scaler()
         if self.device.type == "cuda":
             # TF32 for fp32 matmuls (module docstring); bf16/fp16 autocast does not read the flag
             torch.backends.cuda.matmul.allow_tf32 = tf32
@@ -201,6 +207,13 @@ class Runtime:
         """The module under any DDP/FSDP/compile wrapper."""
         return self.accelerator.unwrap_model(model)
 
+    def new_scaler(self) -> None:
+        """A fresh fp16 loss scaler (at :attr:`loss_scale_init`) for a new training run: every run that trains
+        calls it first, so a run does not start at the scale where the previous one (another seed, another grid
+        setting) ended; a resumed run then loads its checkpoint's scaler state. None outside fp16."""
+        self.scaler = (torch.amp.GradScaler(self.device.type, init_scale=self.loss_scale_init)
+                       if self.precision == "fp16" else None)
+
     def backward(self, loss: torch.Tensor) -> None:
         """Backward of ``loss`` (scaled under fp16)."""
         self.accelerator.backward(self.scaler.scale(loss) if self.scaler is not None else loss)
@@ -216,7 +229,8 @@ class Runtime:
 
         Under a scaler the scaler decides (a non-finite gradient skips the step and halves the scale). Without
         one, the step is skipped when ``finite`` (a bool or 0-d bool tensor: the caller's losses were finite) is
-        false or the gradient norm is not finite, on every process alike. One host-device synchronisation.
+        false or the gradient norm is not finite, on every process alike. One host-device synchronisation of ours
+        (the scaler's ``step`` reads its overflow flag once more).
 
         Raises:
             RuntimeSettingError: the fp16 loss scale fell below :data:`MIN_LOSS_SCALE` (non-finite gradients even
@@ -229,25 +243,27 @@ class Runtime:
             norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
         else:  # the global norm of DDP's reduced or FSDP's sharded gradients
             norm = self.accelerator.clip_grad_norm_(model.parameters(), max_grad_norm)
+        if hasattr(norm, "full_tensor"):  # FSDP2: a replicated DTensor; collectives and tolist need the plain one
+            norm = norm.full_tensor()
         norm = torch.as_tensor(norm, device=self.device, dtype=torch.float32)
-        if self.scaler is not None:
-            before = self.scaler.get_scale()  # after unscale_, which has queued the overflow check
-            self.scaler.step(raw)
-            self.scaler.update()
-            after = self.scaler.get_scale()
-            if after < MIN_LOSS_SCALE:
-                raise RuntimeSettingError(f"precision: the fp16 loss scale fell to {after:g}: the gradients are "
-                                          "non-finite even unscaled; lower the learning rate or use bf16 or fp32")
-            return StepOutcome(applied=after >= before, grad_norm=float(norm))
+        # The scaler skips exactly when an unscaled gradient is inf/nan, which makes the global norm non-finite: the
+        # norm's finiteness is its decision, read in the same synchronisation as the norm.
         ok = torch.isfinite(norm)
         if isinstance(finite, torch.Tensor):
             ok = ok & finite.to(self.device)
         elif not finite:
             ok = torch.zeros_like(ok)
-        if self.num_processes > 1:
+        if self.num_processes > 1 and self.scaler is None:  # DDP/FSDP norms are global: this is a safety net
             ok = self.accelerator.reduce(ok.to(torch.float32), reduction="sum") == self.num_processes
-        grad_norm, applied = torch.stack([norm, ok.to(torch.float32)]).tolist()  # the one synchronisation
-        if applied:
+        grad_norm, applied = torch.stack([norm, ok.to(torch.float32)]).tolist()  # the one synchronisation of ours
+        if self.scaler is not None:
+            self.scaler.step(raw)  # skips the update itself on an overflow (torch reads its flag once more)
+            self.scaler.update()
+            if not applied and self.scaler.get_scale() < MIN_LOSS_SCALE:
+                raise RuntimeSettingError(f"precision: the fp16 loss scale fell to {self.scaler.get_scale():g}: the "
+                                          "gradients are non-finite even unscaled; lower the learning rate or use bf16 "
+                                          "or fp32")
+        elif applied:
             optimizer.step()
         return StepOutcome(applied=bool(applied), grad_norm=grad_norm)
 
