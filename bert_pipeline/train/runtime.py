@@ -105,6 +105,9 @@ class Runtime:
         scaler: a ``torch.amp.GradScaler`` under fp16 (:meth:`new_scaler`), else None.
         loss_scale_init: the initial fp16 loss scale of :meth:`new_scaler` (2**16; tests raise it to force
             overflows).
+
+    Raises:
+        RuntimeSettingError: an unknown precision, or fp16 under FSDP.
     """
 
     def __init__(self, accelerator: Any, precision: str, *, tf32: bool = True):
