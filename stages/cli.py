@@ -192,12 +192,16 @@ def entries_by_task(teacher: str, student: str, scratch: str, only: list[str] | 
         for m in family_order({m for m, tt in index if tt == t}, teacher, student, scratch):
             r = index[m, t]
             record = json.loads(Path(r.source).read_text(encoding="utf-8"))
-            split = split_sha256(TASKS / t / "test", record["test_examples"], data_seed)
+            # the examples each score was measured on (finetune draws both subsets with data_seed)
+            validation_split = split_sha256(TASKS / t / "validation", record["validation_examples"], data_seed)
+            test_split = split_sha256(TASKS / t / "test", record["test_examples"], data_seed)
             folder = Path(released(FINETUNED / f"{m}-{t}"))  # the release copy: the weights with their card
             if not (folder / "config.json").exists():
                 raise PipelineError(f"{folder}: missing (named by {r.source}); run `dvc repro model_cards`")
             # finetune saves the first seed's model
-            entries.append(Entry(m, t, folder, record["seeds"][0], r.main_metric, r.score, split, r.source))
+            validation = record["validation"][r.main_metric]["mean"]
+            entries.append(Entry(m, t, folder, record["seeds"][0], r.main_metric, validation, validation_split, r.score,
+                                 test_split, r.source))
         out[t] = entries
     return out
 

@@ -19,7 +19,8 @@ from stages.cli import main
 from tests.conftest import REPO
 from tests.tiny_models import save_classifier
 
-SCORES = {"pretrained": 0.70, "distilled": 0.75, "scratch": 0.60}
+# (test, validation) means: distilled is the best on test, pretrained on validation, which is what chooses
+SCORES = {"pretrained": (0.70, 0.80), "distilled": (0.75, 0.65), "scratch": (0.60, 0.50)}
 
 
 def _workspace(root) -> None:
@@ -27,16 +28,16 @@ def _workspace(root) -> None:
     feats = Features({"text": Value("string"), "label": ClassLabel(names=["negative", "positive"])})
     split = Dataset.from_dict({"text": ["good", "bad", "fine"], "label": [1, 0, 1]}, features=feats)
     DatasetDict({"train": split, "validation": split, "test": split}).save_to_disk(str(root / "data/tasks/sentiment"))
-    for i, (member, score) in enumerate(SCORES.items()):
+    for i, (member, (score, validation)) in enumerate(SCORES.items()):
         save_classifier(root / f"models/release/finetuned/{member}-sentiment", favour=1, seed=i)  # model_cards' copies
         if member == "scratch":  # mean pooling, as finetune's members: a pyfunc version (its folder as an artifact)
             config = root / f"models/release/finetuned/{member}-sentiment/config.json"
             config.write_text(json.dumps({**json.loads(config.read_text()), "classifier_pooling": "mean"}))
         write_json(root / f"metrics/finetune/{member}-sentiment.json", {
             "model": member, "task": "sentiment", "kind": "classification", "main_metric": "accuracy",
-            "seeds": [7 + i, 99], "test_examples": 3, "low_resource": None,
+            "seeds": [7 + i, 99], "test_examples": 3, "validation_examples": 3, "low_resource": None,
             "test": {"accuracy": {"mean": score, "seeds": [score, score]}},
-            "validation": {"accuracy": {"mean": score, "seeds": [score, score]}}})
+            "validation": {"accuracy": {"mean": validation, "seeds": [validation, validation]}}})
 
 
 def _version_lines(caplog) -> list[str]:
@@ -57,28 +58,31 @@ def test_promote_registers_the_family_and_moves_champion_to_the_best(in_tmp, mon
     main(["promote"])
     out, err = capsys.readouterr()
     (line,) = out.splitlines()
-    assert line.startswith("sentiment: candidate v2 distilled (0.7500) vs champion none: PROMOTED")
+    assert line.startswith("sentiment: candidate v1 pretrained (validation 0.8000) vs champion none: PROMOTED")
     # one log line per registered version, no MLflow progress bars (4 "Downloading artifacts" bars per version before)
     assert "Downloading artifacts" not in err and "Uploading artifacts" not in err
     assert "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR" not in os.environ  # switched off for promote alone
     assert _version_lines(caplog) == [
-        "sentiment v1: pretrained seed 7, test accuracy 0.7000, new, aliases none",
-        "sentiment v2: distilled seed 8, test accuracy 0.7500, new, aliases candidate, champion",
-        "sentiment v3: scratch seed 9, test accuracy 0.6000, new, aliases none"]
+        "sentiment v1: pretrained seed 7, validation accuracy 0.8000, test 0.7000, new, aliases candidate, champion",
+        "sentiment v2: distilled seed 8, validation accuracy 0.6500, test 0.7500, new, aliases none",
+        "sentiment v3: scratch seed 9, validation accuracy 0.5000, test 0.6000, new, aliases none"]
     client = MlflowClient(tracking_uri=uri, registry_uri=uri)
     model = client.get_registered_model("sentiment")
-    assert {alias: str(version) for alias, version in model.aliases.items()} == {"candidate": "2", "champion": "2"}
+    # the best on test (distilled) is not chosen: the choice reads validation
+    assert {alias: str(version) for alias, version in model.aliases.items()} == {"candidate": "1", "champion": "1"}
     versions = {v.tags["family_member"]: v for v in client.search_model_versions("name='sentiment'")}
     assert sorted(versions) == ["distilled", "pretrained", "scratch"]
     assert versions["distilled"].tags["seed"] == "8"  # the first seed's weights are the saved ones
     assert versions["pretrained"].tags["seed"] == "7"
-    assert float(versions["scratch"].tags["score"]) == 0.60
+    assert float(versions["scratch"].tags["test_score"]) == 0.60
+    assert float(versions["scratch"].tags["validation_score"]) == 0.50
+    assert len(versions["scratch"].tags["validation_split_sha256"]) == 64 == len(versions["scratch"].tags["test_split_sha256"])
 
     main(["promote"])  # the same folders again: no new version, champion stays
     (again,) = capsys.readouterr().out.splitlines()
     assert "candidate is already the champion" in again
-    assert _version_lines(caplog)[1] == "sentiment v2: distilled seed 8, test accuracy 0.7500, already registered, " \
-                                        "aliases candidate, champion"
+    assert _version_lines(caplog)[0] == "sentiment v1: pretrained seed 7, validation accuracy 0.8000, test 0.7000, " \
+                                        "already registered, aliases candidate, champion"
     assert len(client.search_model_versions("name='sentiment'")) == 3
 
 

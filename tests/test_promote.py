@@ -1,4 +1,5 @@
-"""Champion promotion in a temporary sqlite MLflow store: better moves it, worse or equal does not."""
+"""Champion promotion in a temporary sqlite MLflow store: better on validation moves it, worse or equal does not,
+and the test score never chooses."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from bert_pipeline.mlops.registry import CANDIDATE, CHAMPION, Entry, decide, pro
 from tests.tiny_models import save_classifier, save_reader, save_word_tagger
 
 SPLIT = "a" * 64
+TEST_SPLIT = "t" * 64
 
 
 @pytest.fixture(scope="module")
@@ -25,15 +27,17 @@ def store(tmp_path_factory):
         yield MlflowClient(tracking_uri=uri, registry_uri=uri), uri
 
 
-def _entry(tmp_path, name, score, seed, split=SPLIT, member=None):
+def _entry(tmp_path, name, score, seed, split=SPLIT, member=None, test=None, task="sentiment"):
+    """``score``: the validation mean; ``test``: the test mean (default the same)."""
     folder = save_classifier(tmp_path / name, favour=None, seed=seed)
-    return Entry(member or name, "sentiment", folder, seed, "accuracy", score, split, f"metrics/finetune/{name}.json")
+    return Entry(member or name, task, folder, seed, "accuracy", score, split, score if test is None else test,
+                 TEST_SPLIT, f"metrics/finetune/{name}.json")
 
 
 def test_decide_rules():
     assert decide(0.7, SPLIT, None, None) == (True, "no champion yet")
     assert decide(0.7, SPLIT, 0.6, SPLIT)[0] is True
-    assert decide(0.6, SPLIT, 0.6, SPLIT) == (False, "equal score on the same test split")
+    assert decide(0.6, SPLIT, 0.6, SPLIT) == (False, "equal score on the same validation split")
     assert decide(0.5, SPLIT, 0.6, SPLIT)[0] is False
     assert decide(0.9, "b" * 64, 0.6, SPLIT)[0] is False
     assert decide(0.9, "b" * 64, 0.6, SPLIT, force=True)[0] is True
@@ -53,8 +57,9 @@ def test_champion_moves_only_on_a_better_score(store, tmp_path):
     v1 = client.get_model_version("sentiment", "1")
     assert v1.tags["family_member"] == "pretrained"
     assert v1.tags["seed"] == "1"
-    assert v1.tags["test_split_sha256"] == SPLIT
-    assert float(v1.tags["score"]) == 0.60
+    assert v1.tags["validation_split_sha256"] == SPLIT and v1.tags["test_split_sha256"] == TEST_SPLIT
+    assert float(v1.tags["validation_score"]) == 0.60 and float(v1.tags["test_score"]) == 0.60
+    assert "score" not in v1.tags
 
     worse = promote_task(client, [_entry(tmp_path, "scratch", 0.55, 2)], uri)
     assert not worse.promoted
@@ -63,7 +68,7 @@ def test_champion_moves_only_on_a_better_score(store, tmp_path):
 
     equal = promote_task(client, [_entry(tmp_path, "distilled", 0.60, 3)], uri)
     assert not equal.promoted
-    assert equal.reason == "equal score on the same test split"
+    assert equal.reason == "equal score on the same validation split"
     assert aliases() == {CANDIDATE: "3", CHAMPION: "1"}
 
     # the best of a family becomes the candidate; it beats the champion
@@ -73,10 +78,10 @@ def test_champion_moves_only_on_a_better_score(store, tmp_path):
     assert better.champion_version == "1"
     assert aliases() == {CANDIDATE: "4", CHAMPION: "4"}
 
-    # a higher score on another test split is not comparable
+    # a higher score on other validation examples is not comparable
     moved = promote_task(client, [_entry(tmp_path, "newsplit", 0.95, 6, split="b" * 64)], uri)
     assert not moved.promoted
-    assert "test split changed" in moved.reason
+    assert "validation split changed" in moved.reason
     assert aliases()[CHAMPION] == "4"
 
     # the same folder again is the same version, not a new one
@@ -86,12 +91,49 @@ def test_champion_moves_only_on_a_better_score(store, tmp_path):
     assert len(client.search_model_versions("name='sentiment'")) == 6
 
 
+def test_the_choice_is_made_on_validation_never_on_test(store, tmp_path):
+    """A member that wins on test but loses on validation is neither the candidate nor the champion: the test
+    score is recorded beside, never read to choose (choosing on test makes the registry's numbers optimistic)."""
+    client, uri = store
+    task = "chosen_on_validation"
+    first = promote_task(client, [_entry(tmp_path, "base", 0.60, 1, test=0.60, task=task)], uri)
+    assert first.promoted
+    lucky = _entry(tmp_path, "lucky_on_test", 0.58, 2, test=0.90, task=task)  # best on test, worse on validation
+    steady = _entry(tmp_path, "steady", 0.66, 3, test=0.62, task=task)  # best on validation
+    decision = promote_task(client, [lucky, steady], uri)
+    assert decision.candidate_member == "steady" and decision.candidate_score == 0.66
+    assert decision.promoted and decision.reason == "better on the same validation split (+6.00 points)"
+    versions = {v.tags["family_member"]: v for v in client.search_model_versions(f"name='{task}'")}
+    assert float(versions["lucky_on_test"].tags["test_score"]) == 0.90  # recorded, not chosen
+    model = client.get_registered_model(task)
+    assert {a: versions_of for a, versions_of in model.aliases.items()} == {
+        CANDIDATE: versions["steady"].version, CHAMPION: versions["steady"].version}
+    # a test-only winner cannot take the champion's place either
+    alone = promote_task(client, [_entry(tmp_path, "lucky_again", 0.64, 4, test=0.99, task=task)], uri)
+    assert not alone.promoted and alone.reason.startswith("worse on the same validation split")
+
+
+def test_a_champion_chosen_on_test_is_not_compared(store, tmp_path):
+    """A champion registered before validation scores were recorded (its ``score`` tag was a test mean) is not
+    comparable: kept unless forced."""
+    client, uri = store
+    task = "chosen_on_test"
+    promote_task(client, [_entry(tmp_path, "old", 0.5, 1, task=task)], uri)
+    (old,) = client.search_model_versions(f"name='{task}'")
+    client.delete_model_version_tag(task, old.version, "validation_score")
+    client.set_model_version_tag(task, old.version, "score", "0.5")
+    kept = promote_task(client, [_entry(tmp_path, "new", 0.9, 2, task=task)], uri)
+    assert not kept.promoted and "no validation score" in kept.reason and "--force" in kept.reason
+    forced = promote_task(client, [_entry(tmp_path, "new", 0.9, 2, task=task)], uri, force=True)
+    assert forced.promoted
+
+
 def test_qa_version_serves_through_pyfunc(store, tmp_path, recwarn):
     import mlflow.pyfunc
 
     client, uri = store
     folder = save_reader(tmp_path / "qa")
-    decision = promote_task(client, [Entry("minilm", "qa", folder, 0, "f1", 0.3, SPLIT)], uri)
+    decision = promote_task(client, [Entry("minilm", "qa", folder, 0, "f1", 0.3, SPLIT, 0.3, TEST_SPLIT)], uri)
     assert decision.promoted
     model = mlflow.pyfunc.load_model("models:/qa@champion")
     # predict's type hint is MLflow's input schema: no "Add type hints" / "Any type hint" warning on logging
@@ -111,7 +153,7 @@ def test_served_ner_version_tags_a_long_text_to_its_end(store, tmp_path):
 
     client, uri = store
     folder = save_word_tagger(tmp_path / "ner", max_position_embeddings=64)
-    decision = promote_task(client, [Entry("minilm", "ner", folder, 0, "f1", 0.5, SPLIT)], uri)
+    decision = promote_task(client, [Entry("minilm", "ner", folder, 0, "f1", 0.5, SPLIT, 0.5, TEST_SPLIT)], uri)
     assert decision.promoted
     assert client.get_model_version("ner", decision.candidate_version).tags["flavour"] == "pyfunc"
     model = mlflow.pyfunc.load_model("models:/ner@champion")
@@ -153,7 +195,7 @@ def test_model_card_travels_with_the_version(store, tmp_path):
     qa = save_reader(tmp_path / "qa")
     (qa / "README.md").write_text(CARD, encoding="utf-8")
     for task, folder, flavour in (("cardcls", cls, "transformers"), ("cardqa", qa, "pyfunc")):
-        decision = promote_task(client, [Entry("minilm", task, folder, 0, "accuracy", 0.5, SPLIT)], uri)
+        decision = promote_task(client, [Entry("minilm", task, folder, 0, "accuracy", 0.5, SPLIT, 0.5, TEST_SPLIT)], uri)
         version = client.get_model_version(task, decision.candidate_version)
         assert version.tags["flavour"] == flavour
         local = Path(mlflow.artifacts.download_artifacts(version.source, dst_path=str(tmp_path / f"dl-{task}")))

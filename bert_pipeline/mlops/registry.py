@@ -15,11 +15,16 @@ moving aliases change shared state. Rules (ARCHITECTURE.md, "who owns what"):
   ``[CLS]`` class). Tag ``flavour`` says which. A folder already registered (same content sha256) is not
   registered twice. The folder's model card (``README.md``) travels with the version: in the pyfunc artifacts
   as is, in the transformers flavour as its ``model_card.md``.
-- Version tags: ``family_member``, ``seed``, ``main_metric``, ``score`` (test mean of the main metric),
-  ``test_split_sha256`` (content hash of the test split it was scored on), ``model_sha256``, ``source``.
-- ``candidate`` moves to the best current version (highest score; ties go to the earlier family member).
-- ``champion`` moves to the candidate only when the candidate's score is strictly higher than the champion's on
-  the same test split (equal split hash). A different split is not comparable: the champion stays unless forced.
+- Version tags: ``family_member``, ``seed``, ``main_metric``, ``validation_score`` (validation mean of the main
+  metric) and ``validation_split_sha256`` (content hash of the validation examples it was scored on),
+  ``test_score`` and ``test_split_sha256`` (recorded beside, never used to choose), ``model_sha256``, ``source``.
+- The choice is made on validation, as fine-tuning's own grid is (Devlin et al. 2019, §4: "we selected the best
+  fine-tuning learning rate on the Dev set"); a test score that chose would be an optimistic one.
+- ``candidate`` moves to the best current version (highest validation score; ties go to the earlier family member).
+- ``champion`` moves to the candidate only when the candidate's validation score is strictly higher than the
+  champion's on the same validation examples (equal split hash). A different split, or a champion chosen before
+  validation scores were recorded (no ``validation_score`` tag), is not comparable: the champion stays unless
+  forced.
 """
 
 from __future__ import annotations
@@ -51,21 +56,25 @@ LIBRARY_DIR = Path(__file__).resolve().parents[1]
 @dataclass(frozen=True)
 class Entry:
     """One fine-tuned model to register: family ``member``, ``task``, ``model_dir``, the ``seed`` its weights
-    came from, ``main_metric`` and its test mean ``score`` (fraction), the ``split_sha256`` of the test split."""
+    came from, ``main_metric``, its validation mean (``validation_score``, fraction: what chooses) with the
+    ``validation_split_sha256`` of the examples scored, and its test mean and split hash (recorded only)."""
 
     member: str
     task: str
     model_dir: Path
     seed: int | None
     main_metric: str
-    score: float
-    split_sha256: str
+    validation_score: float
+    validation_split_sha256: str
+    test_score: float
+    test_split_sha256: str
     source: str = ""
 
 
 @dataclass(frozen=True)
 class Decision:
-    """What :func:`promote_task` did: versions, whether ``champion`` moved, and why (one line)."""
+    """What :func:`promote_task` did: versions, their validation scores, whether ``champion`` moved, and why (one
+    line)."""
 
     task: str
     candidate_version: str
@@ -79,15 +88,16 @@ class Decision:
     def line(self) -> str:
         """The decision as one printable line."""
         verb = "PROMOTED" if self.promoted else "kept"
-        champ = "none" if self.champion_version is None else f"v{self.champion_version} ({self.champion_score:.4f})"
+        score = "no validation score" if self.champion_score is None else f"{self.champion_score:.4f}"
+        champ = "none" if self.champion_version is None else f"v{self.champion_version} ({score})"
         return (f"{self.task}: candidate v{self.candidate_version} {self.candidate_member} "
-                f"({self.candidate_score:.4f}) vs champion {champ}: {verb} — {self.reason}")
+                f"(validation {self.candidate_score:.4f}) vs champion {champ}: {verb} — {self.reason}")
 
 
 def split_sha256(split_dir: Path, examples: int | None = None, seed: int = 0) -> str:
     """Content hash of the examples a model was scored on: sha256 over the rows, as canonical JSON, in order.
 
-    ``examples``/``seed``: finetune scores at most ``max_test_examples`` test examples drawn with
+    ``examples``/``seed``: finetune scores at most ``max_validation_examples`` / ``max_test_examples`` examples drawn with
     ``finetune.data_seed`` (``bert_pipeline.train.finetune_data.subsample``); the same draw is hashed here, so a different
     cap or seed gives a different fingerprint. Independent of the Arrow writer.
 
@@ -134,23 +144,23 @@ def pip_requirements() -> list[str]:
 
 def decide(candidate_score: float, candidate_split: str, champion_score: float | None,
            champion_split: str | None, force: bool = False) -> tuple[bool, str]:
-    """Whether ``champion`` should move to the candidate, and why.
+    """Whether ``champion`` should move to the candidate, and why; the scores are validation scores.
 
-    Promote when there is no champion, or when the candidate is strictly better on the same test split.
+    Promote when there is no champion, or when the candidate is strictly better on the same validation examples.
     Equal scores keep the champion (no churn). A different split is not comparable: keep unless ``force``.
     """
     if champion_score is None:
         return True, "no champion yet"
     if candidate_split != champion_split:
         if force:
-            return True, "forced: test split changed, scores not comparable"
-        return False, (f"test split changed ({(champion_split or '?')[:12]} -> {candidate_split[:12]}); scores not "
-                       "comparable (rerun with --force to promote anyway)")
+            return True, "forced: validation split changed, scores not comparable"
+        return False, (f"validation split changed ({(champion_split or '?')[:12]} -> {candidate_split[:12]}); scores "
+                       "not comparable (rerun with --force to promote anyway)")
     if candidate_score > champion_score:
-        return True, f"better on the same test split (+{100 * (candidate_score - champion_score):.2f} points)"
+        return True, f"better on the same validation split (+{100 * (candidate_score - champion_score):.2f} points)"
     if candidate_score == champion_score:
-        return False, "equal score on the same test split"
-    return False, f"worse on the same test split ({100 * (candidate_score - champion_score):+.2f} points)"
+        return False, "equal score on the same validation split"
+    return False, f"worse on the same validation split ({100 * (candidate_score - champion_score):+.2f} points)"
 
 
 def find_version(client: Any, task: str, sha: str) -> Any | None:
@@ -200,7 +210,8 @@ def log_version(client: Any, entry: Entry, uri: str, copy_origin: tracking.CopyO
         tags["mlflow.parentRunId"] = os.environ[tracking.PARENT_RUN_ENV]
     with _fluent_store(uri), mlflow.start_run(run_name=f"register-{entry.member}-{entry.task}", tags=tags,
                                               experiment_id=tracking.experiment_id(client, uri, None, copy_origin)) as run:
-        mlflow.log_metric(f"test_{entry.main_metric}", entry.score)
+        mlflow.log_metrics({f"validation_{entry.main_metric}": entry.validation_score,
+                            f"test_{entry.main_metric}": entry.test_score})
         mlflow.set_tag("flavour", flavour)
         if flavour == "pyfunc":
             import mlflow.pyfunc
@@ -273,8 +284,9 @@ def register(client: Any, entry: Entry, uri: str,
     found = find_version(client, entry.task, sha)
     version = str(found.version) if found else log_version(client, entry, uri, copy_origin)
     tags = {"family_member": entry.member, "flavour": serving_flavour(entry.model_dir), "seed": "" if entry.seed is None else str(entry.seed),
-            "main_metric": entry.main_metric, "score": repr(float(entry.score)),
-            "test_split_sha256": entry.split_sha256, "model_sha256": sha, "source": entry.source}
+            "main_metric": entry.main_metric, "validation_score": repr(float(entry.validation_score)),
+            "validation_split_sha256": entry.validation_split_sha256, "test_score": repr(float(entry.test_score)),
+            "test_split_sha256": entry.test_split_sha256, "model_sha256": sha, "source": entry.source}
     for key, value in tags.items():
         client.set_model_version_tag(entry.task, version, key, value)
     return version, found is None
@@ -290,7 +302,8 @@ def champion_of(client: Any, task: str) -> Any | None:
 
 def promote_task(client: Any, entries: Sequence[Entry], uri: str, force: bool = False,
                  copy_origin: tracking.CopyOrigin = tracking.no_copies) -> Decision:
-    """Register ``entries`` (one task), point ``candidate`` at the best, move ``champion`` if :func:`decide` says so.
+    """Register ``entries`` (one task), point ``candidate`` at the best on validation, move ``champion`` if
+    :func:`decide` says so (on validation; the test scores are tags only).
 
     ``copy_origin``: which paths lie in a temporary copy of the repository (:func:`log_version`). Logs one INFO line
     per version (:func:`version_line`) and nothing else at INFO; MLflow's artifact progress bars are the caller's to
@@ -308,23 +321,27 @@ def promote_task(client: Any, entries: Sequence[Entry], uri: str, force: bool = 
     task = entries[0].task
     registered = [register(client, e, uri, copy_origin) for e in entries]
     versions = [version for version, _ in registered]
-    best = max(range(len(entries)), key=lambda i: (entries[i].score, -i))
+    best = max(range(len(entries)), key=lambda i: (entries[i].validation_score, -i))
     cand, cand_version = entries[best], versions[best]
     client.set_registered_model_alias(task, CANDIDATE, cand_version)
     champ = champion_of(client, task)
     if champ is not None and str(champ.version) == cand_version:
         promoted, reason = False, "candidate is already the champion"
-        champ_score, champ_version = cand.score, cand_version
+        champ_score, champ_version = cand.validation_score, cand_version
     else:
-        champ_score = float(champ.tags["score"]) if champ is not None and "score" in champ.tags else None
+        champ_tags = champ.tags if champ is not None else {}
+        champ_score = float(champ_tags["validation_score"]) if "validation_score" in champ_tags else None
         champ_version = str(champ.version) if champ is not None else None
-        promoted, reason = decide(cand.score, cand.split_sha256, champ_score,
-                                  champ.tags.get("test_split_sha256") if champ is not None else None, force)
-        if champ is not None and champ_score is None and not force:
-            promoted, reason = False, "champion has no score tag; not comparable (use --force)"
+        promoted, reason = decide(cand.validation_score, cand.validation_split_sha256, champ_score,
+                                  champ_tags.get("validation_split_sha256"), force)
+        if champ is not None and champ_score is None:
+            promoted, reason = force, ("forced: the champion has no validation score" if force else
+                                       "the champion has no validation score (chosen on test before validation "
+                                       "scores were recorded); not comparable (use --force)")
     if promoted:
         client.set_registered_model_alias(task, CHAMPION, cand_version)
-    decision = Decision(task, cand_version, cand.member, cand.score, champ_version, champ_score, promoted, reason)
+    decision = Decision(task, cand_version, cand.member, cand.validation_score, champ_version, champ_score, promoted,
+                        reason)
     client.set_model_version_tag(task, cand_version, "promotion_decision", decision.line())
     champion = cand_version if promoted else champ_version
     for entry, (version, new) in zip(entries, registered, strict=True):
@@ -335,9 +352,10 @@ def promote_task(client: Any, entries: Sequence[Entry], uri: str, force: bool = 
 
 
 def version_line(entry: Entry, version: str, new: bool, aliases: Sequence[str]) -> str:
-    """One registered version as one line: ``TASK vN: MEMBER seed S, test METRIC SCORE, new|already registered,
-    aliases A, B|none`` (e.g. ``sentiment v2: distilled seed 8, test accuracy 0.7500, new, aliases candidate,
-    champion``): the aliases it holds after the promotion."""
+    """One registered version as one line: ``TASK vN: MEMBER seed S, validation METRIC V, test T, new|already
+    registered, aliases A, B|none`` (e.g. ``sentiment v2: distilled seed 8, validation accuracy 0.7600, test 0.7500,
+    new, aliases candidate, champion``): the aliases it holds after the promotion."""
     seed = "none" if entry.seed is None else entry.seed
-    return (f"{entry.task} v{version}: {entry.member} seed {seed}, test {entry.main_metric} {entry.score:.4f}, "
+    return (f"{entry.task} v{version}: {entry.member} seed {seed}, validation {entry.main_metric} "
+            f"{entry.validation_score:.4f}, test {entry.test_score:.4f}, "
             f"{'new' if new else 'already registered'}, aliases {', '.join(aliases) or 'none'}")
