@@ -198,10 +198,14 @@ def entries_by_task(teacher: str, student: str, scratch: str, only: list[str] | 
             folder = Path(released(FINETUNED / f"{m}-{t}"))  # the release copy: the weights with their card
             if not (folder / "config.json").exists():
                 raise PipelineError(f"{folder}: missing (named by {r.source}); run `dvc repro model_cards`")
-            # finetune saves the first seed's model
-            validation = record["validation"][r.main_metric]["mean"]
-            entries.append(Entry(m, t, folder, record["seeds"][0], r.main_metric, validation, validation_split, r.score,
-                                 test_split, r.source))
+            # the folder holds the best-validation seed's weights (finetune's ``saved``): its own scores choose
+            main = r.main_metric
+            saved = record.get("saved") or {"seed": record["seeds"][0]}
+            means = record["validation"][main]["mean"], record["test"][main]["mean"]
+            own = (saved["validation"][main] if "validation" in saved else means[0],
+                   saved["test"][main] if "test" in saved else means[1])
+            entries.append(Entry(m, t, folder, saved["seed"], main, own[0], validation_split, own[1], test_split,
+                                 r.source, validation_mean=means[0], test_mean=means[1]))
         out[t] = entries
     return out
 

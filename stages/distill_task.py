@@ -5,7 +5,7 @@ fine-tuned teacher ``models/finetuned/{task_distill.teacher}-{T}/`` with every o
 once per seed in ``task_distill.seeds`` on the cached teacher logits ``data/teacher_logits/{T}/`` and the gold
 labels. The student is a family member like the fine-tuned ones, named ``task_distill.student``:
 
-- ``models/finetuned/{student}-{T}/``: the first seed's student (``save_pretrained``, tokenizer; its model card is stage ``model_cards``'s);
+- ``models/finetuned/{student}-{T}/``: the best-validation seed's student (``save_pretrained``, tokenizer; its model card is stage ``model_cards``'s);
 - ``metrics/finetune/{student}-{T}.json``: fine-tuning's record plus ``"teacher"`` (the teacher's member name) and
   ``"distillation"`` (layers, layer map, loss weights, transfer-set sizes, parameters);
 - ``metrics/headline/finetune/{student}-{T}.json`` and ``metrics/finetune-timing/{student}-{T}.json``.

@@ -4,7 +4,8 @@ Fine-tunes model ``M`` (a key of ``finetune.models``, a local ``save_pretrained`
 ``data/tasks/T/`` once per seed in ``finetune.seeds`` (:func:`bert_pipeline.train.finetune.finetune_task`), and,
 for tasks in ``finetune.low_resource_tasks``, again on ``low_resource_train_examples`` labelled examples. Writes
 
-- ``models/finetuned/{M}-{T}/``: the first seed's model (``save_pretrained``, tokenizer beside; its model card is
+- ``models/finetuned/{M}-{T}/``: the model of the seed with the best validation main metric (``saved`` in the
+  metrics record: its seed and own scores) (``save_pretrained``, tokenizer beside; its model card is
   stage ``model_cards``'s);
 - ``metrics/finetune/{M}-{T}.json``: ``{"model", "task", "main_metric", "test": {METRIC: {"mean", "seeds"}},
   "validation": {...}, "low_resource": {"train_examples", "test": {...}}, "parameters", "precision", ...}``

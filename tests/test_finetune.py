@@ -84,6 +84,11 @@ def test_sentiment_layout_learning_and_byte_identical(workdir):
         assert len(seeds) == 2
         assert got[split]["accuracy"]["mean"] == pytest.approx(sum(seeds) / 2, abs=1e-6)
     assert min(got["test"]["accuracy"]["seeds"]) >= 0.9  # "good"/"bad" decides the label: learnable
+    # the saved weights are the best-validation seed's, with their own scores beside the means
+    best = max(range(2), key=lambda i: (got["validation"]["accuracy"]["seeds"][i], -i))
+    assert got["saved"]["seed"] == p.seeds[best]
+    assert got["saved"]["validation"]["accuracy"] == got["validation"]["accuracy"]["seeds"][best]
+    assert got["saved"]["test"]["accuracy"] == got["test"]["accuracy"]["seeds"][best]
     assert got["low_resource"]["train_examples"] == 8
     assert len(got["low_resource"]["test"]["accuracy"]["seeds"]) == 2
     hist = got["runs"][0]["history"]
@@ -193,6 +198,21 @@ def test_unknown_model_name_is_one_line(workdir):
     assert "tiny, tinyscratch" in msg
     # a folder with config.json is a user model, with finetune.user_model's settings
     assert finetune.resolve_model("tinymodel", p).path == "tinymodel"
+
+
+def test_the_saved_seed_is_the_best_on_validation_never_the_best_on_test():
+    """Seed 2 is better on validation, seed 1 on test: seed 2's model is saved, with its own scores; a tie on
+    validation keeps the first seed."""
+    runs = finetune_lib.SeedRuns(validation=[{"accuracy": 0.6, "macro_f1": 0.5}, {"accuracy": 0.8, "macro_f1": 0.7}],
+                                 test=[{"accuracy": 0.9, "macro_f1": 0.9}, {"accuracy": 0.7, "macro_f1": 0.6}],
+                                 models=["model of seed 1", "model of seed 2"])
+    model, own = runs.saved([1, 2], "accuracy")
+    assert model == "model of seed 2"
+    assert own == {"seed": 2, "validation": {"accuracy": 0.8, "macro_f1": 0.7},
+                   "test": {"accuracy": 0.7, "macro_f1": 0.6}}
+    tie = finetune_lib.SeedRuns(validation=[{"accuracy": 0.8}, {"accuracy": 0.8}], test=[{"accuracy": 0.1}] * 2,
+                                models=["first", "second"])
+    assert tie.saved([5, 6], "accuracy")[0] == "first"
 
 
 def test_length_grouped_batches_cover_every_example_once():

@@ -17,7 +17,9 @@ moving aliases change shared state. Rules (ARCHITECTURE.md, "who owns what"):
   as is, in the transformers flavour as its ``model_card.md``.
 - Version tags: ``family_member``, ``seed``, ``main_metric``, ``validation_score`` (validation mean of the main
   metric) and ``validation_split_sha256`` (content hash of the validation examples it was scored on),
-  ``test_score`` and ``test_split_sha256`` (recorded beside, never used to choose), ``model_sha256``, ``source``.
+  ``test_score`` and ``test_split_sha256`` (recorded beside, never used to choose), ``validation_mean`` and
+  ``test_mean`` (over every fine-tuning seed; the scores are those of the registered weights: the best-validation
+  seed's, which finetune saves), ``model_sha256``, ``source``.
 - The choice is made on validation, as fine-tuning's own grid is (Devlin et al. 2019, §4: "we selected the best
   fine-tuning learning rate on the Dev set"); a test score that chose would be an optimistic one.
 - ``candidate`` moves to the best current version (highest validation score; ties go to the earlier family member).
@@ -56,8 +58,9 @@ LIBRARY_DIR = Path(__file__).resolve().parents[1]
 @dataclass(frozen=True)
 class Entry:
     """One fine-tuned model to register: family ``member``, ``task``, ``model_dir``, the ``seed`` its weights
-    came from, ``main_metric``, its validation mean (``validation_score``, fraction: what chooses) with the
-    ``validation_split_sha256`` of the examples scored, and its test mean and split hash (recorded only)."""
+    came from, ``main_metric``, the validation score of those weights (``validation_score``, fraction: what
+    chooses) with the ``validation_split_sha256`` of the examples scored, their test score and split hash (recorded
+    only), and the means over every fine-tuning seed (``validation_mean``, ``test_mean``: recorded beside)."""
 
     member: str
     task: str
@@ -69,6 +72,8 @@ class Entry:
     test_score: float
     test_split_sha256: str
     source: str = ""
+    validation_mean: float | None = None
+    test_mean: float | None = None
 
 
 @dataclass(frozen=True)
@@ -287,6 +292,9 @@ def register(client: Any, entry: Entry, uri: str,
             "main_metric": entry.main_metric, "validation_score": repr(float(entry.validation_score)),
             "validation_split_sha256": entry.validation_split_sha256, "test_score": repr(float(entry.test_score)),
             "test_split_sha256": entry.test_split_sha256, "model_sha256": sha, "source": entry.source}
+    for key in ("validation_mean", "test_mean"):
+        if getattr(entry, key) is not None:
+            tags[key] = repr(float(getattr(entry, key)))
     for key, value in tags.items():
         client.set_model_version_tag(entry.task, version, key, value)
     return version, found is None

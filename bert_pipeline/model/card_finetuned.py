@@ -199,8 +199,10 @@ def finetuned_card(*, name: str, task: str, record: Mapping[str, Any], task_info
                f"(`{distilled.get('teacher_path')}`) by this repository's DVC pipeline (stage `distill_task@{task}`; "
                "Sanh et al. 2019, §4.2)" if distilled else
                f"fine-tuned on the `{task}` task by this repository's DVC pipeline (stage `finetune@{name}-{task}`)")
+    saved_seed = (record.get("saved") or {}).get("seed", (record.get("seeds") or [None])[0])
     description = (
-        f"`{name}`: {made_by}; the weights are those of the first seed's run.\n\n"
+        f"`{name}`: {made_by}; the weights are those of seed {saved_seed}'s run, the seed with the best validation "
+        "score (the scores below are the seeds' means).\n\n"
         + table([("family member", role), ("head", _head_text(kind, pooling, labels)),
                   *([("labels", ", ".join(labels))] if labels else []), *architecture.rows()])
     )

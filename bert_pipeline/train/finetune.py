@@ -170,7 +170,8 @@ class Grid:
 @dataclass
 class FinetuneOutcome:
     """What :func:`finetune_task` produced: the metrics record (quality only, byte-identical on CPU), the timing
-    record (wall and CPU seconds), and the first seed's model with its tokenizer (what the stage saves)."""
+    record (wall and CPU seconds), and the best-validation seed's model with its tokenizer (what the stage saves;
+    the record's ``saved`` names its seed and its own scores)."""
 
     metrics: dict[str, Any]
     timing: dict[str, Any]
@@ -190,7 +191,7 @@ def summarize_seeds(per_seed: list[dict[str, float]]) -> dict[str, dict[str, Any
 @dataclass
 class SeedRuns:
     """One training run per seed: per seed the best validation metrics, the test metrics and the training history
-    (``{"seed", "best_step", "steps", "scaler_skipped_steps", "history"}``), wall and CPU seconds; the first seed's model (what is saved)."""
+    (``{"seed", "best_step", "steps", "scaler_skipped_steps", "history"}``), wall and CPU seconds; each seed's model (:meth:`saved` picks the one the stage saves)."""
 
     validation: list[dict[str, float]] = field(default_factory=list)
     test: list[dict[str, float]] = field(default_factory=list)
@@ -199,10 +200,20 @@ class SeedRuns:
     train_cpu_seconds: list[float] = field(default_factory=list)
     models: list[Any] = field(default_factory=list)
 
-    @property
-    def first_model(self) -> Any:
-        """The first seed's model (what the stage saves)."""
-        return self.models[0] if self.models else None
+    def saved_index(self, main_metric: str) -> int:
+        """The seed whose model is saved (and registered): the best validation ``main_metric`` (ties: the first
+        seed), so the weights a user gets are chosen on validation, like everything else, and their own scores
+        can be logged beside the seeds' mean."""
+        return max(range(len(self.validation)), key=lambda i: (self.validation[i].get(main_metric, -1.0), -i))
+
+    def saved(self, seeds: Sequence[int], main_metric: str) -> tuple[Any, dict[str, Any]]:
+        """``(the saved model, {"seed", "validation", "test"})``: :meth:`saved_index`'s model, its seed and its own
+        validation and test metrics (rounded to 6 decimals), for the metrics record's ``saved`` entry."""
+        i = self.saved_index(main_metric)
+        own = {"seed": seeds[i], "validation": {k: round(float(v), 6) for k, v in sorted(self.validation[i].items())}}
+        if i < len(self.test):
+            own["test"] = {k: round(float(v), 6) for k, v in sorted(self.test[i].items())}
+        return self.models[i], own
 
 
 def run_seeds(seeds: Sequence[int], one_run: Callable[[int], tuple[Any, FitResult, dict[str, float]]],
@@ -340,7 +351,8 @@ def finetune_task(
         timing["grid_train_seconds"] = round(sum(t.pop("train_seconds") for t in tried), 2)
     else:
         tried[0].pop("train_seconds")
-    validation, test, history, saved = runs.validation, runs.test, runs.history, runs.first_model
+    validation, test, history = runs.validation, runs.test, runs.history
+    saved, saved_scores = runs.saved(seeds, main)
     low: dict[str, Any] | None = None
     if low_resource_train_examples is not None:
         n = min(low_resource_train_examples, len(dd["train"]))
@@ -359,6 +371,7 @@ def finetune_task(
     metrics = metrics_record(info, member.path, member.init, seeds, epochs, len(train), heldout, test, validation,
                              history, low)
     metrics["learning_rate"] = rate
+    metrics["saved"] = saved_scores
     if member.learning_rate is None:
         metrics["grid"] = tried
     return FinetuneOutcome(metrics, timing_record(runtime.device, timing), saved, tokenizer)

@@ -295,7 +295,7 @@ def distill_task(
     Returns:
         :class:`bert_pipeline.train.finetune.FinetuneOutcome`: the metrics record (fine-tuning's keys plus
         ``distillation``: layers, layer map, loss weights, transfer-set sizes, teacher and student parameters),
-        timing, and the first seed's student with the teacher's tokenizer.
+        timing, and the best-validation seed's student with the teacher's tokenizer (the record's ``saved``).
 
     Raises:
         FinetuneError: a missing task or logits folder, logits that do not match the transfer set's features
@@ -348,9 +348,10 @@ def distill_task(
         return student, result, evaluators["test"](student)
 
     runs = run_seeds(seeds, one_run, main)
-    saved = runs.first_model
+    saved, saved_scores = runs.saved(seeds, main)
     metrics = metrics_record(info, Path(teacher_dir).as_posix(), "distilled", seeds, epochs, len(rows.labelled),
                              heldout, runs.test, runs.validation, runs.history, None)
+    metrics["saved"] = saved_scores
     metrics["distillation"] = {
         "method": "task-specific (Sanh et al. 2019, §4.2)", "teacher_path": Path(teacher_dir).as_posix(),
         "teacher_layers": teacher.model.config.num_hidden_layers, "student_layers": layers, "layer_map": mapping,
