@@ -234,7 +234,7 @@ def evaluate(model: nn.Module, dataset: Any, collate_fn: Callable, batch_size: i
         starts = starts[:max_batches]
     sums = torch.zeros(6, dtype=torch.float64, device=runtime.device)
     world, rank = runtime.num_processes, runtime.process_index
-    positions = takes_masked_positions(runtime.unwrap(model))
+    positions = forward_takes(runtime.unwrap(model), "masked_positions")
     # Every process runs the same number of forward passes (DDP/FSDP forwards are collective); a process
     # without a batch of its own repeats the first one with weight 0.
     for i in range(math.ceil(len(starts) / world)):
@@ -284,9 +284,10 @@ def masked_positions(labels: torch.Tensor) -> torch.Tensor:
     return (labels.reshape(-1) != IGNORE_INDEX).nonzero().squeeze(1)
 
 
-def takes_masked_positions(model: nn.Module) -> bool:
-    """Whether ``model``'s forward takes ``masked_positions`` (:func:`masked_positions`)."""
-    return "masked_positions" in inspect.signature(model.forward).parameters
+def forward_takes(model: nn.Module, argument: str) -> bool:
+    """Whether ``model``'s forward takes ``argument`` (``masked_positions``: :func:`masked_positions`;
+    ``mlm_normalizer``: the divisor of its summed MLM cross-entropy)."""
+    return argument in inspect.signature(model.forward).parameters
 
 
 # ---------------------------------------------------------------------------------------------- loop
@@ -331,11 +332,6 @@ def _latest_checkpoint(checkpoints: CheckpointManager, runtime: Runtime) -> tupl
             valid = checkpoints.valid()
             found = valid[-1] if valid else None
     return found
-
-
-def _takes_mlm_normalizer(model: nn.Module) -> bool:
-    """Whether ``model``'s forward takes ``mlm_normalizer`` (the divisor of its summed MLM cross-entropy)."""
-    return "mlm_normalizer" in inspect.signature(model.forward).parameters
 
 
 def train(
@@ -415,8 +411,8 @@ def train(
     model.train()
     inner = runtime.unwrap(model)
     # several processes: the MLM mean over the global micro-batch's predicted positions (module docstring)
-    global_mlm_mean = world > 1 and _takes_mlm_normalizer(inner)
-    positions = takes_masked_positions(inner)
+    global_mlm_mean = world > 1 and forward_takes(inner, "mlm_normalizer")
+    positions = forward_takes(inner, "masked_positions")
     pending: list[torch.Tensor] = []  # per-step train losses since the last history row
     t0 = time.perf_counter()
     progress = tqdm(total=cfg.max_steps, initial=step, desc=cfg.stage, disable=not runtime.is_main_process,
