@@ -56,7 +56,7 @@ def run(task_name: str, params: TaskDistillView, tracker: Any = None) -> dict[st
     try:
         with settings_from("task_distill"):  # spec.student_layers is task_distill.student_layers
             outcome = distill_task(TASKS / task_name, teacher_dir, LOGITS / task_name, spec,
-                                   ft.tasks[task_name].model_dump(), seeds=td.seeds, on_eval=on_eval,
+                                   ft.member_task(td.teacher, task_name), seeds=td.seeds, on_eval=on_eval,
                                    teacher_only_examples=td.teacher_only_examples.get(task_name, 0),
                                    runtime=make_runtime(ft.precision), **loop)
     except FinetuneError as exc:
@@ -82,7 +82,8 @@ def main(argv: list[str] | None = None) -> None:
     section = {**td.model_dump(include=SHARED_KEYS), "epochs": td.epochs.get(args.task),
                "teacher_only_examples": td.teacher_only_examples.get(args.task, 0),
                "loop": params.finetune.model_dump(include=LOOP_KEYS - {"seeds"}),
-               "task": params.finetune.tasks[args.task].model_dump() if args.task in params.finetune.tasks else None}
+               "task": (params.finetune.member_task(td.teacher, args.task)
+                        if args.task in params.finetune.tasks and td.teacher in params.finetune.models else None)}
     with dvc_adapter.stage_run(f"distill_task@{args.task}", section,
                             tags={"model": params.task_distill.student, "task": args.task,
                                   "teacher": params.task_distill.teacher}) as tracker:

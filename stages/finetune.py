@@ -96,9 +96,24 @@ def run(model_name: str, task_name: str, p: FinetuneParams, tracker: Any = None)
         def on_eval(prefix: str, step: int, entry: dict[str, float]) -> None:
             tracker.log_metrics({f"{prefix}{k}": v for k, v in entry.items() if k != "step"}, step=step)
     outcome = train_member(model_name, spec, task_name, p, on_eval)
-    metrics = {"model": model_name, "task": task_name, **outcome.metrics, **training_facts(p, outcome)}
+    metrics = {"model": model_name, "task": task_name, **outcome.metrics, **training_facts(p, outcome),
+               "settings": settings_record(model_name, spec, task_name, p)}
     save_member(model_name, task_name, metrics, outcome, tracker, member_role(spec))
     return metrics
+
+
+def member_key(model_name: str, p: FinetuneParams) -> str:
+    """The params key of ``--model model_name``'s settings: ``finetune.models.{name}`` or ``finetune.user_model``."""
+    return f"finetune.models.{model_name}" if model_name in p.models else "finetune.user_model"
+
+
+def settings_record(model_name: str, spec: FinetuneModel, task_name: str, p: FinetuneParams) -> dict[str, Any]:
+    """The metrics record's ``settings``: the learning rate (``grid``: the record's ``learning_rate`` is the
+    choice), epochs cap, batch size and training examples this member trained ``task_name`` with, and the params
+    key each came from (``from``), so a reader sees which were chosen for this member and which are shared."""
+    member, task, source = p.settings_for(spec, task_name, member_key(model_name, p))
+    return {"learning_rate": member.learning_rate, "epochs": member.epochs or task["epochs"],
+            "batch_size": task["batch_size"], "max_train_examples": task["max_train_examples"], "from": source}
 
 
 def train_member(model_name: str, spec: FinetuneModel, task_name: str, p: FinetuneParams,
@@ -118,9 +133,10 @@ def train_member(model_name: str, spec: FinetuneModel, task_name: str, p: Finetu
         hint = "; run the stage that writes it, or set HF_HUB_OFFLINE=0 for a hub name" if offline else ""
         raise PipelineError(f"{spec.path}: model folder not found (finetune.models.{model_name}.path{hint})")
     low_resource = task_name in p.low_resource_tasks
+    spec, task, _ = p.settings_for(spec, task_name)
     try:
         return finetune_task(
-            TASKS / task_name, member_spec(spec), p.tasks[task_name].model_dump(),
+            TASKS / task_name, member_spec(spec), task,
             low_resource_train_examples=p.low_resource_train_examples if low_resource else None,
             low_resource_epochs=p.low_resource_epochs, on_eval=on_eval, grid=grid(p), runtime=make_runtime(p.precision),
             **p.model_dump(include=LOOP_KEYS - {"precision"}))
@@ -130,7 +146,7 @@ def train_member(model_name: str, spec: FinetuneModel, task_name: str, p: Finetu
 
 def member_spec(spec: FinetuneModel) -> MemberSpec:
     """The library's :class:`MemberSpec` of a ``finetune.models`` entry (``learning_rate: grid`` -> ``None``)."""
-    fields = spec.model_dump()
+    fields = spec.model_dump(exclude={"tasks"})
     if fields["learning_rate"] == "grid":
         fields["learning_rate"] = None
     return MemberSpec(**fields)
@@ -201,7 +217,7 @@ def main(argv: list[str] | None = None) -> None:
         torch.set_num_threads(p.num_threads)
     section = p.model_dump(exclude={"models", "tasks", "user_model"})
     section["model"] = resolve_model(args.model, p).model_dump()
-    section["task"] = p.tasks[args.task].model_dump() if args.task in p.tasks else None
+    section["task"] = p.settings_for(resolve_model(args.model, p), args.task)[1] if args.task in p.tasks else None
     with dvc_adapter.stage_run(f"finetune@{args.model}-{args.task}", section,
                             tags={"model": args.model, "task": args.task, "seeds": p.seeds}) as tracker:
         run(args.model, args.task, p, tracker)

@@ -129,8 +129,9 @@ def distilled_card(view: ModelCardsView, sources: list[Any]) -> str:
 
 def member_settings(record: dict[str, Any], finetune: FinetuneParams,
                     task_distill: TaskDistillParams | None) -> FinetuneModel:
-    """The ``finetune.models`` entry a metrics record was trained with; a task-specific student's (a record with
-    ``teacher``) is its teacher's entry with the student's path, learning rate and epochs (stage ``distill_task``)."""
+    """The ``finetune.models`` entry a metrics record was trained with, its own settings for the record's task merged
+    (:meth:`FinetuneParams.settings_for`); a task-specific student's (a record with ``teacher``) is its teacher's
+    entry with the student's path, learning rate and epochs (stage ``distill_task``)."""
     task = record["task"]
     if record.get("teacher"):
         if task_distill is None:
@@ -138,8 +139,8 @@ def member_settings(record: dict[str, Any], finetune: FinetuneParams,
         teacher = finetune.models[record["teacher"]]
         return teacher.model_copy(update={"path": (FINETUNED / f"{record['teacher']}-{task}").as_posix(),
                                           "learning_rate": task_distill.learning_rate,
-                                          "epochs": task_distill.epochs.get(task)})
-    return finetune.models[record["model"]]
+                                          "epochs": task_distill.epochs.get(task), "tasks": {}})
+    return finetune.settings_for(finetune.models[record["model"]], task)[0].model_copy(update={"tasks": {}})
 
 
 def finetuned_card(record: dict[str, Any], finetune: FinetuneParams, sources: list[Any], *,
@@ -158,7 +159,8 @@ def finetuned_card(record: dict[str, Any], finetune: FinetuneParams, sources: li
     shape = _architecture(folder, record["parameters"], spec.size or base.facts.get("size"))
     return card_finetuned.finetuned_card(
         name=name, task=task, record=record, task_info=card.read_json_record(TASKS / task / "task.json") or {},
-        task_settings=finetune.tasks[task].model_dump(), member=spec.model_dump(), loop=loop, sources=sources,
+        task_settings=finetune.member_task(record.get("teacher") or name, task),
+        member=spec.model_dump(exclude={"tasks"}), loop=loop, sources=sources,
         base=base, architecture=shape, folder=released(folder), cites=CARD_CITATIONS)
 
 

@@ -45,7 +45,7 @@ def run(task_name: str, params: TaskDistillView) -> dict:
     teacher_dir = MODELS / f"{td.teacher}-{task_name}"
     try:
         result, wall, cpu = timed(lambda: label_task(
-            TASKS / task_name, teacher_dir, ft.tasks[task_name].model_dump(),
+            TASKS / task_name, teacher_dir, ft.member_task(td.teacher, task_name),
             teacher_only_examples=td.teacher_only_examples.get(task_name, 0), data_seed=ft.data_seed,
             batch_size=td.teacher_batch_size, runtime=make_runtime(ft.precision)))
     except FinetuneError as exc:

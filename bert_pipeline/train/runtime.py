@@ -7,7 +7,8 @@ library: the pre-training/distillation loop (:mod:`bert_pipeline.train.loop`), f
 curve, the variants, export's parity run and the speed measurements. No other module picks a device or a precision.
 
 Precision (``auto | fp32 | bf16 | fp16``; :func:`resolve_precision`): ``auto`` is bf16 autocast where the device runs
-bf16 natively (CUDA GPUs with native bf16, Ampere and later; CPUs with AVX512-BF16 or AMX), fp16 autocast with loss
+bf16 natively (CUDA GPUs with native bf16, Ampere and later; CPUs with AVX512-BF16 or AMX where a bf16 matmul is
+measured faster than an fp32 one: :func:`cpu_has_fast_bf16`), fp16 autocast with loss
 scaling on CUDA GPUs without native bf16 (V100, T4: there ``torch.cuda.is_bf16_supported()`` says yes by emulation,
 which is slower than fp32; fp32 under FSDP, which refuses fp16), else fp32. fp32 on a CUDA GPU uses TF32 matmuls (10-bit mantissa inputs, fp32
 accumulation; the PyTorch default for convolutions, off for matmuls) unless the caller needs exact fp32 (export
@@ -30,8 +31,10 @@ never patched and every stage's autocast is the same context.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -51,13 +54,43 @@ class RuntimeSettingError(ValueError):
 
 
 # ------------------------------------------------------------------------------------------------ precision
-def cpu_has_fast_bf16() -> bool:
-    """Whether this CPU runs bf16 matmuls natively (AVX512-BF16 / AMX, as oneDNN reports it). Without them bf16
-    autocast is emulated and several times slower than fp32 (measured 7x on an AVX2 EPYC for a BERT-mini layer)."""
+def matmul_seconds(dtype: torch.dtype, size: int = 1024, repeats: int = 5) -> float:
+    """The best of ``repeats`` timed ``size x size`` CPU matmuls in ``dtype`` (seconds, after two untimed ones)."""
+    a = torch.randn(size, size).to(dtype)
+    b = torch.randn(size, size).to(dtype)
+    for _ in range(2):
+        a @ b
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        a @ b
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def cpu_has_native_bf16() -> bool:
+    """Whether oneDNN runs bf16 matmuls on this CPU's own instructions (AVX512-BF16 or AMX)."""
     try:
         return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
     except (AttributeError, RuntimeError):
         return False
+
+
+@functools.lru_cache(maxsize=1)
+def cpu_has_fast_bf16() -> bool:
+    """Whether bf16 pays on this CPU: oneDNN runs bf16 matmuls natively (AVX512-BF16 or AMX; without them bf16
+    autocast is emulated, measured 7x slower than fp32 on an AVX2 EPYC for a BERT-mini layer) and a 1024 x 1024
+    product is faster in bf16 than in fp32 (:func:`matmul_seconds`, measured once per process; about 0.1 s).
+    Native support alone does not say it: on a 2-core Xeon with AVX512-BF16 and no AMX the products ran at 0.168
+    TFLOP/s in bf16 against 0.320 in fp32, and MiniLM's fine-tuning step took 1.4x as long in bf16, while on an
+    AVX512-BF16 EPYC bf16 ran 2.5x faster than fp32 (docs/performance.md). The margin either way is 2x or more, so
+    the answer does not flip between runs on one machine."""
+    if not cpu_has_native_bf16():
+        return False
+    bf16, fp32 = matmul_seconds(torch.bfloat16), matmul_seconds(torch.float32)
+    log.info("bf16 on this CPU: a 1024x1024 matmul takes %.1f ms in bf16, %.1f ms in fp32: precision auto is %s",
+             1e3 * bf16, 1e3 * fp32, "bf16" if bf16 < fp32 else "fp32")
+    return bf16 < fp32
 
 
 def cuda_has_native_bf16() -> bool:

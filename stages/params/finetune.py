@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import annotated_types
 from pydantic import Field, model_validator
@@ -10,11 +10,24 @@ from pydantic import Field, model_validator
 from stages.params.base import Section, SizeName, View
 
 
+class MemberTaskSettings(Section):
+    """``finetune.models.M.tasks.T``: member M's own settings on task T, where they differ from ``finetune.tasks.T``
+    and M's entry (null: no override). A real checkpoint converges at its own learning rate and number of passes
+    per task (chosen on validation: ``bench/finetune_sweep.py``), and may train on more examples than the shared
+    subset. ``max_train_examples: all`` is the whole training split."""
+
+    learning_rate: Annotated[float, annotated_types.Gt(0.0), annotated_types.Lt(1.0)] | None = None
+    epochs: Annotated[int, annotated_types.Ge(1)] | None = None
+    batch_size: Annotated[int, annotated_types.Ge(1)] | None = None
+    max_train_examples: Annotated[int, annotated_types.Ge(1)] | Literal["all"] | None = None
+
+
 class FinetuneModel(Section):
     """One model of the fine-tuning family. ``path``: a ``save_pretrained`` folder (tokenizer beside) or a hub
     name. ``init: pretrained`` loads its weights; ``init: random`` keeps only its architecture and tokenizer
     (the no-pre-training baseline), or, with ``size``, a named shape (tiny..large) with its tokenizer (a
-    tokenizer-only folder needs ``size``). ``epochs`` and
+    tokenizer-only folder needs ``size``). ``tasks``: the member's own settings per task
+    (:class:`MemberTaskSettings`; :meth:`FinetuneParams.settings_for` merges them). ``epochs`` and
     ``low_resource_epochs`` override the task's ``epochs`` and ``finetune.low_resource_epochs`` for this model
     (tiny models need more passes than real BERTs; null = no override). ``learning_rate: grid``: the learning
     rate and epochs caps are chosen on the validation split from ``finetune.grid`` (then ``epochs`` and
@@ -27,6 +40,7 @@ class FinetuneModel(Section):
     pooling: Literal["cls", "mean"] = "cls"
     epochs: Annotated[int, annotated_types.Ge(1)] | None = None
     low_resource_epochs: Annotated[int, annotated_types.Ge(1)] | None = None
+    tasks: dict[str, MemberTaskSettings] = {}
 
 
 class FinetuneTask(Section):
@@ -89,10 +103,47 @@ class FinetuneParams(Section):
                     if getattr(member, key) is not None:
                         raise ValueError(f"finetune.{where}.{key}: expected null with learning_rate grid (the "
                                          f"caps come from finetune.grid.{key}), got {getattr(member, key)}")
+            for task, own in member.tasks.items():
+                if task not in self.tasks:
+                    raise ValueError(f"finetune.{where}.tasks.{task}: not a key of finetune.tasks "
+                                     f"({', '.join(sorted(self.tasks))})")
+                if member.learning_rate == "grid" and (own.learning_rate, own.epochs) != (None, None):
+                    raise ValueError(f"finetune.{where}.tasks.{task}: expected no learning_rate or epochs with "
+                                     f"learning_rate grid (the grid chooses them)")
         unknown = [t for t in self.low_resource_tasks if t not in self.tasks]
         if unknown:
             raise ValueError(f"finetune.low_resource_tasks: {unknown[0]!r} is not a key of finetune.tasks")
         return self
+
+    def settings_for(self, member: FinetuneModel, task: str, where: str = "finetune.user_model"
+                     ) -> tuple[FinetuneModel, dict[str, Any], dict[str, str]]:
+        """Member ``member`` (the entry at params key ``where``, e.g. ``finetune.models.minilm``) on ``task``:
+        ``(the member with its task's learning_rate and epochs, the task's settings with its batch_size and
+        max_train_examples, where each of those four came from: {key: params key})``. The task must be a key of
+        ``tasks``."""
+        own = member.tasks.get(task, MemberTaskSettings())
+        source = {"learning_rate": "finetune.grid" if member.learning_rate == "grid" else where,
+                  "epochs": where if member.epochs is not None else f"finetune.tasks.{task}",
+                  "batch_size": f"finetune.tasks.{task}", "max_train_examples": f"finetune.tasks.{task}"}
+        if member.learning_rate == "grid":
+            source["epochs"] = "finetune.grid"
+        updates: dict[str, Any] = {}
+        settings = self.tasks[task].model_dump()
+        for key, value in own.model_dump().items():
+            if value is None:
+                continue
+            source[key] = f"{where}.tasks.{task}"
+            if key in ("learning_rate", "epochs"):
+                updates[key] = value
+            else:
+                settings[key] = None if value == "all" else value
+        return member.model_copy(update=updates), settings, source
+
+
+    def member_task(self, member_key: str, task: str) -> dict[str, Any]:
+        """``finetune.tasks.{task}`` as member ``finetune.models.{member_key}`` trains it (its own batch size and
+        training examples merged): what a teacher's logits, task distillation and model cards read too."""
+        return self.settings_for(self.models[member_key], task)[1]
 
 
 class FinetuneView(View):
