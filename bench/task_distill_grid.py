@@ -10,6 +10,7 @@ Run in a repository whose ``dvc repro`` has finished (it reads ``models/finetune
 does, writing nothing. The baseline (``params.yaml`` as it is) comes first. Prints one JSON line per variant with the
 validation and test main metric per seed, their means, the teacher's, the student's share of each, the wall and CPU
 seconds and the load average; choose on the validation means, and read test only for the variant chosen.
+``--no-baseline`` trains the variants only.
 """
 
 from __future__ import annotations
@@ -64,6 +65,8 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[42, 43], help="student seeds (default: 42 43)")
     parser.add_argument("--variant", action="append", default=[],
                         help=f"field=value[,field=value...] with fields {', '.join(SPEC_FIELDS)}; repeatable")
+    parser.add_argument("--no-baseline", action="store_true",
+                        help="train only the variants (the baseline's figures are the run's own)")
     args = parser.parse_args()
     variants = [parse_variant(v) for v in args.variant]  # before minutes of training
     logging.basicConfig(level=logging.WARNING)
@@ -80,11 +83,11 @@ def main() -> None:
     teacher_dir = MODELS_OUT / f"{td.teacher}-{args.task}"
     teacher = json.loads(teacher_metrics.read_text())
     loop = ft.model_dump(include=LOOP_KEYS - {"seeds", "precision"})
-    for overrides in [{}, *variants]:
+    for overrides in variants if args.no_baseline else [{}, *variants]:
         spec = replace(base, **overrides)
         load, wall, cpu = os.getloadavg()[0], time.perf_counter(), time.process_time()
         outcome = distill_task(TASKS / args.task, teacher_dir, logits, spec,
-                               ft.tasks[args.task].model_dump(), seeds=args.seeds,
+                               ft.member_task(td.teacher, args.task), seeds=args.seeds,
                                teacher_only_examples=td.teacher_only_examples.get(args.task, 0),
                                runtime=make_runtime(ft.precision), **loop)
         metric = outcome.metrics["main_metric"]

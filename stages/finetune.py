@@ -108,11 +108,13 @@ def member_key(model_name: str, p: FinetuneParams) -> str:
 
 
 def settings_record(model_name: str, spec: FinetuneModel, task_name: str, p: FinetuneParams) -> dict[str, Any]:
-    """The metrics record's ``settings``: the learning rate (``grid``: the record's ``learning_rate`` is the
-    choice), epochs cap, batch size and training examples this member trained ``task_name`` with, and the params
-    key each came from (``from``), so a reader sees which were chosen for this member and which are shared."""
+    """The metrics record's ``settings``: the learning rate and epochs cap (``grid`` for both: the record's
+    ``learning_rate`` and ``epochs`` are the grid's choice), batch size and training examples this member trained
+    ``task_name`` with, and the params key each came from (``from``), so a reader sees which were chosen for this
+    member and which are shared."""
     member, task, source = p.settings_for(spec, task_name, member_key(model_name, p))
-    return {"learning_rate": member.learning_rate, "epochs": member.epochs or task["epochs"],
+    epochs = "grid" if member.learning_rate == "grid" else member.epochs or task["epochs"]
+    return {"learning_rate": member.learning_rate, "epochs": epochs,
             "batch_size": task["batch_size"], "max_train_examples": task["max_train_examples"], "from": source}
 
 

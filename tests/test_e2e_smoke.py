@@ -301,6 +301,13 @@ def test_finetune_outputs(smoke_run):
                 assert 0.0 <= v["mean"] <= 1.0
         assert (m["low_resource"] is not None) == (m["task"] == "sentiment" and m["model"] != "minilm_student")
         assert "train_seconds" not in m  # wall-clock lives in metrics/finetune-timing/
+        if m["model"] == "minilm":  # its own per-task settings (the smoke profile's), recorded with their key
+            own = f"finetune.models.minilm.tasks.{m['task']}"
+            assert m["settings"]["from"] == dict.fromkeys(("learning_rate", "epochs", "batch_size",
+                                                           "max_train_examples"), own)
+            assert m["train_examples"] == m["settings"]["max_train_examples"] and m["learning_rate"] == 1.0e-4
+        elif "teacher" not in m:
+            assert m["settings"]["from"]["max_train_examples"] == f"finetune.tasks.{m['task']}"
         folder = smoke_run / "models/finetuned" / path.stem
         cfg = AutoConfig.from_pretrained(folder)
         assert (folder / "model.safetensors").exists()
@@ -540,6 +547,43 @@ def test_retrieval_outputs(smoke_run):
     assert all(s[w]["recall_at_10"] == 1.0 for s in record["members"].values() for w in ("zero_shot", "fine_tuned"))
     summary = (smoke_run / "reports/summary.md").read_text()
     assert "## Sentence embeddings: retrieval" in summary and "| minilm (reference) |" in summary
+
+
+def test_serve_check_names_each_champion_and_shows_its_predictions(smoke_run, tmp_path):
+    """`bench/serve_check.py` on the built workspace: per task the member promote would choose (no champion alias
+    yet: the best saved weights on validation) with its seed, and every fixed input through predict's code."""
+    out = tmp_path / "serve.json"
+    proc = _run([sys.executable, "bench/serve_check.py", "--json", str(out)], smoke_run, _clone_env(smoke_run))
+    record = json.loads(out.read_text())
+    for task, expected_inputs in (("ner", 8), ("sentiment", 6), ("headline_match", 4), ("qa", 4)):
+        saved = {}
+        for path in (smoke_run / "metrics/finetune").glob(f"*-{task}.json"):
+            m = json.loads(path.read_text())
+            saved[m["model"]] = (m["saved"]["validation"][m["main_metric"]], m["saved"]["seed"])
+        champion = record["champions"][task]
+        assert saved[champion["member"]][0] == max(score for score, _ in saved.values())
+        assert champion["seed"] == saved[champion["member"]][1] and champion["how"].startswith("best on validation")
+        assert f"{task}: champion {champion['member']} (seed {champion['seed']};" in proc.stdout
+        predictions = record["predictions"][task]
+        assert len(predictions) == expected_inputs
+        if task == "ner":
+            assert all(isinstance(p["entities"], list) for p in predictions)
+        elif task == "qa":
+            assert all(p["answer"] in serve_check_passages() for p in predictions)
+        else:
+            labels = {"sentiment": {"negative", "positive"}, "headline_match": {"other_article", "same_article"}}
+            assert {p["label"] for p in predictions} <= labels[task]
+    assert proc.stdout.rstrip().splitlines()[-1].startswith("found: ner ")
+
+
+def serve_check_passages() -> str:
+    """The passages `bench/serve_check.py` asks its QA questions about (an answer is a span of one)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("serve_check", REPO / "bench/serve_check.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return " ".join(passage for _, passage, _ in module.QA)
 
 
 # ---- a colleague's fresh clone, and a temporary experiment, of the built workspace ----
