@@ -51,6 +51,19 @@ def test_properties_read_the_fields_they_are_computed_from():
         view.pretrain.init = "x"
 
 
+def test_a_schema_method_reads_through_the_view_key_by_key():
+    """``FinetuneParams.member_task`` (a method of the schema, not pydantic's) records what it reads, not the whole
+    ``finetune`` section: a stage that calls it must declare only the member's entry and the task's settings."""
+    view, reads = _recorded(FinetuneView)
+    settings = view.finetune.member_task("minilm", "ner")
+    assert settings["max_train_examples"] is None and settings["batch_size"] == 32
+    assert "finetune" not in reads and "finetune.models" not in reads
+    assert {r.split(".")[1] for r in reads} == {"models", "tasks"}
+    assert {r for r in reads if r.startswith("finetune.tasks")} <= {f"finetune.tasks.ner.{k}" for k in
+                                                                    view.finetune.tasks["ner"].model_dump()}
+    assert all(r.startswith(("finetune.models.minilm", "finetune.tasks.ner")) for r in reads)
+
+
 def test_load_view_records_to_the_file_at_exit(tmp_path):
     record = tmp_path / "reads.jsonl"
     code = ("from stages.params.base import load_view\nfrom stages.params.distill import DistillView\n"

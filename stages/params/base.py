@@ -35,6 +35,7 @@ import json
 import os
 import re
 import sys
+import types
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar, Union
 
@@ -425,11 +426,19 @@ def _wrap(value: Any, path: str, reads: set[str]) -> Any:
     return value
 
 
+def _schema_method(cls: type, name: str) -> bool:
+    """Whether ``name`` is a method the params schema defines (``stages.params``), not pydantic's."""
+    owner = next((c for c in cls.__mro__ if name in vars(c)), None)
+    return owner is not None and owner.__module__.startswith("stages.params")
+
+
 class RecordedParams:
     """A read-only stand-in for a validated params object (a model, a mapping or a list) that adds to ``reads``
     the dotted key of every value read through it: a field or entry read, a ``model_dump`` (its included fields), a
     membership test (``name in finetune.models`` reads ``finetune.models.NAME``). Anything that can see the whole
-    object (iterating, ``len``, ``items``, ``model_copy``, any other method) records the object's own key.
+    object (iterating, ``len``, ``items``, ``model_copy``, any other method) records the object's own key; a
+    method the schema itself defines (e.g. ``FinetuneParams.settings_for``) runs on this view, so what it reads is
+    recorded key by key.
     ``isinstance`` sees the wrapped object's class. Used only to check ``dvc.yaml``'s params lists
     (:data:`RECORD_ENV`)."""
 
@@ -457,6 +466,8 @@ class RecordedParams:
             attribute = getattr(type(target), name, None)
             if isinstance(attribute, property):  # computed from fields: read them through this view
                 return attribute.fget(self)
+            if isinstance(attribute, types.FunctionType) and _schema_method(type(target), name):
+                return types.MethodType(attribute, self)  # a schema's own method reads through this view too
             if name == "model_dump":
                 def model_dump(*args: Any, include: Any = None, exclude: Any = None, **kwargs: Any) -> Any:
                     keys = set(fields) if include is None else set(include)
