@@ -63,7 +63,7 @@ def main() -> None:
     parser.add_argument("--hidden", type=int, default=128, help="hidden size H")
     parser.add_argument("--intermediate", type=int, default=None,
                         help="feed-forward size (default 4H; modernbert's GeGLU: 8H/3 rounded to a multiple of 64)")
-    parser.add_argument("--mask-rate", type=float, default=0.15, help="share of tokens selected for MLM (80/10/10)")
+    parser.add_argument("--mask-rate", type=float, default=0.15, help="share of training tokens selected for MLM (80/10/10; held out: 15%%)")
     parser.add_argument("--save", type=Path, default=None, help="save the trained model and tokenizer here")
     parser.add_argument("--layers", type=int, default=2, help="encoder layers L")
     parser.add_argument("--heads", type=int, default=2, help="attention heads (must divide --hidden)")
@@ -101,7 +101,9 @@ def main() -> None:
 
     train, held_out = chunks("train", None), chunks("validation", 200)[:256]
     collator = DataCollatorForLanguageModeling(tokenizer, mlm_probability=args.mask_rate, return_tensors="pt")
-    fixed = collator([{"input_ids": row} for row in held_out])
+    # the held-out chunks are masked at 15% whatever --mask-rate trains with: every run's loss on one scale
+    fixed = DataCollatorForLanguageModeling(tokenizer, mlm_probability=0.15, return_tensors="pt")(
+        [{"input_ids": row} for row in held_out])
     model, encoder, head = build(args, tokenizer)
     if args.position_init == "sinusoidal":
         if args.arch != "bert":
