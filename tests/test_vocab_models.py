@@ -2,7 +2,8 @@
 any UTF-8 text byte for byte (no prefix space, no clean-up), every folder reloads with ``AutoTokenizer`` to the same
 ids, Unigram trains deterministically, continuation rules per model, with a BPE tokenizer: NER alignment (pre-split
 words with the prefix space, first word included; the predictor alike), QA offsets, pre-training sentences as their
-document's running text and instances built with one, and the params' one-line errors."""
+document's running text and instances built with one (and bench/mlm_context.py's counts alike), and the
+params' one-line errors."""
 
 from __future__ import annotations
 
@@ -307,6 +308,22 @@ def test_pretraining_sentences_are_tokenized_as_their_documents_running_text(fol
         alone = tokenize_sentences(other, flat, np.dtype(np.int64))
         as_text = tokenize_sentences(other, flat, np.dtype(np.int64), [True, False, False, True])
         assert [a.tolist() for a in alone] == [b.tolist() for b in as_text]
+
+
+def test_mlm_context_bench_counts_the_ids_pretraining_sees(folders):
+    """``bench/mlm_context.py`` counts each sentence with the ids the shards hold: with a BPE tokenizer a
+    document's later sentence starts with ``ĠHello``, not a text's first ``Hello``."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("mlm_context", Path(__file__).parents[1] / "bench/mlm_context.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    tokenizer = load_tokenizer(folders["bpe"])
+    docs = [["The cat sat.", "Hello, the cat is here."], ["Hello world."], ["The end.", "The cat."]]
+    out = bench._sentences(datasets.Dataset.from_dict({"sentences": docs}), tokenizer, limit=2)
+    assert [tokenizer.convert_ids_to_tokens(ids)[0] for ids in out] == ["The", "ĠHello", "Hello"]  # limit: 2 docs
+    for k, text in enumerate(("The cat sat.", " Hello, the cat is here.", "Hello world.")):
+        assert out[k] == tokenizer(text, add_special_tokens=False)["input_ids"]
 
 
 @pytest.mark.parametrize("model", ["bpe", "unigram"])
