@@ -3,9 +3,9 @@
     python bench/mlm_context.py --project /path/to/built/checkout [--train-docs 3000 --validation-docs 300]
 
 ``--project`` is a checkout where ``prepare_corpus`` and ``train_tokenizer`` have run. Each sentence of the first
-``--train-docs`` training documents and the first ``--validation-docs`` validation documents of ``data/corpus``
-is tokenized with ``models/tokenizer`` (no special tokens; sentence ends marked). Counted on train, scored on
-validation, in nats per token (the unit of ``metrics/pretrain.json``'s ``eval.mlm_loss``):
+``--train-docs`` training documents and the first ``--validation-docs`` validation documents of ``data/corpus`` is
+tokenized with ``models/tokenizer`` as pre-training tokenizes it (no special tokens; sentence ends marked). Counted
+on train, scored on validation, in nats per token (the unit of ``metrics/pretrain.json``'s ``eval.mlm_loss``):
 
 - unigram: add-0.5 smoothed token frequencies (what ``unigram_loss`` in ``metrics/pretrain.json`` measures on the
   held-out MLM targets);
@@ -25,8 +25,18 @@ from pathlib import Path
 
 
 def _sentences(dataset, tokenizer, limit: int) -> list[list[int]]:
+    """The sentences of ``dataset``'s first ``limit`` documents as id lists, tokenized as pre-training tokenizes
+    them (:func:`bert_pipeline.data.shard_builder.tokenize_documents`): each as it stands in its document's text, so
+    with a byte-level BPE (no prefix space) a document's later sentences start with a ``Ġ`` piece, as in the
+    shards, not with a text's first piece."""
+    import numpy as np
+
+    from bert_pipeline.data.shard_builder import tokenize_documents
+    from bert_pipeline.data.tokenizer import raw_backend
+
     rows = dataset.select(range(min(limit, len(dataset))))
-    return [tokenizer(s, add_special_tokens=False)["input_ids"] for row in rows for s in row["sentences"]]
+    docs = tokenize_documents(raw_backend(tokenizer), [list(row["sentences"]) for row in rows], np.dtype(np.int64))
+    return [sentence.tolist() for doc in docs for sentence in doc]
 
 
 def require_built_project(project: Path, parts: tuple[str, ...] = ("models/tokenizer", "data/corpus"),

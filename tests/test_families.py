@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from tokenizers import ByteLevelBPETokenizer
 from transformers import (
     AutoModelForMaskedLM,
     AutoModelForQuestionAnswering,
@@ -15,7 +14,9 @@ from transformers import (
     RobertaTokenizerFast,
 )
 
+from bert_pipeline.data.bpe import save_bpe_tokenizer, train_bpe
 from bert_pipeline.data.masking import IGNORE_INDEX
+from bert_pipeline.data.tokenizer import load_tokenizer
 from bert_pipeline.errors import PipelineError
 from bert_pipeline.model import configs
 from bert_pipeline.model.distillation import DistillationModel, build_student, layer_map, load_teacher
@@ -28,14 +29,13 @@ from tests.tiny_models import tiny_tokenizer
 
 
 def roberta_tokenizer(tmp_path):
-    """A small byte-level BPE tokenizer with RoBERTa's special tokens (ids 0..4), as RobertaTokenizerFast."""
-    bpe = ByteLevelBPETokenizer(add_prefix_space=True)
-    bpe.train_from_iterator(synthetic_texts(40), vocab_size=400, min_frequency=1,
-                            special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>"], show_progress=False)
+    """A small byte-level BPE tokenizer trained and saved as the pipeline's (RoBERTa's special tokens at ids 0..4, no
+    prefix space), loaded as RobertaTokenizerFast."""
     tmp_path.mkdir(parents=True, exist_ok=True)
-    bpe.save_model(str(tmp_path))
-    return RobertaTokenizerFast(vocab=str(tmp_path / "vocab.json"), merges=str(tmp_path / "merges.txt"),
-                                add_prefix_space=True)
+    save_bpe_tokenizer(train_bpe(lambda: synthetic_texts(40), vocab_size=400, min_frequency=1), tmp_path)
+    tokenizer = load_tokenizer(tmp_path)
+    assert isinstance(tokenizer, RobertaTokenizerFast) and tokenizer.add_prefix_space is False
+    return tokenizer
 
 
 def tokenizer_for(family, tmp_path):

@@ -66,6 +66,17 @@ def test_long_sentence_windows_keep_every_word_and_read_each_from_its_most_centr
     assert heads.word_predictions(windows, preds)[0][word] == 1
 
 
+def test_ner_takes_a_wordpiece_tokenizer_as_it_is(tokenizer):
+    """The prefix space for pre-split words is byte-level BPE's alone (tests/test_vocab_models.py): a WordPiece
+    tokenizer is used itself, its windows the ids it gives pre-split words."""
+    from bert_pipeline.data.tokenizer import needs_prefix_space, with_prefix_space
+
+    assert not needs_prefix_space(tokenizer.backend_tokenizer) and with_prefix_space(tokenizer) is tokenizer
+    words = ["the", "cat", "sat", "on", "mat"]
+    windows = heads.tokenize_ner(tokenizer, [words], None, max_length=32, doc_stride=4)
+    assert windows.features[0]["input_ids"] == tokenizer([words], is_split_into_words=True)["input_ids"][0]
+
+
 def test_ner_windows_refuse_a_stride_that_leaves_no_step(tokenizer):
     with pytest.raises(ValueError, match="doc_stride 14 must be below max_length 16 minus 2 special tokens"):
         heads.tokenize_ner(tokenizer, [["cat"]], None, max_length=16, doc_stride=14)

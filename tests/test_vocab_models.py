@@ -1,7 +1,9 @@
 """The three vocabulary models of ``train_tokenizer.model`` (wordpiece, bpe, unigram): byte-level BPE round-trips
-any UTF-8 text, every folder reloads with ``AutoTokenizer`` to the same ids, Unigram trains deterministically,
-continuation rules per model, NER alignment and QA offsets with a BPE tokenizer, pre-training instances built with
-one, and the params' one-line errors."""
+any UTF-8 text byte for byte (no prefix space, no clean-up), every folder reloads with ``AutoTokenizer`` to the same
+ids, Unigram trains deterministically, continuation rules per model, with a BPE tokenizer: NER alignment (pre-split
+words with the prefix space, first word included; the predictor alike), QA offsets, pre-training sentences as their
+document's running text and instances built with one (and bench/mlm_context.py's counts alike), and the
+params' one-line errors."""
 
 from __future__ import annotations
 
@@ -24,8 +26,10 @@ from stages.train_tokenizer import train_tokenizer
 from tests import test_create_pretraining_data as cpd
 from tests.conftest import family_params, synthetic_texts, write_params
 
-# words the NER/QA checks need whole ("Hello", "world", "cat") next to synthetic text that splits rarer words
-COMMON = ["Hello world, the cat sat on the mat.", "The cat and the world said hello.", "Hello, the cat is here."]
+# words the NER/QA checks need whole ("Hello", "world", "cat"; BPE: at a text's start and after a space) next to
+# synthetic text that splits rarer words
+COMMON = ["Hello world, the cat sat on the mat.", "The cat and the world said Hello.", "Hello, the cat is here.",
+          "The world said Hello to the cat."]
 SECTION = dict(vocab_size=400, min_frequency=2, limit_alphabet=1000, strip_accents=None, handle_chinese_chars=True,
                max_input_chars_per_word=100, bert_id_layout=False, model_max_length=512, batch_size=16)
 
@@ -53,26 +57,77 @@ def folders(tmp_path_factory) -> dict[str, Path]:
     return out
 
 
-def test_bpe_round_trips_arbitrary_utf8(folders):
-    rng = random.Random(16)
-    texts = ["naïve café résumé", "emoji 😀🎉👩‍👩‍👧 ok", "東京タワー 北京 서울", "tab\tnew\nline\r\n \x00\x01\x1f\x7f",
-             "  two leading spaces", "Ünïcödé ‘quotes’ — dash", "\u200bzero\ufeffwidth", "x" * 300]
-    for _ in range(30):  # seeded random code points across all planes, surrogates excluded
-        cps = [rng.choice([rng.randrange(0x20, 0x80), rng.randrange(0x80, 0xD800), rng.randrange(0xE000, 0x110000)])
-               for _ in range(rng.randint(1, 40))]
+ROUND_TRIP_CASES = [
+    "", " ", "   ", "a", "Hello world", " leading", "trailing ", "  two  inner  and edges  ", "a , b ; c .", " ,",
+    "don 't", "naïve café résumé", "e\u0301 combining, n\u0303 and a\u0308\u0301 stacked",
+    "emoji 😀🎉 ok", "ZWJ family 👩\u200d👩\u200d👧\u200d👦 and 🏳\ufe0f\u200d🌈", "skin tones 👍🏽 👋🏿 🧑🏻\u200d💻",
+    "東京タワー 北京 서울", "中文，标点。", "\x00", "\x07", "\t", "\r\n", "tab\tnew\nline\r\n \x00\x01\x1f\x7f end",
+    "\u00a0nbsp\u3000ideographic space\u2028line sep", "\u200bzero\ufeffwidth", "Ünïcödé ‘quotes’ — dash",
+    "x" * 300, "\U0010fffd\U0001f600\ue000",
+]
+"""Fixed cases for the byte-exact round trip: the empty string, spaces at either end and in runs, space before
+punctuation (what ``clean_up_tokenization_spaces`` would remove), combining marks, emoji with ZWJ and skin-tone
+modifiers, CJK, control characters, Unicode spaces, a private-use and a last-plane code point."""
+
+# code point ranges the random strings mix: ASCII with its controls, Latin-1 + combining marks, Unicode spaces and
+# joiners, CJK, emoji (skin tones, ZWJ, variation selectors), and anywhere in the planes (surrogates excluded)
+RANGES = [(0x00, 0x80), (0x80, 0x370), (0x2000, 0x2030), (0x3000, 0x3040), (0x4E00, 0xA000), (0xAC00, 0xD7A4),
+          (0x1F300, 0x1FB00), (0x1F3FB, 0x1F400), (0xFE00, 0xFE10), (0x200D, 0x200E), (0xE000, 0x110000)]
+
+
+def random_texts(n: int, seed: int) -> list[str]:
+    """``n`` seeded random strings of 0..60 code points from :data:`RANGES` (no surrogates), spaces in between."""
+    rng = random.Random(seed)
+    texts = []
+    for _ in range(n):
+        cps = []
+        for _ in range(rng.randint(0, 60)):
+            lo, hi = rng.choice(RANGES)
+            cps.append(rng.randrange(lo, hi) if rng.random() < 0.85 else 0x20)
         texts.append("".join(map(chr, cps)))
+    return texts
+
+
+def test_bpe_round_trips_arbitrary_utf8_byte_for_byte(folders):
+    """decode(encode(s)) == s for the saved folder loaded with AutoTokenizer, with and without special tokens, and
+    for the raw tokenizers pipeline; no unknown token anywhere."""
+    from transformers import AutoTokenizer
+
+    texts = ROUND_TRIP_CASES + random_texts(200, seed=16)
+    assert any(any(ord(c) < 0x20 for c in t) for t in texts[-200:])  # the generator reaches the controls too
     raw = Tokenizer.from_file(str(folders["bpe"] / "tokenizer.json"))
-    hf = load_tokenizer(folders["bpe"])
+    hf = AutoTokenizer.from_pretrained(str(folders["bpe"]))
     unk = raw.token_to_id("<unk>")
     for text in texts:
-        ids = raw.encode(text, add_special_tokens=False).ids
-        assert unk not in ids
-        # ByteLevel(add_prefix_space) prepends one space unless the text starts with one; decoding returns it
-        want = text if text.startswith(" ") else " " + text
-        assert raw.decode(ids).encode("utf-8") == want.encode("utf-8")
-        hf_ids = hf(text)["input_ids"]
-        assert hf_ids[0] == 0 and hf_ids[-1] == 2 and hf_ids[1:-1] == ids
-        assert hf.decode(hf_ids, skip_special_tokens=True, clean_up_tokenization_spaces=False) == want
+        ids = hf(text, add_special_tokens=False)["input_ids"]
+        assert unk not in ids, repr(text)
+        assert hf.decode(ids).encode("utf-8") == text.encode("utf-8"), repr(text)
+        full = hf(text)["input_ids"]
+        assert full == [0, *ids, 2], repr(text)
+        assert hf.decode(full, skip_special_tokens=True).encode("utf-8") == text.encode("utf-8"), repr(text)
+        assert raw.encode(text, add_special_tokens=False).ids == ids, repr(text)
+        assert raw.decode(ids).encode("utf-8") == text.encode("utf-8"), repr(text)
+    # no space comes or goes: a text's first word has no Ġ, a word after a space has one
+    assert hf.convert_ids_to_tokens(hf("Hello world", add_special_tokens=False)["input_ids"]) == ["Hello", "Ġworld"]
+    assert hf.convert_ids_to_tokens(hf(" world", add_special_tokens=False)["input_ids"]) == ["Ġworld"]
+
+
+def test_bpe_folder_is_saved_without_prefix_space_or_clean_up(folders):
+    from transformers import AutoTokenizer
+
+    config = json.loads((folders["bpe"] / "tokenizer_config.json").read_text())
+    assert (config["add_prefix_space"], config["trim_offsets"], config["clean_up_tokenization_spaces"]) == (
+        False, True, False)
+    pipeline = json.loads((folders["bpe"] / "tokenizer.json").read_text())
+    assert pipeline["pre_tokenizer"] == {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
+                                         "use_regex": True}
+    assert (pipeline["post_processor"]["type"], pipeline["post_processor"]["add_prefix_space"],
+            pipeline["post_processor"]["trim_offsets"]) == ("RobertaProcessing", False, True)
+    hf = AutoTokenizer.from_pretrained(str(folders["bpe"]))  # transformers rebuilds both parts from the config
+    loaded = json.loads(hf.backend_tokenizer.to_str())
+    assert loaded["pre_tokenizer"]["add_prefix_space"] is False and loaded["post_processor"]["add_prefix_space"] is False
+    assert hf.clean_up_tokenization_spaces is False and hf.add_prefix_space is False
+    assert hf.decode(hf("a , b .")["input_ids"], skip_special_tokens=True) == "a , b ."
 
 
 @pytest.mark.parametrize(("model", "specials", "files", "type_ids"), [
@@ -101,9 +156,9 @@ def test_each_folder_reloads_with_autotokenizer_to_the_same_ids(folders, model, 
 
         assert isinstance(hf, RobertaTokenizerFast)
         config = json.loads((folder / "tokenizer_config.json").read_text())
-        assert config["tokenizer_class"] == "RobertaTokenizerFast" and config["add_prefix_space"] is True
+        assert config["tokenizer_class"] == "RobertaTokenizerFast" and config["add_prefix_space"] is False
         assert (hf.cls_token_id, hf.sep_token_id, hf.pad_token_id, hf.mask_token_id) == (0, 2, 1, 4)
-        assert hf("cat", "b")["input_ids"][:3] == [0, raw.token_to_id("Ġcat"), 2]
+        assert hf("Hello cat", "b")["input_ids"][:4] == [0, raw.token_to_id("Hello"), raw.token_to_id("Ġcat"), 2]
         assert hf("a", "b")["input_ids"].count(2) == 3  # <s> A </s></s> B </s>
     if model == "unigram":
         assert (hf.cls_token_id, hf.sep_token_id, hf.pad_token_id, hf.mask_token_id) == (2, 3, 0, 4)
@@ -143,6 +198,7 @@ def test_ner_alignment_with_bpe_labels_first_pieces_only(folders):
     long_word = "Zyxwvutsrq"
     pieces = tok.tokenize(" " + long_word)
     assert len(pieces) > 1 and tok.tokenize(" Hello") == ["ĠHello"] and tok.tokenize(" world") == ["Ġworld"]
+    assert tok.tokenize("Hello") == ["Hello"]  # a text's first word: no Ġ (the NER words must not get this)
     words = [["Hello", long_word, "world"]]
     windows = tokenize_ner(tok, words, [[1, 2, 0]], max_length=64, doc_stride=8)
     feature = windows.features[0]
@@ -150,6 +206,124 @@ def test_ner_alignment_with_bpe_labels_first_pieces_only(folders):
     assert tok.convert_ids_to_tokens(feature["input_ids"]) == ["<s>", "ĠHello", *pieces, "Ġworld", "</s>"]
     assert feature["labels"] == [IGNORE_INDEX, 1, 2] + [IGNORE_INDEX] * (len(pieces) - 1) + [0, IGNORE_INDEX]
     assert windows.word_at[0] == [None, 0, 1] + [None] * (len(pieces) - 1) + [2, None]
+    # the prefix space was given to that call only: the tokenizer itself still reads text without one
+    assert tok.add_prefix_space is False and tok.tokenize("Hello") == ["Hello"]
+
+
+def test_ner_words_get_their_running_text_ids_first_word_included(folders):
+    """Each word, the first of a sentence included, gets the ids it has after a space in running text, so a word
+    and its label align the same wherever it stands."""
+    tok = load_tokenizer(folders["bpe"])
+    sentences = [["Hello", "world", ",", "the", "cat"], ["the", "cat", "said", "Hello"], ["naïve", "東京", "😀", "x"]]
+    windows = tokenize_ner(tok, sentences, [[1] * len(w) for w in sentences], max_length=64, doc_stride=8)
+    for words, feature, word_at in zip(sentences, windows.features, windows.word_at, strict=True):
+        running = tok(" " + " ".join(words), add_special_tokens=False)["input_ids"]
+        assert feature["input_ids"] == [0, *running, 2]
+        starts = [i for i, w in enumerate(word_at) if w is not None]
+        assert [w for w in word_at if w is not None] == list(range(len(words)))
+        for i in starts:  # every word starts with Ġ
+            assert tok.convert_ids_to_tokens(feature["input_ids"][i]).startswith("Ġ")
+    first = windows.features[0]["input_ids"][1]
+    last = windows.features[1]["input_ids"][windows.word_at[1].index(3)]
+    assert first == last == tok.convert_tokens_to_ids("ĠHello")
+
+
+def test_with_prefix_space_copies_byte_level_only(folders):
+    from tokenizers import pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    from bert_pipeline.data.tokenizer import needs_prefix_space, with_prefix_space
+
+    for model in ("wordpiece", "unigram"):  # WordPiece and Unigram come back as they are
+        tok = load_tokenizer(folders[model])
+        assert not needs_prefix_space(tok.backend_tokenizer) and with_prefix_space(tok) is tok
+    tok = load_tokenizer(folders["bpe"])
+    spaced = with_prefix_space(tok)
+    assert spaced is not tok and spaced.add_prefix_space is True and tok.add_prefix_space is False
+    before = json.loads(tok.backend_tokenizer.to_str())
+    after = json.loads(spaced.backend_tokenizer.to_str())
+    assert (before["pre_tokenizer"]["add_prefix_space"], before["post_processor"]["add_prefix_space"]) == (False, False)
+    assert (after["pre_tokenizer"]["add_prefix_space"], after["post_processor"]["add_prefix_space"]) == (True, True)
+    assert with_prefix_space(spaced) is spaced  # already spaced
+    enc = spaced("Hello world", return_offsets_mapping=True)  # offsets keep the first word's first character
+    assert spaced.convert_ids_to_tokens(enc["input_ids"]) == ["<s>", "ĠHello", "Ġworld", "</s>"]
+    assert enc["offset_mapping"][1:3] == [(0, 5), (6, 11)]
+    # a ByteLevel inside a Sequence is found and switched too
+    raw = Tokenizer.from_file(str(folders["bpe"] / "tokenizer.json"))
+    raw.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Digits(), pre_tokenizers.ByteLevel(add_prefix_space=False)])
+    wrapped = PreTrainedTokenizerFast(tokenizer_object=raw)
+    assert needs_prefix_space(wrapped.backend_tokenizer)
+    seq = json.loads(with_prefix_space(wrapped).backend_tokenizer.to_str())["pre_tokenizer"]["pretokenizers"]
+    assert seq[1]["add_prefix_space"] is True
+    assert json.loads(wrapped.backend_tokenizer.to_str())["pre_tokenizer"]["pretokenizers"][1]["add_prefix_space"] is False
+
+
+def test_ner_served_on_text_gets_the_prefix_space_it_was_trained_with(folders, tmp_path):
+    """The predictor tags text with the tokenizer NER fine-tuning used (every word after a space, the first
+    included), character offsets right; the loaded tokenizer itself stays without a prefix space."""
+    import torch
+    from transformers import RobertaConfig, RobertaForTokenClassification
+
+    from bert_pipeline.evaluation.predictor import entities, load_predictor, tagging_windows
+
+    tok = load_tokenizer(folders["bpe"])
+    labels = ["O", "B-PER", "I-PER"]
+    cfg = RobertaConfig(vocab_size=len(tok), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                        intermediate_size=32, max_position_embeddings=66, pad_token_id=1, type_vocab_size=1,
+                        id2label=dict(enumerate(labels)), label2id={v: i for i, v in enumerate(labels)})
+    torch.manual_seed(0)
+    model = RobertaForTokenClassification(cfg)
+    with torch.no_grad():  # every token B-PER, so every word is an entity of its own
+        model.classifier.weight.zero_()
+        model.classifier.bias.copy_(torch.tensor([0.0, 5.0, 0.0]))
+    model.save_pretrained(tmp_path / "tagger")
+    tok.save_pretrained(tmp_path / "tagger")
+    pred = load_predictor(tmp_path / "tagger")
+    window_tok, _ = tagging_windows(pred, max_seq_length=64)
+    assert window_tok.tokenize("Hello world") == ["ĠHello", "Ġworld"] and pred.tokenizer.tokenize("Hello") == ["Hello"]
+    text = "Hello world the cat"
+    (found,) = entities(pred, [text], max_seq_length=64)
+    assert [(e["type"], e["text"], e["start"], e["end"]) for e in found] == [
+        ("PER", "Hello", 0, 5), ("PER", "world", 6, 11), ("PER", "the", 12, 15), ("PER", "cat", 16, 19)]
+
+
+def test_pretraining_sentences_are_tokenized_as_their_documents_running_text(folders):
+    """A document's first sentence as a text's start, the later ones after a space: the ids of the whole text, so a
+    sentence's first word is ``ĠThe`` (a word start), not ``The``; WordPiece and Unigram ids do not change."""
+    from bert_pipeline.data.shard_builder import tokenize_documents, tokenize_sentences
+    from bert_pipeline.data.tokenizer import raw_backend
+
+    docs = [["Hello world, the cat sat.", "The cat said Hello.", "東京 😀 naïve."], ["Hello, the cat is here."]]
+    backend = raw_backend(load_tokenizer(folders["bpe"]))
+    out = tokenize_documents(backend, docs, np.dtype(np.int64))
+    for doc, sents in zip(docs, out, strict=True):
+        assert np.concatenate(sents).tolist() == backend.encode(" ".join(doc), add_special_tokens=False).ids
+    assert backend.id_to_token(int(out[0][0][0])) == "Hello" == backend.id_to_token(int(out[1][0][0]))  # no Ġ
+    for k in (1, 2):  # a later sentence starts with a word start, other ids than the sentence alone would get
+        assert backend.id_to_token(int(out[0][k][0])).startswith("Ġ")
+        assert out[0][k].tolist() != backend.encode(docs[0][k], add_special_tokens=False).ids
+    for model in ("wordpiece", "unigram"):
+        other = raw_backend(load_tokenizer(folders[model]))
+        flat = [s for doc in docs for s in doc]
+        alone = tokenize_sentences(other, flat, np.dtype(np.int64))
+        as_text = tokenize_sentences(other, flat, np.dtype(np.int64), [True, False, False, True])
+        assert [a.tolist() for a in alone] == [b.tolist() for b in as_text]
+
+
+def test_mlm_context_bench_counts_the_ids_pretraining_sees(folders):
+    """``bench/mlm_context.py`` counts each sentence with the ids the shards hold: with a BPE tokenizer a
+    document's later sentence starts with ``ĠHello``, not a text's first ``Hello``."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("mlm_context", Path(__file__).parents[1] / "bench/mlm_context.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    tokenizer = load_tokenizer(folders["bpe"])
+    docs = [["The cat sat.", "Hello, the cat is here."], ["Hello world."], ["The end.", "The cat."]]
+    out = bench._sentences(datasets.Dataset.from_dict({"sentences": docs}), tokenizer, limit=2)
+    assert [tokenizer.convert_ids_to_tokens(ids)[0] for ids in out] == ["The", "ĠHello", "Hello"]  # limit: 2 docs
+    for k, text in enumerate(("The cat sat.", " Hello, the cat is here.", "Hello world.")):
+        assert out[k] == tokenizer(text, add_special_tokens=False)["input_ids"]
 
 
 @pytest.mark.parametrize("model", ["bpe", "unigram"])
@@ -176,6 +350,29 @@ def test_qa_offsets_cover_the_word_not_its_space(folders, model):
         (span,) = decode_qa([context], feats["example_index"], feats["offset_mapping"], [start_logits],
                             [end_logits], n_best=5, max_answer_length=10)
         assert span.text == text
+
+
+@pytest.mark.parametrize("batch_bytes", [1, 1 << 20])
+def test_shard_builder_tokenizes_each_document_as_its_text_over_batches(folders, tmp_path, monkeypatch, batch_bytes):
+    """With one sentence per tokenizer batch (a document goes on over batches) as with all in one, a document's
+    units are the ids of its whole text: its first sentence at the text's start, the others after a space."""
+    from bert_pipeline.data import shard_builder as sb
+    from bert_pipeline.data.masking import MaskingRules
+
+    cpd.make_corpus(tmp_path / "corpus", n_train=12, n_val=2)
+    job = sb.ShardJob(corpus_dir=str(tmp_path / "corpus"), split="train", tokenizer_path=str(folders["bpe"]),
+                      out_dir=str(tmp_path), n_shards=1, n_documents=12, objective="none", max_seq_length=512,
+                      short_seq_prob=0.0, rules=MaskingRules(), store_masks=False, dupe_factor=1, seed=0,
+                      max_document_tokens=10**6, group_documents=12)
+    builder = sb.ShardBuilder(job)
+    monkeypatch.setattr(sb, "TOKENIZE_BATCH_BYTES", batch_bytes)
+    units = list(builder.units(0, 12, dict.fromkeys(sb.CUT_COUNTS, 0)))
+    texts = datasets.load_from_disk(str(tmp_path / "corpus"))["train"]["sentences"]
+    assert len(units) == len(texts) == 12 and sum(len(t) > 1 for t in texts) >= 6
+    for unit, sentences in zip(units, texts, strict=True):
+        assert len(unit) == len(sentences)
+        assert np.concatenate(unit).tolist() == builder.backend.encode(" ".join(sentences),
+                                                                       add_special_tokens=False).ids
 
 
 def test_pretraining_data_with_a_bpe_tokenizer(folders, tmp_path, monkeypatch):

@@ -4,16 +4,30 @@ The pipeline is RoBERTa's (Liu et al. 2019, §4.4), itself GPT-2's byte-level BP
 BPE: Sennrich et al. 2016):
 
 - no normaliser (the vocabulary is cased and keeps every character);
-- pre-tokenizer ``ByteLevel(add_prefix_space=True)``: GPT-2's split regex, every UTF-8 byte mapped to one of 256
-  printable characters, a space prepended so the first word is tokenised like any other (``Ġ`` marks a word that
-  follows a space);
+- pre-tokenizer ``ByteLevel(add_prefix_space=False)``: GPT-2's split regex, every UTF-8 byte mapped to one of 256
+  printable characters (``Ġ`` is the space's: a piece that starts with it starts a word that follows a space);
 - model ``BPE`` over those 256 byte characters, so any text encodes without an unknown token and decodes back;
 - decoder ``ByteLevel`` and RoBERTa's post-processor ``<s> A </s>`` / ``<s> A </s></s> B </s>`` with
-  ``trim_offsets`` (character offsets never cover the leading space).
+  ``trim_offsets`` (character offsets never cover the space a ``Ġ`` stands for).
+
+No prefix space, as RoBERTa's own tokenizer (GPT-2's encoder prepends none; ``transformers``' ``RobertaTokenizer``
+defaults to ``add_prefix_space=False``), so ``decode(encode(s)) == s`` byte for byte for any UTF-8 text, leading
+spaces, control characters and the empty string included (``clean_up_tokenization_spaces`` is saved false, so
+decoding leaves `` ,`` alone). The first word of a text is thus tokenised without ``Ġ``, as at the start of any
+RoBERTa input. The prefix space is given where words stand alone but belong to running text:
+
+- pre-split words (NER, ``is_split_into_words=True``; Hugging Face documents ``add_prefix_space=True`` as required
+  there for RoBERTa's tokenizer): :func:`bert_pipeline.model.heads.tokenize_ner` takes
+  :func:`bert_pipeline.data.tokenizer.with_prefix_space`, a copy that prepends a space to every word, so each word,
+  the first of a sentence included, gets the pieces it has after a space in running text; the NER predictor tags
+  text with the same copy, so a text's first word gets the pieces NER was trained on;
+- pre-training's sentences: a document's later sentences are tokenized after a space, its first as a text's start
+  (:func:`bert_pipeline.data.shard_builder.tokenize_sentences`), the ids of the document's whole text.
 
 Special tokens ``<s> <pad> </s> <unk> <mask>`` take ids 0..4, as in RoBERTa's released vocabulary. The folder
 loads with ``AutoTokenizer`` as ``transformers``' RoBERTa tokenizer (``vocab.json`` + ``merges.txt`` beside
-``tokenizer.json``).
+``tokenizer.json``; ``transformers`` 5 rebuilds its pre-tokenizer and post-processor from the saved
+``add_prefix_space`` and ``trim_offsets``, so the config must say false too).
 """
 
 from __future__ import annotations
@@ -40,10 +54,14 @@ WORD_START = "\u0120"  # "Ġ": the byte-level character of a space, so a piece s
 BYTE_ALPHABET_SIZE = 256
 MIN_VOCAB_SIZE = len(SPECIAL_TOKENS) + BYTE_ALPHABET_SIZE
 MODEL_INPUT_NAMES = ("input_ids", "attention_mask")  # RoBERTa takes no token types
+PREFIX_SPACE = False
+"""``add_prefix_space`` of the pre-tokenizer, the post-processor and the saved config: RoBERTa's, and the exact
+round trip (a prefix space would come back as a leading space of the decoded text)."""
 
 
 def is_bpe_continuation(token: str) -> bool:
-    """Byte-level BPE's continuation rule: a piece that does not start with ``Ġ`` goes on the piece before it."""
+    """Byte-level BPE's continuation rule: a piece that does not start with ``Ġ`` goes on the piece before it (a
+    text's first piece, without ``Ġ`` since no space is prepended, has no piece before it and starts its word)."""
     return not token.startswith(WORD_START)
 
 
@@ -54,7 +72,7 @@ def _finish(tokenizer: Tokenizer) -> Tokenizer:
     tokenizer.add_special_tokens([AddedToken(t, special=True, normalized=False, lstrip=t == MASK)
                                   for t in SPECIAL_TOKENS])
     tokenizer.post_processor = processors.RobertaProcessing(
-        (EOS, vocab[EOS]), (BOS, vocab[BOS]), trim_offsets=True, add_prefix_space=True
+        (EOS, vocab[EOS]), (BOS, vocab[BOS]), trim_offsets=True, add_prefix_space=PREFIX_SPACE
     )
     return tokenizer
 
@@ -85,7 +103,7 @@ def train_bpe(
     if vocab_size < MIN_VOCAB_SIZE:
         raise ValueError(f"expected >= {MIN_VOCAB_SIZE} (5 special tokens + 256 bytes), got {vocab_size}")
     tokenizer = Tokenizer(BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=PREFIX_SPACE)
     tokenizer.decoder = decoders.ByteLevel()
     trainer = BpeTrainer(
         vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=list(SPECIAL_TOKENS),
@@ -97,8 +115,8 @@ def train_bpe(
 
 def save_bpe_tokenizer(tokenizer: Tokenizer, folder: str | Path, *, model_max_length: int = 512) -> None:
     """Write ``tokenizer.json``, ``vocab.json``, ``merges.txt``, ``tokenizer_config.json`` (RoBERTa's tokenizer
-    class, ``add_prefix_space``, ``trim_offsets``) and ``special_tokens_map.json`` into the existing, empty
-    ``folder``.
+    class, ``add_prefix_space`` false, ``trim_offsets`` true, ``clean_up_tokenization_spaces`` false) and
+    ``special_tokens_map.json`` into the existing, empty ``folder``.
 
     Args:
         tokenizer: a pipeline from :func:`train_bpe`.
@@ -109,8 +127,11 @@ def save_bpe_tokenizer(tokenizer: Tokenizer, folder: str | Path, *, model_max_le
 
     folder = Path(folder)
     hf = RobertaTokenizerFast(
-        tokenizer_object=tokenizer, add_prefix_space=True, trim_offsets=True, model_max_length=model_max_length,
-        model_input_names=list(MODEL_INPUT_NAMES), **SPECIAL_TOKENS_MAP,
+        tokenizer_object=tokenizer, add_prefix_space=PREFIX_SPACE, trim_offsets=True,
+        model_max_length=model_max_length, model_input_names=list(MODEL_INPUT_NAMES), **SPECIAL_TOKENS_MAP,
+        # written into the config so no transformers version's default can turn it on: clean-up deletes the
+        # space before punctuation (" ," -> ","), which breaks the exact round trip
+        clean_up_tokenization_spaces=False,
     )
     save_tokenizer_folder(hf, folder, SPECIAL_TOKENS_MAP, tokenizer_class="RobertaTokenizerFast")
     tokenizer.model.save(str(folder))  # vocab.json + merges.txt, the files RoBERTa's slow tokenizer reads

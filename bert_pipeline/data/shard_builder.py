@@ -21,7 +21,7 @@ Every random draw of shard ``k``, group ``g``, copy ``d`` comes from a generator
 from __future__ import annotations
 
 import multiprocessing
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import chain
 from pathlib import Path
@@ -37,7 +37,7 @@ from bert_pipeline.data.instances import (
     sentence_piece_bounds,
 )
 from bert_pipeline.data.masking import PAIR_LABELS, MaskingRules, VocabInfo, mask_ragged
-from bert_pipeline.data.tokenizer import load_tokenizer, raw_backend
+from bert_pipeline.data.tokenizer import load_tokenizer, needs_prefix_space, raw_backend
 from bert_pipeline.io import sha256_file, write_json
 
 SPLIT_CODES = {"train": 0, "validation": 1}
@@ -79,11 +79,23 @@ CUT_COUNTS = ("cut_sentences", "cut_sentence_pieces", "cut_documents", "cut_docu
 """Per-shard counts of what was cut before pairing (:func:`document_units`)."""
 
 
-def tokenize_sentences(backend: Any, sentences: list[str], dtype: np.dtype) -> list[np.ndarray]:
+def tokenize_sentences(backend: Any, sentences: list[str], dtype: np.dtype,
+                       starts: Sequence[bool] | None = None) -> list[np.ndarray]:
     """Tokenize sentences in one batched call (no special tokens); returns 1-D ``dtype`` id arrays, views into one
-    flat array."""
+    flat array.
+
+    Each sentence is tokenized as it stands in its document's running text: ``starts[i]`` says sentence ``i``
+    begins its document (``None``: every sentence does); any other follows a space (corpus sentences are stripped,
+    their whitespace runs one space: :mod:`bert_pipeline.data.sentences`). That changes ids only for a byte-level
+    BPE without a prefix space (RoBERTa's, :func:`bert_pipeline.data.tokenizer.needs_prefix_space`), whose word
+    after a space starts with ``Ġ``: there a sentence that does not begin its document is tokenized with a space
+    prepended, so its first word is ``ĠThe`` as in the text and as fine-tuning will see it, not ``The`` (which
+    whole-word masking would read as the previous word's continuation), and a document's ids are its whole text's.
+    """
     if not sentences:
         return []
+    if starts is not None and needs_prefix_space(backend):
+        sentences = [s if start else " " + s for s, start in zip(sentences, starts, strict=True)]
     encodings = backend.encode_batch(sentences, add_special_tokens=False)
     lengths = np.fromiter((len(e.ids) for e in encodings), dtype=np.int64, count=len(encodings))
     ids = np.fromiter(chain.from_iterable(e.ids for e in encodings), dtype=dtype, count=int(lengths.sum()))
@@ -95,7 +107,8 @@ def tokenize_documents(backend: Any, documents: list[list[str]], dtype: np.dtype
 
     Returns ``docs[d][s]``, 1-D ``dtype`` id arrays (views into one flat array).
     """
-    sentences = tokenize_sentences(backend, [s for doc in documents for s in doc], dtype)
+    sentences = tokenize_sentences(backend, [s for doc in documents for s in doc], dtype,
+                                   [k == 0 for doc in documents for k in range(len(doc))])
     out, k = [], 0
     for doc in documents:
         out.append(sentences[k:k + len(doc)])
@@ -222,8 +235,14 @@ class ShardBuilder:
         min_piece, max_piece = sentence_piece_bounds(job.objective, job.max_seq_length)
 
         def tokenized() -> Iterator[tuple[int, list[np.ndarray]]]:
+            previous = None  # the document of the batch before: a document may go on over batches
             for batch in iter_sentence_batches(job.corpus_dir, job.split, start, end, TOKENIZE_BATCH_BYTES):
-                ids = tokenize_sentences(self.backend, [s for _, sents in batch for s in sents], np.dtype(np.int64))
+                starts = []
+                for doc, sents in batch:
+                    starts += [k == 0 and doc != previous for k in range(len(sents))]
+                    previous = doc
+                ids = tokenize_sentences(self.backend, [s for _, sents in batch for s in sents], np.dtype(np.int64),
+                                         starts)
                 k = 0
                 for doc, sents in batch:
                     yield doc, ids[k:k + len(sents)]

@@ -190,18 +190,22 @@ def tagging_windows(pred: Predictor, max_seq_length: int = 384, doc_stride: int 
     """What Hugging Face's ``token-classification`` pipeline needs to tag a long text whole: a copy of the
     tokenizer whose ``model_max_length`` (the pipeline's window) is ``max_seq_length`` capped at the model's
     ``max_position_embeddings``, and the stride capped at half the window's text (each window moves on by at least
-    half).
+    half). A byte-level BPE tokenizer without a prefix space (RoBERTa's) is copied with one
+    (:func:`bert_pipeline.data.tokenizer.with_prefix_space`): fine-tuning gave every word the pieces it has after a
+    space (:func:`bert_pipeline.model.heads.tokenize_ner`), so the text's first word gets them too.
 
     Raises:
         PipelineError: the window holds no text after the special tokens.
     """
     import copy
 
+    from bert_pipeline.data.tokenizer import with_prefix_space
+
     window = max_length(pred, max_seq_length)
     room = window - pred.tokenizer.num_special_tokens_to_add(pair=False)
     if room < 2:
         raise PipelineError(f"--max-seq-length {window}: leaves no room for text after the special tokens")
-    tokenizer = copy.copy(pred.tokenizer)
+    tokenizer = copy.copy(with_prefix_space(pred.tokenizer))
     tokenizer.model_max_length = window
     return tokenizer, min(doc_stride, room // 2)
 

@@ -22,6 +22,7 @@ from transformers import (
 from transformers.modeling_outputs import SequenceClassifierOutput
 
 from bert_pipeline.data.masking import IGNORE_INDEX
+from bert_pipeline.data.tokenizer import with_prefix_space
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +55,10 @@ def tokenize_ner(tokenizer, tokens: list[list[str]], tags: list[list[int]] | Non
     first sub-tokens carry their word's label, the other sub-tokens and special tokens ``-100`` (ignored by the
     loss).
 
+    A byte-level BPE tokenizer without a prefix space (RoBERTa's) tokenizes the words through
+    :func:`bert_pipeline.data.tokenizer.with_prefix_space`: every word, the first of a sentence included, gets the
+    pieces it has after a space in running text (``ĠHello``), not those of a text's first word (``Hello``).
+
     Raises:
         ValueError: ``doc_stride`` leaves no step (it must be below ``max_length`` minus the special tokens).
     """
@@ -61,6 +66,7 @@ def tokenize_ner(tokenizer, tokens: list[list[str]], tags: list[list[int]] | Non
     if room < 1 or doc_stride >= room:
         raise ValueError(f"doc_stride {doc_stride} must be below max_length {max_length} minus "
                          f"{max_length - room} special tokens")
+    tokenizer = with_prefix_space(tokenizer)  # the tokenizer itself unless byte-level without a prefix space
     full = tokenizer(tokens, is_split_into_words=True, add_special_tokens=False)
     enc = tokenizer(tokens, is_split_into_words=True, truncation=True, max_length=max_length, stride=doc_stride,
                     return_overflowing_tokens=True, return_special_tokens_mask=True)
