@@ -260,3 +260,25 @@ def test_stock_classes_named_in_the_table():
     assert FAMILIES["deberta"].masked_lm_class is DebertaV2ForMaskedLM
     assert FAMILIES["deberta"].model_type == "deberta-v2" and family_of("deberta-v2").name == "deberta"
     assert not any(FAMILIES[f].token_types or FAMILIES[f].pair_head for f in NEW)
+
+
+# ------------------------------------------------------------------------------------------------ variants
+def test_variants_report_has_a_row_per_family_and_keeps_published_figures_apart():
+    from bert_pipeline.evaluation.variants import PUBLISHED, RECIPES, variants_record, variants_section
+
+    assert {f: (RECIPES[f].tokenizer, RECIPES[f].objective, RECIPES[f].masking) for f in NEW} == {
+        f: ("wordpiece", "none", "dynamic") for f in NEW}
+    families = ["bert", "roberta", "albert", *NEW]
+    rows = [{"family": f, "parameters": 1_000_000 * (i + 1), "mlm_accuracy": 0.1 + i / 100, "steps": 4,
+             "tokens_seen": 10_000, "scores": {"sentiment": {"mean": 0.5 + i / 100}}} for i, f in enumerate(families)]
+    record = variants_record(rows, member="pretrained", tasks=["sentiment"], seeds=[42])
+    text = variants_section(record, None, "metrics/variants.json", "metrics/variants-timing.json")
+    table = [[c.strip() for c in line.strip("|").split("|")] for line in text.splitlines() if line.startswith("| ")]
+    ours = [r for r in table[2:] if r[0].endswith("(ours)")]
+    assert [r[0] for r in ours] == [f"{f} (ours)" for f in families]
+    modernbert, deberta = ours[3], ours[4]
+    assert modernbert[-4:] == ["ModernBERT-base", "88.4", "149M", ""]
+    assert deberta[-4:] == ["DeBERTa-v3-base", "", "184M", ""]  # no GLUE figure we could check: left out
+    assert modernbert[1:4] == ["4.00M", "13.00%", "53.0"] and "88.4" not in modernbert[:-4]
+    assert f"Published ModernBERT-base: {PUBLISHED['modernbert'].source}." in text
+    assert "Published DeBERTa-v3-base: He et al. 2023" in text
