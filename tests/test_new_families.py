@@ -79,6 +79,9 @@ def test_modernbert_config_keeps_the_size_and_bert_ffn_parameters():
     assert configs.count_parameters(model) == encoder + h * h + h + v == 1_450_752  # head dense + norm, decoder bias
     bert_ffn, glu_ffn = 2 * h * 4 * h, 3 * h * i
     assert abs(glu_ffn - bert_ffn) / bert_ffn < 0.07
+    # model FLOPs count the GeGLU's three matrices (6 H I per token), not BERT's two (4 H I)
+    assert configs.training_flops_per_step(cfg, 1, 8, 0, full_decoder=False) == 3.0 * (
+        2 * 8 * (8 * h * h + 6 * h * i + 4 * 8 * h) + 2 * h * h)
     with pytest.raises(configs.ModelConfigError, match="max_seq_length 513 exceeds the model's max_position_emb"):
         configs.check_max_seq_length(cfg, 513)
 

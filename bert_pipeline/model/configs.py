@@ -305,8 +305,9 @@ def count_parameters(model: nn.Module, exclude_embeddings: bool = False) -> int:
 def training_flops_per_step(config: BertConfig, batch: int, seq_len: int, predicted: int, full_decoder: bool) -> float:
     """Model FLOPs of one training step (forward + backward = 3x forward), counting matmuls only.
 
-    Encoder per layer and token: QKV/output projections 8 H^2, FFN 4 H I, attention scores and values 4 S H
-    (multiply-add = 2 FLOPs). MLM head per predicted position (or per position with ``full_decoder``):
+    Encoder per layer and token: QKV/output projections 8 H^2, FFN 4 H I (ModernBERT's GeGLU 6 H I), attention
+    scores and values 4 S H (multiply-add = 2 FLOPs); DeBERTa's relative-position projections and c2p/p2c scores are
+    not counted. MLM head per predicted position (or per position with ``full_decoder``):
     transform 2 H^2, projection 2 H V. This is the "model FLOPs" of Chowdhery et al. 2022 (PaLM, Appendix B),
     so the MLM head's FLOPs are those actually required by each variant.
 
@@ -315,7 +316,8 @@ def training_flops_per_step(config: BertConfig, batch: int, seq_len: int, predic
     """
     h, i, layers, v = config.hidden_size, config.intermediate_size, config.num_hidden_layers, config.vocab_size
     tokens = batch * seq_len
-    encoder = layers * tokens * (8 * h * h + 4 * h * i + 4 * seq_len * h)
+    ffn = (6 if config.model_type == "modernbert" else 4) * h * i  # ModernBERT's GeGLU: H -> 2I, I -> H
+    encoder = layers * tokens * (8 * h * h + ffn + 4 * seq_len * h)
     head_positions = tokens if full_decoder else predicted
     head = head_positions * (2 * h * h + 2 * h * v)
     pooler = batch * 2 * h * h
