@@ -18,13 +18,19 @@ types, how its position ids start, and which pre-training objectives it takes:
   so a local layer would see the whole window anyway. The GeGLU's intermediate size keeps BERT's feed-forward
   parameter count (:func:`bert_pipeline.model.sizes.glu_intermediate_size`: 8H/3, rounded to a multiple of 64).
   Its own ``sparse_prediction`` stays False: :func:`bert_pipeline.model.objectives.masked_lm_forward` gathers the
-  masked positions itself.
+  masked positions itself. Parameters with an 8192-token vocabulary (``ModernBertForMaskedLM``, tied decoder counted
+  once; encoder alone in brackets): tiny 1,450,752 (1,426,048), mini 5,384,704 (5,310,720), base 91,844,096
+  (91,245,312), against ``BertForMaskedLM``'s 1,536,128 / 5,462,784 / 92,342,528 (no position or type tables, no
+  biases, the GeGLU's rounding).
 - DeBERTa (He et al. 2021, §3, disentangled attention; DeBERTa-v3 settings, He et al. 2023): ``DebertaV2ForMaskedLM``
   only (objective none), relative positions only (``relative_attention`` True, ``position_biased_input`` False:
   no absolute position table), ``pos_att_type`` p2c and c2p, 256 log buckets (``position_buckets``), LayerNorm on the
   relative embeddings, shared content/position projections (``share_att_key``), no token types
   (``type_vocab_size`` 0, as v3: its embeddings then ignore any ``token_type_ids``). Encoder ``deberta``, MLM head
   ``cls`` (the ``legacy`` head: transform + decoder tied to the word embeddings). Feed-forward 4H as BERT's. Its
+  parameter count equals ``BertForMaskedLM``'s at every size (tiny 1,536,128 with 8192 tokens): the 2 x 256
+  relative-position rows replace the 512 absolute positions, their LayerNorm the two token types. No SDPA path:
+  :func:`bert_pipeline.model.configs.attention_implementation` gives it ``eager``. Its
   ``model_type`` is ``deberta-v2`` (the family's name here is ``deberta``).
 
 Neither new family has a sentence-pair head: a pair objective (NSP, SOP) needs a pooled output ``(batch, H)`` and a
