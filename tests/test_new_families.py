@@ -104,6 +104,20 @@ def test_deberta_config_is_v3s_relative_attention_without_token_types():
         configs.new_pretraining_model(cfg, with_pair_head=True, seed=0)
 
 
+def test_deberta_mlm_head_of_a_non_legacy_checkpoint():
+    """A checkpoint with ``legacy`` False (``lm_predictions``, which reads the word embeddings) gives the stock
+    class's logits through the family's MLM head too (the pipeline builds ``legacy`` True: ``cls``)."""
+    tok = bert_tokenizer(WORDS)
+    cfg = configs.build_config("tiny", len(tok), {"legacy": False}, family="deberta")
+    model = configs.new_pretraining_model(cfg, with_pair_head=False, seed=0).eval()
+    assert not hasattr(model, "cls") and hasattr(model, "lm_predictions")
+    ids, mask, labels = masked_batch(tok)
+    with torch.no_grad():
+        logits, _, _ = masked_lm_forward(model, ids, labels, mask)
+        ref = model(input_ids=ids, attention_mask=mask).logits.reshape(-1, len(tok))[labels.reshape(-1) != -100]
+    torch.testing.assert_close(logits, ref, rtol=1e-5, atol=1e-5)
+
+
 # ------------------------------------------------------------------------------------------------ token types
 @pytest.mark.parametrize("family", NEW)
 def test_no_token_types_reach_the_model(family, tmp_path):
@@ -112,6 +126,13 @@ def test_no_token_types_reach_the_model(family, tmp_path):
     assert "token_type_ids" not in saved.model_input_names
     assert "token_type_ids" not in saved("alice met bob", "in paris")
     assert "token_type_ids" in tok("alice met bob", "in paris")  # the caller's tokenizer is unchanged
+    # transformers maps model_type modernbert to its generic TokenizersBackend whatever tokenizer_class says (the
+    # hub's ModernBERT configs name a wrong class), DeBERTa keeps BertTokenizer: either way the ids are ours
+    assert type(saved).__name__ == ("TokenizersBackend" if family == "modernbert" else "BertTokenizer")
+    for texts in (("alice met bob", "in paris"), ("The UNBELIEVABLE film!",), ("a" * 150,)):
+        assert saved(*texts)["input_ids"] == tok(*texts)["input_ids"]
+    assert [saved.pad_token_id, saved.cls_token_id, saved.sep_token_id, saved.mask_token_id, saved.unk_token_id] == [
+        tok.pad_token_id, tok.cls_token_id, tok.sep_token_id, tok.mask_token_id, tok.unk_token_id]
     # a stray token_type_ids is ignored without a word by both encoders (ModernBERT swallows it in **kwargs,
     # DeBERTa-v3 has no type embedding): the pipeline must not rely on them, and does not pass them
     ids, mask, labels = masked_batch(tok)

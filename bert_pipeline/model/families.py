@@ -21,7 +21,10 @@ types, how its position ids start, and which pre-training objectives it takes:
   masked positions itself. Parameters with an 8192-token vocabulary (``ModernBertForMaskedLM``, tied decoder counted
   once; encoder alone in brackets): tiny 1,450,752 (1,426,048), mini 5,384,704 (5,310,720), base 91,844,096
   (91,245,312), against ``BertForMaskedLM``'s 1,536,128 / 5,462,784 / 92,342,528 (no position or type tables, no
-  biases, the GeGLU's rounding).
+  biases, the GeGLU's rounding). A saved ModernBERT folder's tokenizer loads as ``transformers``' generic
+  ``TokenizersBackend`` (``AutoTokenizer`` maps ``model_type`` modernbert to it whatever ``tokenizer_class`` says,
+  because the hub's ModernBERT configs name a wrong class); it reads ``tokenizer.json`` as written, so its ids and
+  special tokens are those of the pipeline's WordPiece tokenizer.
 - DeBERTa (He et al. 2021, §3, disentangled attention; DeBERTa-v3 settings, He et al. 2023): ``DebertaV2ForMaskedLM``
   only (objective none), relative positions only (``relative_attention`` True, ``position_biased_input`` False:
   no absolute position table), ``pos_att_type`` p2c and c2p, 256 log buckets (``position_buckets``), LayerNorm on the
