@@ -231,6 +231,29 @@ def test_same_family_student(family, tmp_path):
     assert not torch.allclose(half, t_logits)
 
 
+def test_modernbert_student_keeps_each_layers_attention_kind(tmp_path):
+    """With the paper's alternating pattern instead of every layer global (a params choice), student layer i
+    attends as its teacher layer does (local: 64 tokens each side, another RoPE base), so a student of every layer
+    still computes the teacher's logits on instances longer than the window."""
+    tok = bert_tokenizer(WORDS)
+    kinds_ = ["full_attention", "full_attention", "sliding_attention", "full_attention"]  # [0, 2]: not the first two
+    model = build_pretraining_model("scratch", size="mini", config={"layer_types": kinds_}, tokenizer=tok,
+                                    max_seq_length=256, with_pair_head=False, seed=0, family="modernbert")
+    configs.save_model(model, tmp_path / "teacher", tok)
+    teacher = load_teacher(tmp_path / "teacher")
+    assert teacher.config.layer_types == kinds_
+    student, mapping = build_student(teacher, 2)
+    assert mapping == [0, 2] and student.config.layer_types == ["full_attention", "sliding_attention"]
+    whole, _ = build_student(teacher, 4)
+    ids = torch.randint(5, len(tok), (2, 200), generator=torch.Generator().manual_seed(0))
+    labels = torch.full_like(ids, IGNORE_INDEX)
+    labels[:, 150] = ids[:, 150]
+    with torch.no_grad():
+        t_logits, _, _ = masked_lm_forward(teacher, ids, labels, torch.ones_like(ids))
+        s_logits, _, _ = masked_lm_forward(whole.eval(), ids, labels, torch.ones_like(ids))
+    assert torch.equal(s_logits, t_logits)
+
+
 # ------------------------------------------------------------------------------------------------ ONNX
 @pytest.mark.parametrize("family", NEW)
 def test_onnx_export_parity_of_a_new_family_classifier(family, tmp_path):

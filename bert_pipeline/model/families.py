@@ -13,9 +13,15 @@ types, how its position ids start, and which pre-training objectives it takes:
   1: every layer the same weights; sharing off: one group per layer).
 - ModernBERT (Warner et al. 2024, "Smarter, Better, Faster, Longer", arXiv 2412.13663, §2.1): ``ModernBertForMaskedLM``
   only (objective none); pre-LN, rotary positions, GeGLU feed-forward, no biases, no token types, no pooler. Encoder
-  ``model``, MLM head ``decoder(head(h))``. Every layer attends globally (``global_attn_every_n_layers`` 1): the
-  paper alternates a global layer with two 128-token sliding-window layers, but our instances are at most 128 tokens,
-  so a local layer would see the whole window anyway. The GeGLU's intermediate size keeps BERT's feed-forward
+  ``model``, MLM head ``decoder(head(h))``. Every layer attends globally (``layer_types`` all
+  ``full_attention``: ``global_attn_every_n_layers`` 1 of earlier ``transformers``). The paper alternates one global
+  layer with two local ones (``local_attention`` 128 tokens in all: 64 on each side, and a RoPE base of 10,000
+  against the global layers' 160,000), a saving for its 8,192-token context; the pipeline's instances are 128 tokens
+  (the GPU profiles end with a phase at 512), where a local layer saves little but would still differ from a global
+  one (a token sees 64 on each side, not the whole instance), so every layer global keeps attention's reach as
+  BERT's and the comparison about the other changes. It also makes a layer's index moot for distillation; with
+  another pattern (``pretrain.model.config.layer_types``) :func:`bert_pipeline.model.distillation.build_student`
+  gives each student layer its teacher layer's kind. The GeGLU's intermediate size keeps BERT's feed-forward
   parameter count (:func:`bert_pipeline.model.sizes.glu_intermediate_size`: 8H/3, rounded to a multiple of 64).
   Its own ``sparse_prediction`` stays False: :func:`bert_pipeline.model.objectives.masked_lm_forward` gathers the
   masked positions itself. Parameters with an 8192-token vocabulary (``ModernBertForMaskedLM``, tied decoder counted
@@ -224,8 +230,9 @@ def family_config(family: str, fields: dict[str, Any], *, embedding_size: int | 
 
     ModernBERT: the BERT-style dropout and LayerNorm fields mapped to its own (:data:`MODERNBERT_FIELDS`;
     ``hidden_dropout_prob`` sets ``mlp_dropout`` and ``embedding_dropout``), otherwise ModernBERT's defaults (no
-    dropout, no biases); every layer global (``global_attn_every_n_layers`` 1: our instances are at most 128 tokens,
-    no longer than its 128-token local window), ``max_position_embeddings`` 512 unless given (RoPE has no table; the
+    dropout, no biases); every layer global unless ``fields`` give ``layer_types`` (see the module's docstring: a
+    local layer sees 64 tokens on each side, less than a 128-token instance, for little saving at these lengths),
+    ``max_position_embeddings`` 512 unless given (RoPE has no table; the
     pipeline checks instances against it), ``[CLS]``/``[SEP]`` ids from the tokenizer (``cls_token_id``,
     ``sep_token_id``, also its ``bos``/``eos``: the config's defaults 50281/50282 are ids of ModernBERT's own
     50k BPE vocabulary, outside ours). The intermediate size is the caller's
