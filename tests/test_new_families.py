@@ -118,6 +118,35 @@ def test_deberta_mlm_head_of_a_non_legacy_checkpoint():
     torch.testing.assert_close(logits, ref, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("family", NEW)
+def test_pretrain_dropout_reaches_every_dropout(family):
+    """``pretrain.dropout`` (configs.set_dropout): 0 makes training-mode forwards deterministic, and a rate above
+    0 reaches ModernBERT's attention too, whose probability dropout is a float attribute and whose output dropout is
+    an Identity when the config's rate is 0 (its default); the config keeps its own rates."""
+    from bert_pipeline.model.configs import set_dropout
+
+    tok = bert_tokenizer(WORDS)
+    ids, mask, _ = masked_batch(tok)
+    given = {"hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1}
+    model = configs.new_pretraining_model(configs.build_config("tiny", len(tok), given, family=family),
+                                          with_pair_head=False, seed=0).train()
+    def logits(m):
+        return m(input_ids=ids, attention_mask=mask).logits
+
+    assert not torch.equal(logits(model), logits(model))
+    set_dropout(model, 0.0)
+    assert torch.equal(logits(model), logits(model))
+    if family == "modernbert":
+        bare = configs.new_pretraining_model(configs.build_config("tiny", len(tok), family=family),
+                                             with_pair_head=False, seed=0).train()
+        assert bare.config.attention_dropout == 0.0
+        assert isinstance(bare.model.layers[0].attn.out_drop, torch.nn.Identity)
+        set_dropout(bare, 0.3)
+        attn = [layer.attn for layer in bare.model.layers]
+        assert all(a.attention_dropout == 0.3 and a.out_drop.p == 0.3 for a in attn)
+        assert bare.config.attention_dropout == 0.0  # the saved config keeps the model's own rates
+
+
 # ------------------------------------------------------------------------------------------------ token types
 @pytest.mark.parametrize("family", NEW)
 def test_no_token_types_reach_the_model(family, tmp_path):

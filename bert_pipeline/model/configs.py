@@ -275,18 +275,30 @@ def set_dropout(model: nn.Module, probability: float) -> int:
     ``probability`` in place, leaving ``model.config`` as it is, so a model pre-trained without dropout (Geiping and
     Goldstein 2023, "Cramming", §4.2) is saved with the config's rates for fine-tuning.
 
+    ModernBERT's attention applies its probability dropout from a float attribute (``attention_dropout``, passed
+    to the attention function) and its output dropout only where the config's rate was above 0 (else an
+    ``nn.Identity``): both are set here too, the Identity replaced by an ``nn.Dropout`` (no weights) for a rate
+    above 0.
+
     Returns:
-        The number of dropout modules changed.
+        The number of dropout modules changed (ModernBERT's attention probability dropouts included).
 
     Raises:
         ValueError: ``probability`` outside [0, 1).
     """
     if not 0.0 <= probability < 1.0:
         raise ValueError(f"dropout: expected a probability in [0, 1), got {probability!r}")
+    changed = 0
+    for module in list(model.modules()):
+        if isinstance(getattr(module, "attention_dropout", None), float):  # ModernBERT's attention
+            module.attention_dropout = float(probability)
+            changed += 1
+            if isinstance(getattr(module, "out_drop", None), nn.Identity) and probability > 0:
+                module.out_drop = nn.Dropout(float(probability))
     modules = [m for m in model.modules() if isinstance(m, nn.Dropout)]
     for module in modules:
         module.p = float(probability)
-    return len(modules)
+    return changed + len(modules)
 
 
 def count_parameters(model: nn.Module, exclude_embeddings: bool = False) -> int:
