@@ -260,6 +260,26 @@ def test_same_family_student(family, tmp_path):
     assert not torch.allclose(half, t_logits)
 
 
+@pytest.mark.parametrize("family", NEW)
+def test_task_distillation_students_of_the_fine_tuned_heads(family, tmp_path):
+    """Task distillation builds its student from a fine-tuned model (bert_pipeline.train.task_distill): every head
+    of both families (mean pooling included) gives a student of its class that, with every layer, computes the
+    teacher's logits, and with half of them has half the layers."""
+    folder = tmp_path / family
+    _, tok = pretrained(family, folder, size="mini")
+    enc = AutoTokenizer.from_pretrained(str(folder))(["alice met bob in paris", "a film"], padding=True,
+                                                       return_tensors="pt")
+    for kind, pooling in ((kinds.CLASSIFICATION, "mean"), (kinds.NER, "cls"), (kinds.QA, "cls")):
+        labels = None if kind == kinds.QA else ["O", "B-PER", "B-LOC"]
+        teacher = finetune_loop.build_model(kind, str(folder), "pretrained", None, pooling, labels, len(tok), seed=0)
+        whole, _ = build_student(teacher.eval(), 4)
+        half, _ = build_student(teacher, 2)
+        assert type(whole) is type(teacher) is type(half) and half.config.num_hidden_layers == 2
+        key = "start_logits" if kind == kinds.QA else "logits"
+        with torch.no_grad():
+            assert torch.equal(whole.eval()(**enc)[key], teacher(**enc)[key]), (kind, pooling)
+
+
 def test_modernbert_student_keeps_each_layers_attention_kind(tmp_path):
     """With the paper's alternating pattern instead of every layer global (a params choice), student layer i
     attends as its teacher layer does (local: 64 tokens each side, another RoPE base), so a student of every layer
