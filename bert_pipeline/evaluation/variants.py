@@ -84,8 +84,8 @@ PUBLISHED: dict[str, Published] = {
     "albert": Published("ALBERT-Base", 80.1, 12, 1.7),
     # GLUE average 88.4 as reported in Warner et al. 2024 (arXiv 2412.13663), Table 1, and in the evaluation table of
     # the answerdotai/ModernBERT-base model card (checked against copies of the card; the paper text was not at hand);
-    # 149M parameters: the same card ("22 layers, 149 million parameters"). The paper times throughput in tokens per
-    # second on GPUs, not against BERT-Base: no speed.
+    # 149M parameters: the same card ("22 layers, 149 million parameters"). No speed: neither source gives one
+    # relative to BERT-Base.
     "modernbert": Published("ModernBERT-base", 88.4, 149, None,
                             "GLUE as reported in Warner et al. 2024, Table 1, and the answerdotai/ModernBERT-base "
                             "model card; parameters: the same card"),
