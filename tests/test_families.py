@@ -1,4 +1,5 @@
-"""BERT, RoBERTa and ALBERT through the model code (bert_pipeline.model.families): configs of the same size, ALBERT's
+"""BERT, RoBERTa, ALBERT (and, for the shared checks, ModernBERT and DeBERTa: tests/test_new_families.py has their
+own) through the model code (bert_pipeline.model.families): configs of the same size, ALBERT's
 parameter count with sharing, our objective's loss equal to the stock model's, every folder loading with the Auto
 classes and fine-tuning a step, same-family distillation, and the params checks."""
 
@@ -65,6 +66,8 @@ def test_sizes_keep_their_meaning_across_families(tmp_path):
         cfg = configs.build_config("mini", 300, {}, family=family, pad_token_id=1 if family == "roberta" else 0)
         assert family_of(cfg).name == family
         shapes[family] = (cfg.num_hidden_layers, cfg.hidden_size, cfg.num_attention_heads, cfg.intermediate_size)
+    ffn = shapes.pop("modernbert")  # its GeGLU keeps BERT's FFN parameters: 3 * 256 * 704 ~ 8 * 256^2
+    assert ffn == (4, 256, 4, 704)
     assert set(shapes.values()) == {(4, 256, 4, 1024)}
     roberta = configs.build_config("tiny", 300, {}, family="roberta", pad_token_id=1, max_seq_length=512)
     assert roberta.type_vocab_size == 1 and roberta.max_position_embeddings == 512 + 2
@@ -87,7 +90,7 @@ def test_albert_with_sharing_counts_one_layer_plus_embeddings():
 
 
 @pytest.mark.parametrize("family,pair", [("bert", True), ("bert", False), ("roberta", False), ("albert", True),
-                                         ("albert", False)])
+                                         ("albert", False), ("modernbert", False), ("deberta", False)])
 def test_our_objective_equals_the_stock_models_loss(family, pair, tmp_path):
     tokenizer = tokenizer_for(family, tmp_path)
     model = new_model(family, tokenizer, pair=pair).eval()
@@ -117,7 +120,7 @@ def test_roberta_has_no_pair_head_and_counts_positions_after_padding(tmp_path):
 def test_every_family_loads_with_the_auto_classes_and_fine_tunes_a_step(family, tmp_path):
     tokenizer = tokenizer_for(family, tmp_path / "bpe")
     folder = tmp_path / family
-    configs.save_model(new_model(family, tokenizer, pair=family != "roberta"), folder, tokenizer)
+    configs.save_model(new_model(family, tokenizer, pair=FAMILIES[family].pair_head is not None), folder, tokenizer)
     assert type(AutoModelForMaskedLM.from_pretrained(folder)).__name__ == FAMILIES[family].masked_lm_class.__name__
     enc = tokenizer(["the film was good", "alice met bob in paris"], padding=True, return_tensors="pt")
     labels = {
@@ -138,10 +141,11 @@ def test_every_family_loads_with_the_auto_classes_and_fine_tunes_a_step(family, 
         loss.backward()
         optimizer.step()
         assert any(not torch.equal(b, p) for b, p in zip(before, model.parameters(), strict=True)), auto
-    assert sequence_classifier_class("mean", family) is MEAN_POOLING_CLASSES[family]
+    assert sequence_classifier_class("mean", family) is MEAN_POOLING_CLASSES.get(family, AutoModelForSequenceClassification)
 
 
-@pytest.mark.parametrize("family,share", [("roberta", False), ("albert", True), ("albert", False)])
+@pytest.mark.parametrize("family,share", [("roberta", False), ("albert", True), ("albert", False),
+                                          ("modernbert", False), ("deberta", False)])
 def test_distillation_makes_a_student_of_the_teachers_family(family, share, tmp_path):
     tokenizer = tokenizer_for(family, tmp_path / "bpe")
     kw = {"share_layers": share} if family == "albert" else {}

@@ -171,3 +171,48 @@ def test_stage_trains_roberta_and_albert_and_reads_what_dvc_yaml_declares(in_tmp
 
     declared = declared_params(REPO)["python -m stages.variants"][1]
     assert mismatches(declared, reads) == ([], [])
+
+
+def test_stage_trains_modernbert_and_deberta_on_wordpiece(in_tmp, mlflow_in_tmp, raw, capsys, one_thread):
+    """ModernBERT and DeBERTa through the stage's own code (tokenizer, pre-training data, the pretrain stage's loop,
+    fine-tuning, the side-by-side speed): both on a WordPiece vocabulary, objective none with dynamic masking, their
+    stock MLM classes saved with a tokenizer that gives no token types, and the report's table holding their rows
+    beside their published figures."""
+    from stages import variants
+    from tests.pretrain_fixtures import TINY_PRETRAIN
+
+    _save_corpus(in_tmp / "data/corpus")
+    save_tiny_tasks(in_tmp / "data/tasks")
+    write_params(in_tmp, tiny_finetune(raw, low_resource_tasks=[]),
+                 variants={"families": ["modernbert", "deberta"], "tasks": ["sentiment"]},
+                 train_tokenizer={"vocab_size": 320, "batch_size": 100},
+                 create_pretraining_data={"max_seq_length": 32, "dupe_factor": 1, "shard_size": 16, "num_proc": 1},
+                 pretrain=TINY_PRETRAIN, evaluate={"seq_length": 32})
+    code, err = run_stage(variants.main, capsys)
+    assert code == 0, err
+
+    record = json.loads(Path("metrics/variants.json").read_text(encoding="utf-8"))
+    rows = {r["family"]: r for r in record["families"]}
+    assert list(rows) == ["modernbert", "deberta"]
+    for family, model_type, architecture in (("modernbert", "modernbert", "ModernBertForMaskedLM"),
+                                             ("deberta", "deberta-v2", "DebertaV2ForMaskedLM")):
+        row = rows[family]
+        assert (row["recipe"]["tokenizer"], row["recipe"]["objective"], row["recipe"]["masking"]) == (
+            "wordpiece", "none", "dynamic")
+        assert row["steps"] == 4 and row["tokens_seen"] > 0 and 0.0 <= row["mlm_accuracy"] <= 1.0
+        assert 0.0 <= row["scores"]["sentiment"]["mean"] <= 1.0
+        folder = Path("checkpoints/variants") / family
+        config = json.loads((folder / "model/config.json").read_text(encoding="utf-8"))
+        assert (config["model_type"], config["architectures"]) == (model_type, [architecture])
+        assert (folder / "tokenizer/vocab.txt").is_file()  # WordPiece
+        tok_config = json.loads((folder / "model/tokenizer_config.json").read_text(encoding="utf-8"))
+        assert tok_config["model_input_names"] == ["input_ids", "attention_mask"]
+    assert json.loads(Path("checkpoints/variants/modernbert/model/config.json").read_text(encoding="utf-8"))[
+        "intermediate_size"] == 320  # tiny's GeGLU at BERT's FFN parameters
+    timing = json.loads(Path("metrics/variants-timing.json").read_text(encoding="utf-8"))["families"]
+    assert all(t["examples_per_second"] > 0 for t in timing)
+    text = variants_section(record, {"families": timing}, "metrics/variants.json", "metrics/variants-timing.json")
+    cells = {line.split("|")[1].strip(): [c.strip() for c in line.strip().strip("|").split("|")]
+             for line in text.splitlines() if line.startswith("| ") and "(ours)" in line}
+    assert cells["modernbert (ours)"][-4:] == ["ModernBERT-base", "88.4", "149M", ""]
+    assert cells["deberta (ours)"][-4:] == ["DeBERTa-v3-base", "", "184M", ""]

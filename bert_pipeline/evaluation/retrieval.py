@@ -45,7 +45,7 @@ def _encode(model: Any, tokenizer: Any, texts: Sequence[str], max_length: int, r
     runtime's device."""
     enc = tokenizer(list(texts), truncation=True, max_length=max_length, padding=True, return_tensors="pt")
     inputs = {k: v for k, v in enc.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
-    if getattr(model.config, "type_vocab_size", 2) < 2:  # RoBERTa: one token type
+    if getattr(model.config, "type_vocab_size", 0) < 2:  # RoBERTa: one token type; ModernBERT, DeBERTa-v3: none
         inputs.pop("token_type_ids", None)
     inputs = runtime.to_device(inputs)
     with runtime.autocast():

@@ -151,8 +151,8 @@ def measure_throughput(
     """Inference throughput of several encoders' forward passes on ``runtime``'s device, fp32 (pass
     ``model.base_model`` to time the encoder that downstream tasks use, without the pre-training heads).
 
-    Runs ``model(input_ids, attention_mask, token_type_ids)`` on one fixed random batch ``(batch_size, seq_len)``
-    of int64 ids (full attention), in eval mode, timed with :func:`median_seconds`. The models are moved to the
+    Runs ``model(input_ids, attention_mask, token_type_ids)`` (no token types for a model with fewer than two)
+    on one fixed random batch ``(batch_size, seq_len)`` of int64 ids (full attention), in eval mode, timed with :func:`median_seconds`. The models are moved to the
     device (and stay there); their train/eval modes are restored.
 
     Returns:
@@ -168,11 +168,14 @@ def measure_throughput(
     input_ids = torch.randint(1000 if vocab > 2000 else 1, vocab, (batch_size, seq_len), generator=gen)
     batch = runtime.to_device({"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids),
                                "token_type_ids": torch.zeros_like(input_ids)})
+    # token types only for models that have them (RoBERTa one, ModernBERT and DeBERTa-v3 none)
+    inputs = {name: batch if getattr(m.config, "type_vocab_size", 0) >= 2 else
+              {k: v for k, v in batch.items() if k != "token_type_ids"} for name, m in models.items()}
     for m in models.values():
         runtime.place(m)
     try:
-        median = median_seconds({name: (lambda m=m: (m(**batch), runtime.synchronize())) for name, m in models.items()},
-                                warmup, runs)
+        median = median_seconds({name: (lambda m=m, b=inputs[name]: (m(**b), runtime.synchronize()))
+                                 for name, m in models.items()}, warmup, runs)
     finally:
         for name, m in models.items():
             m.train(modes[name])

@@ -9,6 +9,13 @@ What each variant changed (the recipes :data:`RECIPES` applies, everything else 
 - ALBERT (Lan et al. 2020, section 3.1): factorised embedding (``embedding_size`` < hidden size), all encoder
   layers sharing one set of weights, sentence-order prediction instead of NSP, a SentencePiece-style Unigram
   vocabulary.
+- ModernBERT (Warner et al. 2024) and DeBERTa (He et al. 2021; v3's attention settings, He et al. 2023): their
+  architectures on the pipeline's own WordPiece vocabulary (:data:`bert_pipeline.model.sizes.FAMILY_VOCABULARIES`:
+  the comparison with BERT is about the architecture, not ModernBERT's 50k BPE or DeBERTa-v3's 128k SentencePiece
+  vocabulary), MLM only (neither class has a pair head), the pipeline's packing as RoBERTa's recipe, dynamic
+  masking: all three MLM-only families then see the same kind of data, and both papers pre-train on masks drawn
+  afresh (ModernBERT at a 30% rate, which we do not copy: the rate stays the pipeline's). DeBERTa-v3 itself
+  pre-trains with replaced token detection (ELECTRA-style); the pipeline trains its architecture with MLM.
 
 The published columns (:data:`PUBLISHED`) are the Base models' figures as the seeds quote them (GLUE average,
 parameters, relative inference speed against BERT-Base); they are never mixed with ours: the report prints them in
@@ -53,24 +60,43 @@ RECIPES: dict[str, Recipe] = {
     "bert": Recipe("wordpiece", "nsp", "static", {"family": "bert"}),
     "roberta": Recipe("bpe", "none", "dynamic", {"family": "roberta"}, lowercase=False),
     "albert": Recipe("unigram", "sop", "static", {"family": "albert", "share_layers": True}),
+    "modernbert": Recipe("wordpiece", "none", "dynamic", {"family": "modernbert"}),
+    "deberta": Recipe("wordpiece", "none", "dynamic", {"family": "deberta"}),
 }
 
 
 @dataclass(frozen=True)
 class Published:
-    """A Base model's published figures as the seeds quote them: GLUE average (points), parameters (millions),
-    inference speed relative to BERT-Base (x)."""
+    """A Base model's published figures: GLUE average (points), parameters (millions), inference speed relative to
+    BERT-Base (x); None where no source gives the figure (the cell stays empty rather than hold a guess).
+    ``source``: where the figures come from (empty: as the seeds quote them)."""
 
     name: str
-    glue: float
-    parameters_m: float
-    speed: float
+    glue: float | None
+    parameters_m: float | None
+    speed: float | None
+    source: str = ""
 
 
 PUBLISHED: dict[str, Published] = {
     "bert": Published("BERT-Base", 79.6, 110, 1.0),
     "roberta": Published("RoBERTa-Base", 83.7, 125, 1.0),
     "albert": Published("ALBERT-Base", 80.1, 12, 1.7),
+    # GLUE average 88.4 as reported in Warner et al. 2024 (arXiv 2412.13663), Table 1, and in the evaluation table of
+    # the answerdotai/ModernBERT-base model card (checked against copies of the card; the paper text was not at hand);
+    # 149M parameters: the same card ("22 layers, 149 million parameters"). No speed: neither source gives one
+    # relative to BERT-Base.
+    "modernbert": Published("ModernBERT-base", 88.4, 149, None,
+                            "GLUE as reported in Warner et al. 2024, Table 1, and the answerdotai/ModernBERT-base "
+                            "model card; parameters: the same card"),
+    # microsoft/deberta-v3-base model card: "86M backbone parameters with a vocabulary containing 128K tokens which
+    # introduces 98M parameters in the Embedding layer" (184M). He et al. 2023 (DeBERTaV3) give a GLUE average for
+    # the Large model (91.37); no Base GLUE average from He et al. could be checked, so the cell stays empty (other
+    # papers' re-runs of DeBERTa-v3-base on GLUE, such as Warner et al. 2024's Table 1, are not He et al.'s figure
+    # and were not checked either), as does speed (not reported against BERT-Base).
+    "deberta": Published("DeBERTa-v3-base", None, 184, None,
+                         "He et al. 2023, DeBERTaV3; microsoft/deberta-v3-base model card (86M backbone + 98M "
+                         "embedding parameters)"),
     "distilled": Published("DistilBERT", 77.0, 66, 1.6),
 }
 
@@ -80,6 +106,12 @@ def albert_embedding_size(hidden_size: int) -> int:
     multiple of 16 and at most H (768 -> 128 as in ALBERT-Base)."""
     size = -(-hidden_size // ALBERT_EMBEDDING_RATIO)
     return min(hidden_size, -(-size // 16) * 16)
+
+
+def _published_cells(pub: Published) -> list[str]:
+    """The four published cells (model, GLUE, parameters, speed); an empty cell where the figure is None."""
+    return [pub.name, "" if pub.glue is None else f"{pub.glue:.1f}",
+            "" if pub.parameters_m is None else f"{pub.parameters_m:g}M", "" if pub.speed is None else f"{pub.speed:g}x"]
 
 
 def recipe_of(family: str) -> Recipe:
@@ -143,15 +175,14 @@ def variants_section(record: Mapping[str, Any] | None, timing: Mapping[str, Any]
         rows.append([f"{row['family']} (ours)", f"{row['parameters'] / 1e6:.2f}M", f"{100 * row['mlm_accuracy']:.2f}%",
                      *(_pts(row["scores"].get(t, {}).get("mean")) for t in tasks),
                      _pts(average(row["scores"], tasks)), relative, f"{row['tokens_seen'] / 1e6:.2f}M",
-                     "" if cpu is None else f"{cpu / 60:.1f}", pub.name, f"{pub.glue:.1f}", f"{pub.parameters_m:g}M",
-                     f"{pub.speed:g}x"])
+                     "" if cpu is None else f"{cpu / 60:.1f}", *_published_cells(pub)])
     pub = PUBLISHED["distilled"]
     if distilled:
         scores = distilled.get("scores", {})
         rows.append(["distilled (ours, the pipeline's student)", f"{distilled['parameters'] / 1e6:.2f}M", "",
                      *(_pts(scores.get(t, {}).get("mean")) for t in tasks), _pts(average(scores, tasks)),
-                     f"{distilled['speed']:.2f}x" if distilled.get("speed") else "", "", "", pub.name,
-                     f"{pub.glue:.1f}", f"{pub.parameters_m:g}M", f"{pub.speed:g}x"])
+                     f"{distilled['speed']:.2f}x" if distilled.get("speed") else "", "", "",
+                     *_published_cells(pub)])
     recipes = "; ".join(f"{f}: {r.tokenizer} vocabulary, objective `{r.objective}`, {r.masking} masking"
                         + (", shared layers" if r.model.get("share_layers") else "")
                         for f, r in RECIPES.items() if any(row["family"] == f for row in record["families"]))
@@ -161,8 +192,11 @@ def variants_section(record: Mapping[str, Any] | None, timing: Mapping[str, Any]
         f"`{record['member']}`'s fine-tuning on each task: test main metric in points, the mean over seeds "
         f"{list(record['seeds'])}. Relative speed: fine-tuned `{tasks[0]}` model's CPU inference throughput, BERT "
         f"= 1.0x (`{source_timing}`). The published columns are the Base models' figures as the seeds quote them "
-        "(GLUE average, parameters, speed against BERT-Base), not measured here; the distilled row is the "
+        "or as the sources named below the table give them (GLUE average, parameters, speed against BERT-Base; "
+        "empty where no source gives one), not measured here; the distilled row is the "
         "pipeline's own student (its own recipe and budget), beside DistilBERT's published figures.", "",
         markdown_table(header, rows),
-        f"Source: `{source}`.", "",
+        f"Source: `{source}`." + "".join(
+            f" Published {PUBLISHED[f].name}: {PUBLISHED[f].source}." for f in dict.fromkeys(
+                row["family"] for row in record["families"]) if PUBLISHED[f].source), "",
     ])

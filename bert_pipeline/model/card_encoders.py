@@ -35,8 +35,11 @@ PAIR_OBJECTIVE = {"nsp": "masked LM + next-sentence prediction (Devlin et al. 20
                   "none": "masked LM only, packed sequences (Liu et al. 2019)"}
 
 # The encoder families' names as their papers write them (bert_pipeline.model.families holds the classes).
-FAMILY_NAMES = {"bert": "BERT", "roberta": "RoBERTa", "albert": "ALBERT"}
-CLASS_PREFIXES = {"bert": "Bert", "roberta": "Roberta", "albert": "Albert"}
+# keyed by config model_type (bert_pipeline.model.families)
+FAMILY_NAMES = {"bert": "BERT", "roberta": "RoBERTa", "albert": "ALBERT", "modernbert": "ModernBERT",
+                "deberta-v2": "DeBERTa"}
+CLASS_PREFIXES = {"bert": "Bert", "roberta": "Roberta", "albert": "Albert", "modernbert": "ModernBert",
+                  "deberta-v2": "DebertaV2"}
 
 
 def _corpus_text(corpus: Mapping[str, Any] | None, cites: CardCitations) -> str:

@@ -14,6 +14,7 @@ Reused by pre-training, distillation and fine-tuning. Everything here takes plai
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,7 @@ import torch
 from torch import nn
 from transformers import BertConfig, PretrainedConfig, PreTrainedModel
 
-from bert_pipeline.model.sizes import SIZES
+from bert_pipeline.model.sizes import SIZES, glu_intermediate_size
 
 log = logging.getLogger(__name__)
 
@@ -40,10 +41,14 @@ def build_config(
     family: str = "bert",
     embedding_size: int | None = None,
     share_layers: bool = False,
+    cls_token_id: int | None = None,
+    sep_token_id: int | None = None,
 ) -> PretrainedConfig:
     """A config of the named size with the tokenizer's vocabulary size and any field overridden: ``BertConfig``,
-    or for ``family`` ``roberta`` / ``albert`` that family's (:func:`bert_pipeline.model.families.family_config`:
-    the same layers, width, heads and FFN, so a ``tiny`` RoBERTa has BERT-tiny's shape).
+    or for ``family`` ``roberta`` / ``albert`` / ``modernbert`` / ``deberta`` that family's
+    (:func:`bert_pipeline.model.families.family_config`: the same layers, width, heads and FFN, so a ``tiny`` RoBERTa
+    has BERT-tiny's shape; ModernBERT's GeGLU the intermediate size of the same FFN parameter count,
+    :func:`bert_pipeline.model.sizes.glu_intermediate_size`).
 
     Args:
         size: a key of :data:`SIZES`.
@@ -55,6 +60,7 @@ def build_config(
         key: the params key named in error messages.
         family, embedding_size, share_layers: the encoder family and ALBERT's factorised embedding size (None: the
             hidden size) and cross-layer sharing.
+        cls_token_id, sep_token_id: the tokenizer's ``[CLS]`` / ``[SEP]`` ids (ModernBERT's config records them).
 
     Raises:
         ModelConfigError: unknown size, unknown field, vocab_size mismatch, max_seq_length too long, hidden
@@ -70,6 +76,10 @@ def build_config(
         raise ModelConfigError(f"{key}.family: {exc}") from None
     overrides = dict(overrides or {})
     known = set(spec.config_class().to_dict())
+    if spec.name == "modernbert":  # BERT's dropout / LayerNorm names, mapped to ModernBERT's (family_config)
+        from bert_pipeline.model.families import MODERNBERT_FIELDS
+
+        known |= set(MODERNBERT_FIELDS)
     unknown = sorted(k for k in overrides if k not in known)
     if unknown:
         raise ModelConfigError(f"{key}.config.{unknown[0]}: not a {spec.config_class.__name__} field")
@@ -79,11 +89,14 @@ def build_config(
             f"of {vocab_size} tokens (leave it out: vocab_size comes from the tokenizer)"
         )
     fields = {**SIZES[size], "pad_token_id": pad_token_id, **overrides, "vocab_size": vocab_size}
+    if spec.name == "modernbert" and "intermediate_size" not in overrides:
+        fields["intermediate_size"] = glu_intermediate_size(int(fields["hidden_size"]))
     if spec.name == "bert" and embedding_size is None and not share_layers:
         config = BertConfig(**fields)
     else:
         try:
-            config = family_config(spec.name, fields, embedding_size=embedding_size, share_layers=share_layers)
+            config = family_config(spec.name, fields, embedding_size=embedding_size, share_layers=share_layers,
+                                   cls_token_id=cls_token_id, sep_token_id=sep_token_id)
         except ValueError as exc:
             raise ModelConfigError(str(exc)) from None
     if config.hidden_size % config.num_attention_heads:
@@ -96,11 +109,14 @@ def build_config(
 
 
 def check_max_seq_length(config: PretrainedConfig, max_seq_length: int | None, key: str = "pretrain") -> None:
-    """Raise :class:`ModelConfigError` when instances are longer than the model's position table (RoBERTa's
-    first ``pad_token_id + 1`` rows hold no position)."""
-    from bert_pipeline.model.families import FAMILIES
+    """Raise :class:`ModelConfigError` when instances are longer than the model's ``max_position_embeddings``:
+    the position table (RoBERTa's first ``pad_token_id + 1`` rows hold no position). ModernBERT (rotary positions)
+    and DeBERTa-v3 (``position_biased_input`` False: relative positions only) have no absolute table; for them
+    ``max_position_embeddings`` is the longest sequence the config declares (ModernBERT) and the scale of DeBERTa's
+    log-bucketed relative distances (``max_relative_positions`` -1), and instances are held to it the same way."""
+    from bert_pipeline.model.families import family_of, is_family_model_type
 
-    offset = FAMILIES[config.model_type].position_offset(config) if config.model_type in FAMILIES else 0
+    offset = family_of(config).position_offset(config) if is_family_model_type(config.model_type) else 0
     usable = config.max_position_embeddings - offset
     if max_seq_length is not None and max_seq_length > usable:
         table = (f"{usable} positions (max_position_embeddings {config.max_position_embeddings}, the first {offset} "
@@ -120,7 +136,8 @@ def check_vocab(config: BertConfig, vocab_size: int, where: str) -> None:
 def new_pretraining_model(config: PretrainedConfig, with_pair_head: bool, seed: int) -> PreTrainedModel:
     """A freshly initialised pre-training model of the config's family (:mod:`bert_pipeline.model.families`):
     ``BertForPreTraining`` / ``AlbertForPreTraining`` (``with_pair_head``) or ``BertForMaskedLM`` /
-    ``RobertaForMaskedLM`` / ``AlbertForMaskedLM``, SDPA attention.
+    ``RobertaForMaskedLM`` / ``AlbertForMaskedLM`` / ``ModernBertForMaskedLM`` / ``DebertaV2ForMaskedLM``, SDPA
+    attention (DeBERTa's disentangled attention has its own implementation).
 
     The initial weights depend only on ``config`` and ``seed`` (the global torch RNG is seeded here).
 
@@ -136,8 +153,14 @@ def new_pretraining_model(config: PretrainedConfig, with_pair_head: bool, seed: 
         raise ModelConfigError(str(exc)) from None
     torch.manual_seed(seed)
     config = type(config).from_dict(config.to_dict())
-    config._attn_implementation = "sdpa"
+    config._attn_implementation = attention_implementation(cls)
     return cls(config)
+
+
+def attention_implementation(cls: type[PreTrainedModel]) -> str:
+    """``sdpa`` (PyTorch's fused attention) where the class supports it, else ``eager`` (DeBERTa's disentangled
+    attention adds its relative-position scores inside its own implementation)."""
+    return "sdpa" if getattr(cls, "_supports_sdpa", False) else "eager"
 
 
 def load_pretraining_model(folder: str | Path, with_pair_head: bool, seed: int) -> PreTrainedModel:
@@ -153,21 +176,21 @@ def load_pretraining_model(folder: str | Path, with_pair_head: bool, seed: int) 
     """
     from transformers import AutoConfig
 
-    from bert_pipeline.model.families import FAMILIES
+    from bert_pipeline.model.families import FAMILIES, family_of, is_family_model_type
 
     try:
         config = AutoConfig.from_pretrained(str(folder))
     except (OSError, ValueError) as exc:
         raise ModelConfigError(f"pretrain.init: cannot load a model config from {folder!s} ({exc})") from None
-    if config.model_type not in FAMILIES:
+    if not is_family_model_type(config.model_type):
         raise ModelConfigError(f"pretrain.init: {folder!s} is a {config.model_type!r} model, expected one of "
-                               f"{', '.join(repr(f) for f in FAMILIES)}")
+                               f"{', '.join(repr(f.model_type) for f in FAMILIES.values())}")
     try:
-        cls = FAMILIES[config.model_type].model_class(with_pair_head)
+        cls = family_of(config).model_class(with_pair_head)
     except ValueError as exc:
         raise ModelConfigError(str(exc)) from None
     torch.manual_seed(seed)
-    model, info = load_weights(cls, folder, attn_implementation="sdpa")
+    model, info = load_weights(cls, folder, attn_implementation=attention_implementation(cls))
     missing = sorted(k for k in info.get("missing_keys", ()) if "decoder.weight" not in k)
     if missing:
         heads = sorted({".".join(k.split(".")[:3]) for k in missing})
@@ -223,12 +246,28 @@ def save_model(model: PreTrainedModel, folder: str | Path, tokenizer=None) -> No
     """``save_pretrained`` (safetensors) of the standard class with the tokenizer beside it.
 
     The config's ``architectures`` names the stock class, so ``AutoModelForPreTraining`` /
-    ``AutoModelForMaskedLM`` load the folder.
+    ``AutoModelForMaskedLM`` load the folder. For a family without token types (RoBERTa, ModernBERT, DeBERTa:
+    :attr:`bert_pipeline.model.families.Family.token_types`) the tokenizer is saved with ``model_input_names``
+    without ``token_type_ids`` (a WordPiece tokenizer has them) written into its ``tokenizer_config.json``, so
+    everything that encodes with the saved tokenizer (fine-tuning, predict, ONNX export, retrieval) gives the model
+    no token types; ``tokenizer`` itself is unchanged.
     """
+    from bert_pipeline.model.families import family_of, is_family_model_type
+
     model.config.architectures = [type(model).__name__]
     model.save_pretrained(str(folder), safe_serialization=True)
-    if tokenizer is not None:
-        tokenizer.save_pretrained(str(folder))
+    if tokenizer is None:
+        return
+    tokenizer.save_pretrained(str(folder))
+    names = list(tokenizer.model_input_names)
+    if (is_family_model_type(model.config.model_type) and not family_of(model.config).token_types
+            and "token_type_ids" in names):
+        # tokenizer_config.json records no model_input_names by itself: the class's default would come back on
+        # loading (BertTokenizer's has token_type_ids); written here, from_pretrained passes them to the class
+        path = Path(folder) / "tokenizer_config.json"
+        config = json.loads(path.read_text(encoding="utf-8"))
+        config["model_input_names"] = [n for n in names if n != "token_type_ids"]
+        path.write_text(json.dumps(config, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
 def set_dropout(model: nn.Module, probability: float) -> int:
@@ -236,18 +275,30 @@ def set_dropout(model: nn.Module, probability: float) -> int:
     ``probability`` in place, leaving ``model.config`` as it is, so a model pre-trained without dropout (Geiping and
     Goldstein 2023, "Cramming", §4.2) is saved with the config's rates for fine-tuning.
 
+    ModernBERT's attention applies its probability dropout from a float attribute (``attention_dropout``, passed
+    to the attention function) and its output dropout only where the config's rate was above 0 (else an
+    ``nn.Identity``): both are set here too, the Identity replaced by an ``nn.Dropout`` (no weights) for a rate
+    above 0.
+
     Returns:
-        The number of dropout modules changed.
+        The number of dropout modules changed (ModernBERT's attention probability dropouts included).
 
     Raises:
         ValueError: ``probability`` outside [0, 1).
     """
     if not 0.0 <= probability < 1.0:
         raise ValueError(f"dropout: expected a probability in [0, 1), got {probability!r}")
+    changed = 0
+    for module in list(model.modules()):
+        if isinstance(getattr(module, "attention_dropout", None), float):  # ModernBERT's attention
+            module.attention_dropout = float(probability)
+            changed += 1
+            if isinstance(getattr(module, "out_drop", None), nn.Identity) and probability > 0:
+                module.out_drop = nn.Dropout(float(probability))
     modules = [m for m in model.modules() if isinstance(m, nn.Dropout)]
     for module in modules:
         module.p = float(probability)
-    return len(modules)
+    return changed + len(modules)
 
 
 def count_parameters(model: nn.Module, exclude_embeddings: bool = False) -> int:
@@ -266,8 +317,9 @@ def count_parameters(model: nn.Module, exclude_embeddings: bool = False) -> int:
 def training_flops_per_step(config: BertConfig, batch: int, seq_len: int, predicted: int, full_decoder: bool) -> float:
     """Model FLOPs of one training step (forward + backward = 3x forward), counting matmuls only.
 
-    Encoder per layer and token: QKV/output projections 8 H^2, FFN 4 H I, attention scores and values 4 S H
-    (multiply-add = 2 FLOPs). MLM head per predicted position (or per position with ``full_decoder``):
+    Encoder per layer and token: QKV/output projections 8 H^2, FFN 4 H I (ModernBERT's GeGLU 6 H I), attention
+    scores and values 4 S H (multiply-add = 2 FLOPs); DeBERTa's relative-position projections and c2p/p2c scores are
+    not counted. MLM head per predicted position (or per position with ``full_decoder``):
     transform 2 H^2, projection 2 H V. This is the "model FLOPs" of Chowdhery et al. 2022 (PaLM, Appendix B),
     so the MLM head's FLOPs are those actually required by each variant.
 
@@ -276,7 +328,8 @@ def training_flops_per_step(config: BertConfig, batch: int, seq_len: int, predic
     """
     h, i, layers, v = config.hidden_size, config.intermediate_size, config.num_hidden_layers, config.vocab_size
     tokens = batch * seq_len
-    encoder = layers * tokens * (8 * h * h + 4 * h * i + 4 * seq_len * h)
+    ffn = (6 if config.model_type == "modernbert" else 4) * h * i  # ModernBERT's GeGLU: H -> 2I, I -> H
+    encoder = layers * tokens * (8 * h * h + ffn + 4 * seq_len * h)
     head_positions = tokens if full_decoder else predicted
     head = head_positions * (2 * h * h + 2 * h * v)
     pooler = batch * 2 * h * h

@@ -28,12 +28,10 @@ from torch.nn import functional
 
 from bert_pipeline.data.masking import IGNORE_INDEX
 from bert_pipeline.errors import PipelineError, SettingError
+from bert_pipeline.model.families import family_of
 from bert_pipeline.model.objectives import masked_lm_forward, top1_hits
 
 log = logging.getLogger(__name__)
-
-_LAYER_PREFIX = "encoder.layer."
-
 
 def default_student_layers(teacher_layers: int) -> int:
     """Half the teacher's layers, rounded down, at least 1 (DistilBERT: 12 -> 6)."""
@@ -77,7 +75,7 @@ def layer_map(teacher_layers: int, student_layers: int) -> list[int]:
 _ALBERT_LAYER_PREFIX = "encoder.albert_layer_groups."
 
 
-def _remap_key(key: str, mapping: dict[int, int], prefix: str = _LAYER_PREFIX) -> str | None:
+def _remap_key(key: str, mapping: dict[int, int], prefix: str) -> str | None:
     """Rename a teacher state-dict key for the student; None for a teacher layer the student does not take."""
     at = key.find(prefix)
     if at < 0:
@@ -99,8 +97,10 @@ def build_student(teacher: nn.Module, student_layers: int) -> tuple[nn.Module, l
 
     Args:
         teacher: a pre-training model of any family (:mod:`bert_pipeline.model.families`; the student is of the
-            same family and class): ``encoder.layer.N`` weights for BERT and RoBERTa; for ALBERT with shared layers
-            the one shared layer (the student runs it ``student_layers`` times), else one group per layer.
+            same family and class): ``encoder.layer.N`` weights for BERT, RoBERTa and DeBERTa (whose encoder's
+            shared relative-position embeddings and their LayerNorm, outside the layers, are copied),
+            ``model.layers.N`` for ModernBERT (its ``layer_types`` follow the chosen layers); for ALBERT with shared
+            layers the one shared layer (the student runs it ``student_layers`` times), else one group per layer.
         student_layers: depth of the student, 1 <= student_layers <= teacher layers.
 
     Returns:
@@ -114,7 +114,9 @@ def build_student(teacher: nn.Module, student_layers: int) -> tuple[nn.Module, l
     mapping = layer_map(teacher_layers, student_layers)
     config = copy.deepcopy(teacher.config)
     config.num_hidden_layers = student_layers
-    prefix = _LAYER_PREFIX
+    prefix = family_of(config).layer_prefix
+    if getattr(config, "layer_types", None) is not None:  # ModernBERT: each layer's attention kind follows it
+        config.layer_types = [teacher.config.layer_types[t] for t in mapping]
     if config.model_type == "albert":
         prefix = _ALBERT_LAYER_PREFIX
         if config.num_hidden_groups == 1:  # shared layers: the student runs the same one layer fewer times
@@ -416,13 +418,15 @@ def load_teacher(folder: Path) -> nn.Module:
     """
     from transformers import AutoConfig
 
+    from bert_pipeline.model.configs import attention_implementation
     from bert_pipeline.model.families import PRETRAINING_CLASSES
 
     if not (folder / "config.json").is_file():
         raise PipelineError(f"{folder}: no config.json: expected the pretrain stage's model (run `dvc repro pretrain`)")
     config = AutoConfig.from_pretrained(str(folder))
     arch = (config.architectures or ["BertForPreTraining"])[0]
-    if arch not in PRETRAINING_CLASSES or PRETRAINING_CLASSES[arch][0].name != config.model_type:
+    if arch not in PRETRAINING_CLASSES or PRETRAINING_CLASSES[arch][0].model_type != config.model_type:
         raise PipelineError(f"{folder}: expected a pre-training teacher ({', '.join(PRETRAINING_CLASSES)}), got {arch}")
-    teacher = PRETRAINING_CLASSES[arch][1].from_pretrained(str(folder), attn_implementation="sdpa")
+    cls = PRETRAINING_CLASSES[arch][1]
+    teacher = cls.from_pretrained(str(folder), attn_implementation=attention_implementation(cls))
     return teacher.eval()

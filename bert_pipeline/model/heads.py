@@ -17,6 +17,7 @@ from transformers import (
     AlbertForSequenceClassification,
     AutoModelForSequenceClassification,
     BertForSequenceClassification,
+    DebertaV2ForSequenceClassification,
     RobertaForSequenceClassification,
 )
 from transformers.modeling_outputs import SequenceClassifierOutput
@@ -293,22 +294,24 @@ class _MeanPooling:
     weights as the family's standard class; ``config.classifier_pooling = "mean"`` records the choice so
     :func:`load_sequence_classifier` restores it. One label (``num_labels == 1``, regression): MSE loss, as the
     standard class with ``problem_type="regression"``. RoBERTa's head (dense, tanh, projection) reads position 0 of
-    its input, so the mean vector is given as a one-position sequence."""
+    its input, so the mean vector is given as a one-position sequence; so does DeBERTa's ``ContextPooler`` (dropout,
+    dense, GELU), then its dropout and classifier, as its stock class runs them on ``[CLS]``. ModernBERT needs no
+    subclass: its config's own ``classifier_pooling`` (``cls`` | ``mean``) chooses."""
 
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, labels=None, **kwargs):
         from bert_pipeline.model.families import family_of
 
         family = family_of(self.config)
-        if not family.token_types:
-            token_type_ids = None
-        out = getattr(self, family.encoder)(input_ids=input_ids, attention_mask=attention_mask,
-                                            token_type_ids=token_type_ids)
+        types = {"token_type_ids": token_type_ids} if family.token_types else {}
+        out = getattr(self, family.encoder)(input_ids=input_ids, attention_mask=attention_mask, **types)
         hidden = out[0]  # (batch, seq_len, hidden)
         if attention_mask is None:
             attention_mask = torch.ones(hidden.shape[:2], dtype=hidden.dtype, device=hidden.device)
         mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
         pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1.0)
-        if isinstance(self.classifier, torch.nn.Linear):  # BERT, ALBERT: dropout then Linear
+        if family.name == "deberta":  # ContextPooler on the mean vector, then dropout and Linear
+            logits = self.classifier(self.dropout(self.pooler(pooled.unsqueeze(1))))
+        elif isinstance(self.classifier, torch.nn.Linear):  # BERT, ALBERT: dropout then Linear
             logits = self.classifier(self.dropout(pooled))
         else:  # RoBERTa's classification head
             logits = self.classifier(pooled.unsqueeze(1))
@@ -332,25 +335,40 @@ class MeanPoolingAlbertForSequenceClassification(_MeanPooling, AlbertForSequence
     """``AlbertForSequenceClassification`` with mean pooling (:class:`_MeanPooling`)."""
 
 
+class MeanPoolingDebertaV2ForSequenceClassification(_MeanPooling, DebertaV2ForSequenceClassification):
+    """``DebertaV2ForSequenceClassification`` with mean pooling (:class:`_MeanPooling`)."""
+
+
+# keyed by family name (bert_pipeline.model.families: DeBERTa's model_type is deberta-v2)
 MEAN_POOLING_CLASSES = {"bert": MeanPoolingBertForSequenceClassification,
                         "roberta": MeanPoolingRobertaForSequenceClassification,
-                        "albert": MeanPoolingAlbertForSequenceClassification}
+                        "albert": MeanPoolingAlbertForSequenceClassification,
+                        "deberta": MeanPoolingDebertaV2ForSequenceClassification}
+# families whose stock sequence classifier pools by its config's ``classifier_pooling`` (cls | mean) itself
+NATIVE_POOLING = frozenset({"modernbert"})
 
 
 def sequence_classifier_class(pooling: str, model_type: str):
-    """The model class for ``pooling`` (``cls`` or ``mean``).
+    """The model class for ``pooling`` (``cls`` or ``mean``) and a config's ``model_type`` (or a family name of
+    :mod:`bert_pipeline.model.families`): the Auto class for
+    ``cls`` and for ModernBERT (:data:`NATIVE_POOLING`: the caller sets ``config.classifier_pooling``), else the
+    family's mean-pooling class (:data:`MEAN_POOLING_CLASSES`).
 
     Raises:
-        ValueError: ``mean`` for a model of another family than :data:`MEAN_POOLING_CLASSES`.
+        ValueError: ``mean`` for a model of another family.
     """
-    if pooling == "cls":
+    from bert_pipeline.model.families import family_of, is_family_model_type
+
+    if pooling not in ("cls", "mean"):
+        raise ValueError(f"pooling: expected cls or mean, got {pooling!r}")
+    name = family_of(model_type).name if model_type in MEAN_POOLING_CLASSES or is_family_model_type(model_type) \
+        else model_type
+    if pooling == "cls" or name in NATIVE_POOLING:
         return AutoModelForSequenceClassification
-    if pooling == "mean":
-        if model_type not in MEAN_POOLING_CLASSES:
-            raise ValueError(f"pooling 'mean' is implemented for {', '.join(MEAN_POOLING_CLASSES)} models, got "
-                             f"model_type {model_type!r}")
-        return MEAN_POOLING_CLASSES[model_type]
-    raise ValueError(f"pooling: expected cls or mean, got {pooling!r}")
+    if name not in MEAN_POOLING_CLASSES:
+        raise ValueError(f"pooling 'mean' is implemented for {', '.join([*MEAN_POOLING_CLASSES, *NATIVE_POOLING])} "
+                         f"models, got model_type {model_type!r}")
+    return MEAN_POOLING_CLASSES[name]
 
 
 def load_sequence_classifier(path: str):

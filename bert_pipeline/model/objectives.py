@@ -41,7 +41,8 @@ def masked_lm_forward(
 
     Args:
         model: a pre-training model of any family (:data:`bert_pipeline.model.families.FAMILIES`: its encoder
-            and MLM head, e.g. ``.bert`` and ``.cls.predictions``; token types dropped for RoBERTa).
+            and MLM head, e.g. ``.bert`` and ``.cls.predictions``; token types dropped for the families without them:
+            RoBERTa, ModernBERT, DeBERTa).
         input_ids, labels, attention_mask, token_type_ids: ``(batch, seq_len)`` int64; ``labels`` holds the
             original id where a prediction is made and ``IGNORE_INDEX`` (-100) elsewhere.
         masked_positions: ``(n_predicted,)`` int64 flat indices into ``labels.view(-1)`` of those positions in
@@ -51,13 +52,16 @@ def masked_lm_forward(
     Returns:
         ``(logits, outputs, targets)``: ``(n_predicted, vocab_size)`` float32 logits in row-major order of the
         predicted positions, the encoder's outputs (``last_hidden_state`` ``(batch, seq_len, hidden)``,
-        ``pooler_output`` ``(batch, hidden)``), and the ``(n_predicted,)`` int64 target ids.
+        ``pooler_output`` ``(batch, hidden)`` where the encoder has a pooler: the pair objective reads it; RoBERTa's
+        MLM model, ModernBERT and DeBERTa have none and take objective none), and the ``(n_predicted,)`` int64
+        target ids.
     """
     family = family_of(model)
-    if not family.token_types:  # RoBERTa has one token type: the data's 0/1 segments are not inputs
-        token_type_ids = None
-    outputs = getattr(model, family.encoder)(input_ids=input_ids, attention_mask=attention_mask,
-                                             token_type_ids=token_type_ids, return_dict=True)
+    # RoBERTa has one token type, ModernBERT and DeBERTa-v3 none: the data's 0/1 segments are not inputs (and
+    # ModernBERT's forward would swallow a stray token_type_ids in its **kwargs without a word)
+    types = {"token_type_ids": token_type_ids} if family.token_types else {}
+    outputs = getattr(model, family.encoder)(input_ids=input_ids, attention_mask=attention_mask, return_dict=True,
+                                             **types)
     if masked_positions is None:
         masked_positions = (labels.reshape(-1) != IGNORE_INDEX).nonzero().squeeze(1)
     hidden = outputs.last_hidden_state

@@ -2,7 +2,8 @@
 
 ``tiny`` (L=2, H=128), ``mini`` (4/256), ``small`` (4/512), ``medium`` (8/512) from Turc et al. 2019 ("Well-Read
 Students Learn Better", Table 1 / the released 24 BERT miniatures: A = H/64, FFN = 4H); ``base`` (12/768, A=12,
-110M) and ``large`` (24/1024, A=16, 340M) from Devlin et al. 2019, §3.
+110M) and ``large`` (24/1024, A=16, 340M) from Devlin et al. 2019, §3. A size means the same layers, width and heads
+for every family; ModernBERT's GeGLU takes :func:`glu_intermediate_size` instead of 4H.
 """
 
 from __future__ import annotations
@@ -25,7 +26,23 @@ FAMILY_OBJECTIVES: dict[str, tuple[str, ...]] = {
     "bert": ("nsp", "sop", "none"),
     "roberta": ("none",),
     "albert": ("sop", "none"),
+    # ModernBERT and DeBERTa: MLM only (Warner et al. 2024, §2.2; He et al. 2021, §4); their *ForMaskedLM classes
+    # have no pooled output and no two-way head, which a pair objective would need.
+    "modernbert": ("none",),
+    "deberta": ("none",),
 }
 # The vocabulary each family's paper trains (the train_tokenizer stage's ``model``): WordPiece (Devlin et al. 2019),
 # byte-level BPE (Liu et al. 2019, §4.4), a SentencePiece-style Unigram model (Lan et al. 2020, §4.1).
-FAMILY_VOCABULARIES: dict[str, str] = {"bert": "wordpiece", "roberta": "bpe", "albert": "unigram"}
+# ModernBERT's paper trains a 50k BPE (Warner et al. 2024, §2.1.2) and DeBERTa-v3 a 128k SentencePiece vocabulary (He
+# et al. 2023); the pipeline keeps its WordPiece for both, so that their comparison with BERT is about the
+# architecture, not the vocabulary.
+FAMILY_VOCABULARIES: dict[str, str] = {"bert": "wordpiece", "roberta": "bpe", "albert": "unigram",
+                                       "modernbert": "wordpiece", "deberta": "wordpiece"}
+
+
+def glu_intermediate_size(hidden_size: int, multiple: int = 64) -> int:
+    """The GeGLU intermediate size I that keeps BERT's feed-forward parameter count at width H: ModernBERT's ``Wi``
+    maps H -> 2I and ``Wo`` I -> H (3HI weights) against BERT's H -> 4H -> H (8H^2), so I = 8H/3 (Shazeer 2020,
+    "GLU Variants Improve Transformer", §2, shrinks d_ff by 2/3 for the same reason), rounded to the nearest multiple
+    of ``multiple`` (tiny H=128 -> 320, mini 256 -> 704, base 768 -> 2048)."""
+    return max(multiple, round(8 * hidden_size / 3 / multiple) * multiple)

@@ -224,8 +224,8 @@ def build_pretraining_model(init: str, *, size: str, config: dict[str, Any], tok
     """A new model of ``size`` (``init == "scratch"``, ``config`` fields overridden) or the checkpoint ``init``, as
     the family's pre-training class (:mod:`bert_pipeline.model.families`): ``BertForPreTraining`` /
     ``AlbertForPreTraining`` (``with_pair_head``) or ``BertForMaskedLM`` / ``RobertaForMaskedLM`` /
-    ``AlbertForMaskedLM``. ``family``, ``embedding_size``, ``share_layers`` shape a new model (a checkpoint keeps
-    its own).
+    ``AlbertForMaskedLM`` / ``ModernBertForMaskedLM`` / ``DebertaV2ForMaskedLM``. ``family``, ``embedding_size``,
+    ``share_layers`` shape a new model (a checkpoint keeps its own).
 
     Raises:
         PipelineError: a shape that cannot work, or a checkpoint that does not fit the tokenizer or the data.
@@ -234,6 +234,8 @@ def build_pretraining_model(init: str, *, size: str, config: dict[str, Any], tok
         if init == "scratch":
             bert_config = configs.build_config(size, len(tokenizer), dict(config), max_seq_length=max_seq_length,
                                                pad_token_id=tokenizer.pad_token_id, family=family,
+                                               cls_token_id=tokenizer.cls_token_id,
+                                               sep_token_id=tokenizer.sep_token_id,
                                                embedding_size=embedding_size, share_layers=share_layers)
             return configs.new_pretraining_model(bert_config, with_pair_head=with_pair_head, seed=seed)
         if config:

@@ -25,13 +25,16 @@ class PretrainModelParams(Section):
 
     ``family`` (:mod:`bert_pipeline.model.families`): ``bert``, ``roberta`` (``RobertaForMaskedLM``: objective
     ``none``, one token type; Liu et al. 2019) or ``albert`` (``AlbertForPreTraining``: SOP or none; Lan et al.
-    2020), each at the size's layers, width, heads and FFN. ALBERT's own: ``embedding_size`` (the factorised
+    2020), ``modernbert`` (``ModernBertForMaskedLM``: objective ``none``, no token types; Warner et al. 2024) or
+    ``deberta`` (``DebertaV2ForMaskedLM``, DeBERTa-v3 settings: objective ``none``, no token types; He et al. 2021,
+    2023), each at the size's layers, width, heads and FFN (ModernBERT's GeGLU at the same FFN parameter count).
+    ALBERT's own: ``embedding_size`` (the factorised
     embedding E; null: the hidden size) and ``share_layers`` (one set of layer weights for every layer).
     """
 
     size: SizeName
     config: dict[str, Any]
-    family: Literal["bert", "roberta", "albert"] = "bert"
+    family: Literal["bert", "roberta", "albert", "modernbert", "deberta"] = "bert"
     embedding_size: Annotated[int, annotated_types.Ge(1)] | None = None
     share_layers: bool = False
 

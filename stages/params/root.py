@@ -56,7 +56,8 @@ class Params(Section):
         vocabulary = FAMILY_VOCABULARIES[family]
         if self.pretrain.init == "scratch" and self.train_tokenizer.model != vocabulary:
             raise ValueError(f"train_tokenizer.model: {self.train_tokenizer.model!r} does not fit pretrain.model.family "
-                             f"{family!r} (expected {vocabulary!r}, the vocabulary its paper trains)")
+                             f"{family!r} (expected {vocabulary!r}, the family's vocabulary: "
+                             "bert_pipeline.model.sizes.FAMILY_VOCABULARIES)")
         if self.task_distill.student in self.finetune.models:
             raise ValueError(f"task_distill.student: {self.task_distill.student!r} is already a key of "
                              "finetune.models; give the student a name of its own")

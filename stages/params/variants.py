@@ -14,14 +14,14 @@ from stages.params.train_tokenizer import TrainTokenizerParams
 
 
 class VariantsParams(Section):
-    """``variants``: BERT, RoBERTa and ALBERT pre-trained at ``pretrain``'s size and step budget from the same corpus,
+    """``variants``: BERT, RoBERTa, ALBERT (and ModernBERT, DeBERTa on WordPiece) pre-trained at ``pretrain``'s size and step budget from the same corpus,
     each with its own vocabulary and pre-training data as its paper's recipe says, then fine-tuned on ``tasks`` with
     ``finetune.models[member]``'s settings (:mod:`stages.variants`, :mod:`bert_pipeline.evaluation.variants`).
     ``families`` empty (the default): the stage writes an empty record and trains nothing; profile ``variants``
-    lists all three.
+    lists BERT, RoBERTa and ALBERT.
     """
 
-    families: list[Literal["bert", "roberta", "albert"]]
+    families: list[Literal["bert", "roberta", "albert", "modernbert", "deberta"]]
     member: str = Field(min_length=1)
     tasks: list[str] = Field(min_length=1)
 
