@@ -144,13 +144,16 @@ def save_pretraining_data(folder, n_train: int, n_validation: int, max_seq_lengt
 TINY_PRETRAIN = {
     "max_steps": 4, "batch_size": 8, "warmup_steps": 1, "save_steps": 2, "eval_steps": 2, "max_eval_batches": 2,
     "eval_batch_size": 8, "logging_steps": 1, "precision": "fp32",
-    "model": {"size": "tiny", "config": {"max_position_embeddings": 64}}}
+    "model": {"size": "tiny", "config": {"max_position_embeddings": 64}, "family": "bert"}}
+# the data pretrain_workspace writes is BERT's NSP pairs (params.yaml's default is ModernBERT's MLM-only stream)
+NSP_DATA = {"objective": "nsp", "packing": "sentences"}
 
 
 def pretrain_workspace(root, raw, n_train: int = 64, **pretrain):
     """A repository-like folder for the pretrain stage: ``params.yaml`` (``raw``, the committed params, with
-    :data:`TINY_PRETRAIN`'s changes, then ``pretrain``'s keys), ``models/tokenizer`` (:func:`save_tokenizer`) and
-    ``data/pretraining`` (``n_train`` NSP instances of up to 32 tokens, 16 held out). Returns ``root``."""
+    :data:`TINY_PRETRAIN`'s changes, then ``pretrain``'s keys; BERT's NSP data settings, :data:`NSP_DATA`),
+    ``models/tokenizer`` (:func:`save_tokenizer`) and ``data/pretraining`` (``n_train`` NSP instances of up to 32
+    tokens, 16 held out). Returns ``root``."""
     import copy
     from pathlib import Path
 
@@ -158,7 +161,8 @@ def pretrain_workspace(root, raw, n_train: int = 64, **pretrain):
 
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
-    write_params(root, copy.deepcopy(raw), pretrain={**copy.deepcopy(TINY_PRETRAIN), **pretrain})
+    write_params(root, copy.deepcopy(raw), pretrain={**copy.deepcopy(TINY_PRETRAIN), **pretrain},
+                 create_pretraining_data=dict(NSP_DATA))
     save_tokenizer(root / "models" / "tokenizer")
     save_pretraining_data(root / "data" / "pretraining", n_train, 16)
     return root

@@ -70,8 +70,10 @@ def workspace(tmp_path_factory) -> Path:
 
 
 def _write_params(root: Path, pretrain: dict | None = None, **overrides) -> None:
+    # BERT's NSP pairs unless a test says otherwise (params.yaml's default is ModernBERT's stream packing)
     write_params(root, create_pretraining_data={"max_seq_length": 32, "dupe_factor": 2, "shard_size": 8, "num_proc": 1,
-                                                "seed": 7, **overrides}, pretrain=pretrain or {})
+                                                "seed": 7, "objective": "nsp", "packing": "sentences", **overrides},
+                 pretrain=pretrain or {})
 
 
 def run(root: Path, monkeypatch, pretrain: dict | None = None, **overrides) -> dict[str, str]:

@@ -340,7 +340,7 @@ def test_params_take_the_families_with_objective_none_only(family, raw):
     raw["train_tokenizer"]["model"] = "wordpiece"
     raw["create_pretraining_data"]["objective"] = "none"
     assert validate_params(raw).pretrain.model.family == family
-    raw["create_pretraining_data"]["objective"] = "nsp"
+    raw["create_pretraining_data"].update(objective="nsp", packing="sentences")
     assert params_error(raw) == (f"params.yaml: create_pretraining_data.objective: 'nsp' does not fit "
                                  f"pretrain.model.family '{family}' (expected one of none)")
     raw["create_pretraining_data"]["objective"] = "none"

@@ -228,7 +228,7 @@ def test_pretrain_init_decides_the_tokenizer(raw):
 
 
 def test_a_profile_is_a_name_from_the_profiles_folder():
-    with pytest.raises(PipelineError, match=r"^unknown profile '../params': expected one of big-corpus, budget-curve, dapt-minilm, "
+    with pytest.raises(PipelineError, match=r"^unknown profile '../params': expected one of bert-recipe, big-corpus, budget-curve, dapt-minilm, "
                                             r"distill-seeds, gpu-base, gpu-large, gpu-quick, smoke, variants$"):
         load_profile("../params", REPO / "profiles")
 

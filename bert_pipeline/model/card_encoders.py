@@ -41,6 +41,10 @@ FAMILY_NAMES = {"bert": "BERT", "roberta": "RoBERTa", "albert": "ALBERT", "moder
 CLASS_PREFIXES = {"bert": "Bert", "roberta": "Roberta", "albert": "Albert", "modernbert": "ModernBert",
                   "deberta-v2": "DebertaV2"}
 
+# what the instances' objective makes of the recipe (create_pretraining_data.objective)
+RECIPE_NAMES = {"nsp": "BERT's recipe: MLM + next-sentence prediction", "sop": "ALBERT's MLM + sentence-order prediction",
+                "none": "MLM only (RoBERTa's and ModernBERT's recipe: no pair objective)"}
+
 
 def _corpus_text(corpus: Mapping[str, Any] | None, cites: CardCitations) -> str:
     if not corpus:
@@ -62,6 +66,8 @@ def _instances_text(info: Mapping[str, Any], cites: CardCitations) -> str:
     rules = info.get("rules", {})
     train = info.get("splits", {}).get("train", {})
     parts = [f"objective `{info.get('objective')}`", f"sequences of at most {info.get('max_seq_length')} tokens"]
+    if info.get("packing"):
+        parts.append(f"`{info['packing']}` packing")
     if rules:
         parts.append(f"{pct(rules.get('masked_lm_prob'))} of tokens masked "
                      f"({pct(rules.get('mask_token_prob'))} `[MASK]`, {pct(rules.get('random_token_prob'))} random, "
@@ -72,7 +78,8 @@ def _instances_text(info: Mapping[str, Any], cites: CardCitations) -> str:
         parts.append(f"{info['masking']} masking{dupe}")
     if train:
         parts.append(f"{num(train.get('instances'))} train instances of {num(train.get('tokens'))} tokens")
-    return (f"Pre-training instances (`create_pretraining_data`, BERT's recipe, `{cites.instances_record}`): "
+    recipe = RECIPE_NAMES.get(str(info.get("objective")), "MLM only")
+    return (f"Pre-training instances (`create_pretraining_data`, {recipe}, `{cites.instances_record}`): "
             + "; ".join(parts) + ".")
 
 # ------------------------------------------------------------------------------------------------ encoders
