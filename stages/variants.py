@@ -80,8 +80,10 @@ def family_settings(family: str, params: VariantsView) -> dict[str, Any]:
         tok_update["bert_id_layout"] = False  # BERT's [unused] ids are WordPiece's layout
     # validated again: a recipe over the user's settings must pass the same schema as params.yaml
     tokenizer = TrainTokenizerParams.model_validate({**params.train_tokenizer.model_dump(), **tok_update})
-    data = CreatePretrainingDataParams.model_validate({**params.create_pretraining_data.model_dump(),
-                                                       "objective": recipe.objective, "masking": recipe.masking})
+    data_update = {"objective": recipe.objective, "masking": recipe.masking}
+    if recipe.packing is not None:
+        data_update["packing"] = recipe.packing  # NSP and SOP pairs need whole sentences, whatever the pipeline packs
+    data = CreatePretrainingDataParams.model_validate({**params.create_pretraining_data.model_dump(), **data_update})
     pre = params.pretrain
     model_update = dict(recipe.model)
     if family == "albert":

@@ -33,8 +33,37 @@ def test_recipes_follow_the_papers():
     assert RECIPES["roberta"].lowercase is False
     assert (RECIPES["albert"].tokenizer, RECIPES["albert"].objective) == ("unigram", "sop")
     assert RECIPES["albert"].model["share_layers"] is True
+    # the pair objectives need whole sentences; the MLM-only families keep the pipeline's packing
+    assert {f: r.packing for f, r in RECIPES.items()} == {
+        "bert": "sentences", "roberta": None, "albert": "sentences", "modernbert": None, "deberta": None}
     with pytest.raises(PipelineError, match="variants.families: unknown family 'xlnet'"):
         recipe_of("xlnet")
+
+
+@pytest.mark.parametrize(("objective", "packing", "family"), [("none", "stream", "modernbert"),
+                                                                 ("nsp", "sentences", "bert")])
+def test_family_settings_pass_the_whole_schema_over_either_packing(objective, packing, family):
+    """Each family's three sections over the pipeline's (the default's MLM-only stream packing, or BERT's NSP
+    pairs) validate as the whole params file would, with the recipe's objective and packing: NSP and SOP get whole
+    sentences whatever the pipeline packs, the MLM-only families the pipeline's own packing."""
+    from stages.params.base import validate_as
+    from stages.params.root import validate_params
+    from stages.params.variants import VariantsView
+    from stages.variants import family_settings
+    from tests.conftest import family_params
+
+    raw = family_params(family)
+    raw["create_pretraining_data"].update(objective=objective, packing=packing)
+    raw["variants"]["families"] = list(RECIPES)
+    validate_params(raw)  # the pipeline's own settings are valid to begin with
+    params = validate_as(VariantsView, raw)
+    for name, recipe in RECIPES.items():
+        settings = family_settings(name, params)
+        data = settings["create_pretraining_data"]
+        assert (data.objective, data.masking) == (recipe.objective, recipe.masking)
+        assert data.packing == (recipe.packing or packing), name
+        assert (settings["pretrain"].model.family, settings["train_tokenizer"].model) == (name, recipe.tokenizer)
+        validate_params({**raw, **{k: v.model_dump(mode="json") for k, v in settings.items()}})
 
 
 def test_albert_embedding_size_is_a_sixth_of_the_width_rounded_to_16():

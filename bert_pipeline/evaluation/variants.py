@@ -3,12 +3,13 @@ from the same corpus, each fine-tuned on the same tasks, beside the figures thei
 
 What each variant changed (the recipes :data:`RECIPES` applies, everything else shared):
 
-- BERT (Devlin et al. 2019, section 3.1): WordPiece vocabulary, MLM + next-sentence prediction, static masking.
+- BERT (Devlin et al. 2019, section 3.1): WordPiece vocabulary, MLM + next-sentence prediction (pairs of whole
+  sentences, whatever the pipeline's packing), static masking.
 - RoBERTa (Liu et al. 2019, sections 4.1-4.4): byte-level BPE vocabulary, MLM only (no NSP, full sentences packed
   to the length), dynamic masking (a fresh mask each time an instance is read), no token types.
 - ALBERT (Lan et al. 2020, section 3.1): factorised embedding (``embedding_size`` < hidden size), all encoder
-  layers sharing one set of weights, sentence-order prediction instead of NSP, a SentencePiece-style Unigram
-  vocabulary.
+  layers sharing one set of weights, sentence-order prediction instead of NSP (whole sentences, as BERT's pairs),
+  a SentencePiece-style Unigram vocabulary.
 - ModernBERT (Warner et al. 2024) and DeBERTa (He et al. 2021; v3's attention settings, He et al. 2023): their
   architectures on the pipeline's own WordPiece vocabulary (:data:`bert_pipeline.model.sizes.FAMILY_VOCABULARIES`:
   the comparison with BERT is about the architecture, not ModernBERT's 50k BPE or DeBERTa-v3's 128k SentencePiece
@@ -43,7 +44,9 @@ class Recipe:
     ``tokenizer``: the ``train_tokenizer.model`` (``wordpiece``, ``bpe``, ``unigram``); ``objective`` and
     ``masking``: the ``create_pretraining_data`` keys; ``model``: overrides of ``pretrain.model`` (``family`` and,
     for ALBERT, ``share_layers`` and ``embedding_size``); ``lowercase``: forced tokenizer casing (byte-level BPE is
-    cased), or None to keep the pipeline's.
+    cased), or None to keep the pipeline's; ``packing``: the ``create_pretraining_data.packing``, or None to keep
+    the pipeline's: a pair objective (NSP, SOP) needs ``sentences`` (``stream`` cuts sentences, so no pair is left
+    to split), while the MLM-only families see the pipeline's own packing.
     """
 
     tokenizer: str
@@ -51,15 +54,16 @@ class Recipe:
     masking: str
     model: Mapping[str, Any]
     lowercase: bool | None = None
+    packing: str | None = None
 
 
 # ALBERT-Base factorises a 768 hidden size through E = 128 (Lan et al. 2020, Table 1): a sixth of the width; for
 # the small sizes we keep the same ratio, rounded up to 16 (the stage computes it from the size's hidden size).
 ALBERT_EMBEDDING_RATIO = 6
 RECIPES: dict[str, Recipe] = {
-    "bert": Recipe("wordpiece", "nsp", "static", {"family": "bert"}),
+    "bert": Recipe("wordpiece", "nsp", "static", {"family": "bert"}, packing="sentences"),
     "roberta": Recipe("bpe", "none", "dynamic", {"family": "roberta"}, lowercase=False),
-    "albert": Recipe("unigram", "sop", "static", {"family": "albert", "share_layers": True}),
+    "albert": Recipe("unigram", "sop", "static", {"family": "albert", "share_layers": True}, packing="sentences"),
     "modernbert": Recipe("wordpiece", "none", "dynamic", {"family": "modernbert"}),
     "deberta": Recipe("wordpiece", "none", "dynamic", {"family": "deberta"}),
 }
