@@ -1,29 +1,33 @@
-"""Stage ``variants``: BERT, RoBERTa and ALBERT pre-trained at the same size and step budget from the same corpus,
-each fine-tuned on the same tasks, for the report's table beside the published figures
-(:mod:`bert_pipeline.evaluation.variants`).
+"""Stage ``variants``: BERT, RoBERTa, ALBERT, ModernBERT and DeBERTa pre-trained at the same size from the same
+corpus, each fine-tuned on the same tasks beside its own from-scratch baseline, for the report's table beside the
+published figures (:mod:`bert_pipeline.evaluation.variants`).
 
-    python -m stages.variants        (dvc repro variants; profile `variants` lists the families)
+    python -m stages.variants        (dvc repro variants; profile `variants` lists the families and their budgets)
 
 For each family of ``variants.families`` (none by default: the stage then writes an empty record and costs
 nothing), with the recipe of :data:`bert_pipeline.evaluation.variants.RECIPES`:
 
 1. its own vocabulary on ``data/corpus/`` (``train_tokenizer``'s settings, the recipe's ``model``), the same code
    as the ``train_tokenizer`` stage;
-2. its own pre-training data (``create_pretraining_data``'s settings, the recipe's ``objective`` and
-   ``masking``), the same code as ``create_pretraining_data``;
-3. pre-training from scratch with every ``pretrain`` setting (size, steps, batch, schedule, phases) but the
-   recipe's ``pretrain.model`` overrides (``family``; ALBERT's ``share_layers`` and ``embedding_size``), one
-   process, the same code as ``pretrain``;
+2. its own pre-training data (``create_pretraining_data``'s settings, the recipe's ``objective``, ``masking`` and,
+   for the pair objectives NSP and SOP, ``packing: sentences``), the same code as ``create_pretraining_data``;
+3. pre-training from scratch with every ``pretrain`` setting (size, batch, schedule, warmup, phases) but the
+   recipe's ``pretrain.model`` overrides (``family``; ALBERT's ``share_layers`` and ``embedding_size``) and the
+   family's ``variants.budgets`` entry (its own ``max_steps`` and peak ``learning_rate``, for a screen at equal
+   wall time; none: ``pretrain``'s), one process, the same code as ``pretrain``;
 4. fine-tuning on each of ``variants.tasks`` with ``finetune.models[variants.member]``'s settings at
-   ``finetune.seeds``, the same code as ``finetune``.
+   ``finetune.seeds``, the same code as ``finetune``; with ``variants.scratch``, the family's own scratch too: the
+   same config and vocabulary (its pre-trained folder), every weight drawn afresh under each seed
+   (``init: random``), the same settings and seeds, so the gain of pre-training is measured within the family.
 
 Writes
 
-- ``metrics/variants.json``: per family its recipe, parameters, steps, tokens seen, held-out MLM accuracy and each
-  task's test main metric per seed (quality only, byte-identical on CPU);
+- ``metrics/variants.json``: per family its recipe, parameters, steps, peak learning rate, tokens seen, held-out
+  MLM loss (nats) and accuracy, and each task's main metric (test mean, per-seed test values, validation mean) for
+  the pre-trained model and, with ``variants.scratch``, its scratch (quality only, byte-identical on CPU);
 - ``metrics/headline/variants.json``: per family the average of the tasks' test main metrics (the DVC metric);
-- ``metrics/variants-timing.json``: per family the wall and CPU seconds of each part and the encoder's inference
-  throughput, every family timed side by side in one call (``cache: false``).
+- ``metrics/variants-timing.json``: per family the wall and CPU seconds of each part (the scratch's fine-tuning
+  apart) and the encoder's inference throughput, every family timed side by side in one call (``cache: false``).
 
 A finished family is kept in ``checkpoints/variants/{family}/`` (its vocabulary, pre-trained model and
 ``family.json``, fingerprinted by its params, inputs and this package's code), so a stopped run resumes at the
@@ -62,12 +66,16 @@ CODE = ("bert_pipeline", "stages")
 
 def family_settings(family: str, params: VariantsView) -> dict[str, Any]:
     """The three sections one family trains with: ``train_tokenizer``, ``create_pretraining_data`` and
-    ``pretrain`` (pydantic models), each the pipeline's own with the family's recipe applied.
+    ``pretrain`` (pydantic models), each the pipeline's own with the family's recipe applied (its vocabulary,
+    objective, masking, packing where the recipe names one, model overrides) and its ``variants.budgets`` entry
+    (``max_steps``, ``learning_rate``; null or no entry: ``pretrain``'s), each validated by its section's schema.
 
     Raises:
-        PipelineError: an unknown family.
+        PipelineError: an unknown family, or a budget the ``pretrain`` schema refuses (``max_steps`` below
+            ``warmup_steps`` + ``head_only_steps``; one line naming ``variants.budgets.{family}``).
     """
     from bert_pipeline.model.sizes import SIZES
+    from stages.params.base import ParamsError, validate_as
     from stages.params.create_pretraining_data import CreatePretrainingDataParams
     from stages.params.pretrain import PretrainParams
     from stages.params.train_tokenizer import TrainTokenizerParams
@@ -90,9 +98,39 @@ def family_settings(family: str, params: VariantsView) -> dict[str, Any]:
         hidden = int(pre.model.config.get("hidden_size") or SIZES[pre.model.size]["hidden_size"])
         model_update["embedding_size"] = albert_embedding_size(hidden)
     dumped = pre.model_dump()
-    pretrain = PretrainParams.model_validate({**dumped, "init": "scratch", "model": {**dumped["model"], **model_update},
-                                              "compute": {**dumped["compute"], "num_processes": 1}})
+    budget = params.variants.budgets.get(family)
+    own = {k: v for k, v in (budget.model_dump() if budget is not None else {}).items() if v is not None}
+    try:  # the pretrain schema checks warmup_steps (+ head_only_steps) <= the family's max_steps
+        pretrain = validate_as(PretrainParams, {**dumped, **own, "init": "scratch",
+                                                "model": {**dumped["model"], **model_update},
+                                                "compute": {**dumped["compute"], "num_processes": 1}})
+    except ParamsError as exc:
+        if not own:
+            raise
+        raise PipelineError(f"params.yaml: variants.budgets.{family}: over pretrain's settings, "
+                            f"{str(exc).removeprefix('params.yaml: ')}; give variants.budgets.{family}.max_steps at least "
+                            f"{pre.warmup_steps + pre.head_only_steps} (pretrain.warmup_steps + head_only_steps), "
+                            "or null for pretrain's own") from None
     return {"train_tokenizer": tokenizer, "create_pretraining_data": data, "pretrain": pretrain}
+
+
+def task_score(record: dict[str, Any], source: str) -> dict[str, Any]:
+    """One task's entry of a record row from its fine-tuning metrics record (``metrics/finetune``'s layout):
+    ``{"metric", "mean", "seeds", "validation_mean"}``, the main metric's test mean over seeds, its per-seed test
+    values and its mean validation score over seeds (the split each seed's run was chosen on), fractions rounded to
+    6 decimals.
+
+    Raises:
+        PipelineError: the record misses a key (one line naming ``source``).
+    """
+    result = parse_finetune_metrics(record, source)
+    main = result.main_metric
+    validation = (record.get("validation") or {}).get(main) or {}
+    if not isinstance(validation.get("mean"), int | float):
+        raise PipelineError(f"{source}: validation.{main}.mean missing (main_metric is {main!r})")
+    return {"metric": main, "mean": round(result.test[main], 6),
+            "seeds": [round(v, 6) for v in result.test_seeds.get(main, ())],
+            "validation_mean": round(float(validation["mean"]), 6)}
 
 
 def train_family(family: str, params: VariantsView) -> tuple[dict[str, Any], dict[str, Any], Any]:
@@ -118,7 +156,8 @@ def train_family(family: str, params: VariantsView) -> tuple[dict[str, Any], dic
     folder = WORK / family
     code = sorted(path for root in CODE for path in Path(root).rglob("*.py"))
     key = fingerprint({**{k: v.model_dump(mode="json") for k, v in settings.items()},
-                       "finetune": fine.model_dump(mode="json"), "member": var.member, "tasks": var.tasks},
+                       "finetune": fine.model_dump(mode="json"), "member": var.member, "tasks": var.tasks,
+                       "scratch": var.scratch},
                       [*FAMILY_INPUTS, *code])
     done = folder / "family.json"
     if done.is_file():
@@ -152,27 +191,34 @@ def train_family(family: str, params: VariantsView) -> tuple[dict[str, Any], dic
         save_model(outcome.model, out, loaded.tokenizer)
     lap("pretrain")
     spec = fine.models[var.member].model_copy(update={"path": (folder / "model").as_posix()})
-    scores = {}
-    for task in var.tasks:
-        log.info("variants %s: fine-tuning %s", family, task)
-        record = train_member(f"{family}-{var.member}", spec, task, fine).metrics
-        result = parse_finetune_metrics({"model": family, "task": task, **record}, f"{folder}/{task}")
-        main = result.main_metric
-        scores[task] = {"metric": main, "mean": round(result.test[main], 6),
-                        "seeds": [round(v, 6) for v in result.test_seeds.get(main, ())]}
+
+    def scores_of(name: str, member: Any) -> dict[str, dict[str, Any]]:
+        out = {}
+        for task in var.tasks:
+            log.info("variants %s: fine-tuning %s", name, task)
+            record = train_member(name, member, task, fine).metrics
+            out[task] = task_score({"model": name, "task": task, **record}, f"{folder}/{task}")
+        return out
+
+    scores = scores_of(f"{family}-{var.member}", spec)
     lap("finetune")
     row = {"family": family, "recipe": {k: (v if not hasattr(v, "items") else dict(v))
                                         for k, v in vars(recipe_of(family)).items()},
            "parameters": count_parameters(outcome.model.base_model), "steps": int(outcome.quality["steps"]),
-           "tokens_seen": int(outcome.quality["tokens_seen"]),
+           "learning_rate": pre.learning_rate, "tokens_seen": int(outcome.quality["tokens_seen"]),
+           "mlm_loss": round(float(outcome.quality["eval"]["mlm_loss"]), 6),
            "mlm_accuracy": round(float(outcome.quality["eval"]["mlm_accuracy"]), 6), "scores": scores}
+    if var.scratch:  # the same config, vocabulary, settings and seeds, every weight drawn afresh
+        row["scratch_scores"] = scores_of(f"{family}-scratch", spec.model_copy(update={"init": "random"}))
+        lap("scratch_finetune")
     atomic_write_text(done, json.dumps({"fingerprint": key, "row": row, "timing": timing}, indent=1) + "\n")
     return row, timing, outcome.model
 
 
 def check_variants(params: VariantsView) -> None:
-    """The member must fine-tune ``models/pretrained``'s weights (the settings a pre-trained family member gets) and each
-    task be a key of ``finetune.tasks``.
+    """The member must fine-tune ``models/pretrained``'s weights (the settings a pre-trained family member gets), each
+    task be a key of ``finetune.tasks`` and each family's recipe and budget pass the schema
+    (:func:`family_settings`), all before the first family trains.
 
     Raises:
         PipelineError: one line naming the ``variants`` key, what was expected and the fix.
@@ -187,8 +233,8 @@ def check_variants(params: VariantsView) -> None:
     unknown = [t for t in var.tasks if t not in params.finetune.tasks]
     if unknown:
         raise PipelineError(f"params.yaml: variants.tasks: {unknown[0]!r} is not a key of finetune.tasks")
-    for family in var.families:
-        recipe_of(family)
+    for family in var.families:  # every family's recipe and budget checked before the first one trains
+        family_settings(family, params)
 
 
 def main() -> None:
@@ -219,7 +265,8 @@ def main() -> None:
         write_json(TIMING, {"families": timings})
         for r in rows:
             run.log_metrics({f"{r['family']}_{t}": s["mean"] for t, s in r["scores"].items()}
-                            | {f"{r['family']}_mlm_accuracy": r["mlm_accuracy"]})
+                            | {f"{r['family']}_scratch_{t}": s["mean"] for t, s in r.get("scratch_scores", {}).items()}
+                            | {f"{r['family']}_{k}": r[k] for k in ("mlm_loss", "mlm_accuracy")})
         for path in (METRICS, TIMING):
             run.log_artifact(path)
     log.info("variants: %s", ", ".join(f"{r['family']} {100 * average(r['scores'], var.tasks):.1f}" for r in rows)

@@ -66,6 +66,54 @@ def test_family_settings_pass_the_whole_schema_over_either_packing(objective, pa
         validate_params({**raw, **{k: v.model_dump(mode="json") for k, v in settings.items()}})
 
 
+def test_budgets_set_a_familys_steps_and_peak_rate_and_keep_pretrains_warmup(raw):
+    """A family's ``variants.budgets`` entry replaces ``pretrain``'s ``max_steps`` and ``learning_rate`` for that family
+    alone (null: pretrain's); warmup and the rest stay the pipeline's."""
+    from stages.params.base import validate_as
+    from stages.params.variants import VariantsView
+    from stages.variants import family_settings
+
+    raw["variants"].update(families=["bert", "deberta", "modernbert"],
+                           budgets={"bert": {"max_steps": 1600, "learning_rate": 2.0e-3},
+                                    "deberta": {"max_steps": 1380, "learning_rate": None}})
+    params = validate_as(VariantsView, raw)
+    pre = raw["pretrain"]
+    got = {f: family_settings(f, params)["pretrain"] for f in ("bert", "deberta", "modernbert")}
+    assert {f: (p.max_steps, p.learning_rate, p.warmup_steps) for f, p in got.items()} == {
+        "bert": (1600, 2.0e-3, pre["warmup_steps"]), "deberta": (1380, pre["learning_rate"], pre["warmup_steps"]),
+        "modernbert": (pre["max_steps"], pre["learning_rate"], pre["warmup_steps"])}
+
+
+def test_a_budget_below_warmup_or_for_an_unlisted_family_is_a_one_line_error(raw, in_tmp, capsys):
+    """The pretrain schema's warmup check runs over each budget, before any family trains; a budget whose key is not
+    in ``variants.families`` is refused by the schema, naming the key."""
+    from stages import variants
+    from stages.params.base import validate_as
+    from stages.params.variants import VariantsView
+    from stages.variants import family_settings
+    from tests.conftest import params_error
+
+    raw["variants"].update(families=["deberta"], budgets={"deberta": {"max_steps": 10}})
+    raw["pretrain"].update(warmup_steps=50, head_only_steps=0)
+    with pytest.raises(PipelineError) as info:
+        family_settings("deberta", validate_as(VariantsView, raw))
+    assert str(info.value) == (
+        "params.yaml: variants.budgets.deberta: over pretrain's settings, pretrain.warmup_steps: expected <= "
+        "max_steps (10), got 50; give variants.budgets.deberta.max_steps at least 50 (pretrain.warmup_steps + "
+        "head_only_steps), or null for pretrain's own")
+    write_params(in_tmp, raw)
+    code, err = run_stage(variants.main, capsys)
+    assert code != 0 and "variants.budgets.deberta: over pretrain's settings" in err
+    assert not (in_tmp / "checkpoints/variants").exists()
+
+    raw["variants"].update(families=["bert", "albert"], budgets={"deberta": {"max_steps": 1380}})
+    assert params_error(raw) == ("params.yaml: variants.budgets.deberta: not a family of variants.families (bert, "
+                                 "albert); add 'deberta' to variants.families or remove its budget")
+    write_params(in_tmp, raw)
+    code, err = run_stage(variants.main, capsys)
+    assert code != 0 and "variants.budgets.deberta: not a family of variants.families" in err
+
+
 def test_albert_embedding_size_is_a_sixth_of_the_width_rounded_to_16():
     assert albert_embedding_size(768) == 128
     assert albert_embedding_size(128) == 32   # ceil(128/6) = 22 -> 32
@@ -166,7 +214,8 @@ def test_stage_trains_roberta_and_albert_and_reads_what_dvc_yaml_declares(in_tmp
     _save_corpus(in_tmp / "data/corpus")
     save_tiny_tasks(in_tmp / "data/tasks")
     write_params(in_tmp, tiny_finetune(raw, low_resource_tasks=[]),
-                 variants={"families": ["roberta", "albert"], "tasks": ["sentiment"]},
+                 variants={"families": ["roberta", "albert"], "tasks": ["sentiment"], "scratch": True,
+                           "budgets": {"albert": {"max_steps": 3, "learning_rate": 2.0e-3}}},
                  train_tokenizer={"vocab_size": 320, "batch_size": 100},
                  create_pretraining_data={"max_seq_length": 32, "dupe_factor": 1, "shard_size": 16, "num_proc": 1},
                  pretrain=TINY_PRETRAIN, evaluate={"seq_length": 32})
@@ -182,21 +231,26 @@ def test_stage_trains_roberta_and_albert_and_reads_what_dvc_yaml_declares(in_tmp
         recipe = RECIPES[family]
         assert (row["recipe"]["tokenizer"], row["recipe"]["objective"], row["recipe"]["masking"]) == (
             recipe.tokenizer, recipe.objective, recipe.masking)
-        assert row["steps"] == 4 and row["tokens_seen"] > 0 and 0.0 <= row["mlm_accuracy"] <= 1.0
-        assert list(row["scores"]) == ["sentiment"]
-        score = row["scores"]["sentiment"]
-        assert score["metric"] == "accuracy" and len(score["seeds"]) == 1 and 0.0 <= score["mean"] <= 1.0
+        assert row["tokens_seen"] > 0 and 0.0 <= row["mlm_accuracy"] <= 1.0 and row["mlm_loss"] > 0.0
+        assert list(row["scores"]) == list(row["scratch_scores"]) == ["sentiment"]
+        for score in (row["scores"]["sentiment"], row["scratch_scores"]["sentiment"]):
+            assert score["metric"] == "accuracy" and len(score["seeds"]) == 1 and 0.0 <= score["mean"] <= 1.0
+            assert 0.0 <= score["validation_mean"] <= 1.0
         config = json.loads((Path("checkpoints/variants") / family / "model/config.json").read_text(encoding="utf-8"))
         assert config["model_type"] == family
     assert (rows["roberta"]["recipe"]["tokenizer"], rows["roberta"]["recipe"]["objective"]) == ("bpe", "none")
     assert (rows["albert"]["recipe"]["tokenizer"], rows["albert"]["recipe"]["objective"]) == ("unigram", "sop")
+    # albert's budget (3 steps at 2e-3), roberta pretrain's own (4 steps at its rate)
+    assert (rows["albert"]["steps"], rows["albert"]["learning_rate"]) == (3, 2.0e-3)
+    assert (rows["roberta"]["steps"], rows["roberta"]["learning_rate"]) == (4, raw["pretrain"]["learning_rate"])
     assert 0 < rows["albert"]["parameters"] < rows["roberta"]["parameters"]
     assert Path("checkpoints/variants/roberta/tokenizer/merges.txt").is_file()  # byte-level BPE
     headline = json.loads(Path("metrics/headline/variants.json").read_text(encoding="utf-8"))["variants"]
     assert headline == {f"{f}_average": round(r["scores"]["sentiment"]["mean"], 6) for f, r in rows.items()}
     timing = json.loads(Path("metrics/variants-timing.json").read_text(encoding="utf-8"))["families"]
     assert [t["family"] for t in timing] == ["roberta", "albert"]
-    assert all(t["examples_per_second"] > 0 and t["pretrain_seconds"] >= 0 for t in timing)
+    assert all(t["examples_per_second"] > 0 and t["pretrain_seconds"] >= 0 and t["scratch_finetune_seconds"] >= 0
+               for t in timing)
 
     declared = declared_params(REPO)["python -m stages.variants"][1]
     assert mismatches(declared, reads) == ([], [])
@@ -213,7 +267,7 @@ def test_stage_trains_modernbert_and_deberta_on_wordpiece(in_tmp, mlflow_in_tmp,
     _save_corpus(in_tmp / "data/corpus")
     save_tiny_tasks(in_tmp / "data/tasks")
     write_params(in_tmp, tiny_finetune(raw, low_resource_tasks=[]),
-                 variants={"families": ["modernbert", "deberta"], "tasks": ["sentiment"]},
+                 variants={"families": ["modernbert", "deberta"], "tasks": ["sentiment"], "scratch": False},
                  train_tokenizer={"vocab_size": 320, "batch_size": 100},
                  create_pretraining_data={"max_seq_length": 32, "dupe_factor": 1, "shard_size": 16, "num_proc": 1},
                  pretrain=TINY_PRETRAIN, evaluate={"seq_length": 32})
@@ -229,7 +283,7 @@ def test_stage_trains_modernbert_and_deberta_on_wordpiece(in_tmp, mlflow_in_tmp,
         assert (row["recipe"]["tokenizer"], row["recipe"]["objective"], row["recipe"]["masking"]) == (
             "wordpiece", "none", "dynamic")
         assert row["steps"] == 4 and row["tokens_seen"] > 0 and 0.0 <= row["mlm_accuracy"] <= 1.0
-        assert 0.0 <= row["scores"]["sentiment"]["mean"] <= 1.0
+        assert 0.0 <= row["scores"]["sentiment"]["mean"] <= 1.0 and "scratch_scores" not in row  # scratch: false
         folder = Path("checkpoints/variants") / family
         config = json.loads((folder / "model/config.json").read_text(encoding="utf-8"))
         assert (config["model_type"], config["architectures"]) == (model_type, [architecture])

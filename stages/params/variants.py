@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
+import annotated_types
 from pydantic import Field, model_validator
 
 from stages.params.base import Section, SpeedSeqLength, View
@@ -13,22 +14,41 @@ from stages.params.pretrain import PretrainParams
 from stages.params.train_tokenizer import TrainTokenizerParams
 
 
+class FamilyBudget(Section):
+    """``variants.budgets.FAMILY``: the family's own pre-training budget, for a screen at equal wall time rather
+    than equal steps: ``max_steps`` (optimizer steps) and ``learning_rate`` (peak rate) in place of ``pretrain``'s
+    (null: ``pretrain``'s own); warmup and every other ``pretrain`` setting stay the pipeline's."""
+
+    max_steps: Annotated[int, annotated_types.Ge(1)] | None = None
+    learning_rate: Annotated[float, annotated_types.Gt(0.0)] | None = None
+
+
 class VariantsParams(Section):
-    """``variants``: BERT, RoBERTa, ALBERT (and ModernBERT, DeBERTa on WordPiece) pre-trained at ``pretrain``'s size and step budget from the same corpus,
-    each with its own vocabulary and pre-training data as its paper's recipe says, then fine-tuned on ``tasks`` with
-    ``finetune.models[member]``'s settings (:mod:`stages.variants`, :mod:`bert_pipeline.evaluation.variants`).
-    ``families`` empty (the default): the stage writes an empty record and trains nothing; profile ``variants``
-    lists BERT, RoBERTa and ALBERT.
+    """``variants``: BERT, RoBERTa, ALBERT (and ModernBERT, DeBERTa on WordPiece) pre-trained at ``pretrain``'s
+    size from the same corpus, each with its own vocabulary and pre-training data as its paper's recipe says, then
+    fine-tuned on ``tasks`` with ``finetune.models[member]``'s settings (:mod:`stages.variants`,
+    :mod:`bert_pipeline.evaluation.variants`). ``families`` empty (the default): the stage writes an empty record
+    and trains nothing; profile ``variants`` lists all five. ``scratch``: also fine-tune each family's own
+    from-scratch baseline (its config and vocabulary, every weight drawn afresh) on each task, for the gain of its
+    pre-training. ``budgets``: a family's own ``max_steps`` and ``learning_rate`` (:class:`FamilyBudget`; a family
+    without an entry pre-trains at ``pretrain``'s), keys among ``families``.
     """
 
     families: list[Literal["bert", "roberta", "albert", "modernbert", "deberta"]]
     member: str = Field(min_length=1)
     tasks: list[str] = Field(min_length=1)
+    scratch: bool
+    budgets: dict[str, FamilyBudget]
 
     @model_validator(mode="after")
     def _distinct(self) -> VariantsParams:
         if len(set(self.families)) != len(self.families):
             raise ValueError(f"variants.families: expected distinct families, got {self.families}")
+        for family in self.budgets:
+            if family not in self.families:
+                listed = ", ".join(self.families) or "none"
+                raise ValueError(f"variants.budgets.{family}: not a family of variants.families ({listed}); add "
+                                 f"{family!r} to variants.families or remove its budget")
         return self
 
 
