@@ -138,17 +138,50 @@ def test_section_keeps_published_figures_apart_and_speed_relative_to_bert():
                                                                          "ner": {"mean": 0.2}}, "speed": 1.9})
     lines = [line for line in text.splitlines() if line.startswith("| ")]
     header = [c.strip() for c in lines[0].strip("|").split("|")]
-    assert header[:6] == ["model", "parameters", "held-out MLM acc", "sentiment", "ner", "average"]
+    assert header[:12] == ["model", "parameters", "steps", "peak LR", "tokens seen", "held-out MLM loss",
+                           "held-out MLM acc", "sentiment", "ner", "average", "relative speed", "pre-training CPU min"]
     assert [h for h in header if h.startswith("published")] == [
         "published: model", "published: GLUE", "published: parameters", "published: speed"]
     bert, albert, distilled = ([c.strip() for c in line.strip("|").split("|")] for line in lines[2:5])
-    assert bert[:7] == ["bert (ours)", "4.40M", "12.00%", "70.0", "40.0", "55.0", "1.00x"]
-    assert albert[:7] == ["albert (ours)", "1.10M", "10.00%", "66.0", "30.0", "48.0", "1.50x"]
-    assert albert[8] == "1.5" and albert[-4:] == ["ALBERT-Base", "80.1", "12M", "1.7x"]
+    # a record from before learning_rate, mlm_loss and the scratch: those cells empty, no gain table
+    assert bert[:11] == ["bert (ours)", "4.40M", "10", "", "2.50M", "", "12.00%", "70.0", "40.0", "55.0", "1.00x"]
+    assert albert[:11] == ["albert (ours)", "1.10M", "10", "", "2.50M", "", "10.00%", "66.0", "30.0", "48.0", "1.50x"]
+    assert albert[11] == "1.5" and albert[-4:] == ["ALBERT-Base", "80.1", "12M", "1.7x"]
+    assert len(lines) == 5 and "own scratch" not in text
     assert distilled[0].startswith("distilled (ours") and distilled[-4:] == ["DistilBERT", "77.0", "66M", "1.6x"]
     assert bert[-4:] == ["BERT-Base", f"{PUBLISHED['bert'].glue:.1f}", "110M", "1x"]
     # our cells never hold a published number: the GLUE figures appear only in the published columns
     assert all("79.6" not in c for c in bert[:-4])
+
+
+def test_section_gives_each_familys_gain_over_its_own_scratch_on_validation_and_test():
+    """A record with ``scratch_scores``: the main table gains steps, peak LR and held-out MLM loss; a second table
+    gives per family and task the pre-trained model's main metric minus its own scratch's, validation / test, in
+    points, averaged over the tasks."""
+    def row(family, scores, scratch):
+        out = _row(family, 4_400_000, 0.30, {})
+        out.update(steps=1380, learning_rate=3.0e-3, mlm_loss=4.8123)
+        for key, values in (("scores", scores), ("scratch_scores", scratch)):
+            out[key] = {t: {"metric": "f1", "mean": test, "seeds": [test], "validation_mean": val}
+                        for t, (val, test) in values.items()}
+        return out
+
+    record = variants_record([row("deberta", {"sentiment": (0.74, 0.72), "ner": (0.52, 0.50)},
+                                  {"sentiment": (0.60, 0.61), "ner": (0.40, 0.41)}),
+                              _row("bert", 4_400_000, 0.12, {"sentiment": 0.70, "ner": 0.40})],
+                             member="pretrained", tasks=["sentiment", "ner"], seeds=[42])
+    record["families"][1]["scratch_scores"] = {"sentiment": {"metric": "f1", "mean": 0.65, "seeds": [0.65]}}
+    text = variants_section(record, None, "metrics/variants.json", "metrics/variants-timing.json")
+    tables = [[[c.strip() for c in line.strip("|").split("|")] for line in block.splitlines()]
+              for block in text.split("\n\n") if block.startswith("| ")]
+    main, gains = tables
+    assert main[2][:10] == ["deberta (ours)", "4.40M", "1380", "0.003", "2.50M", "4.812", "30.00%", "72.0", "50.0",
+                            "61.0"]
+    assert "own scratch (validation / test, points)" in text
+    assert gains[0] == ["model", "sentiment", "ner", "average"]
+    assert gains[2] == ["deberta (ours)", "+14.0 / +11.0", "+12.0 / +9.0", "+13.0 / +10.0"]
+    # an older row: test gain where both sides have one, no validation mean, no average over a missing task
+    assert gains[3] == ["bert (ours)", "– / +5.0", "", ""]
 
 
 def test_section_is_empty_without_families():

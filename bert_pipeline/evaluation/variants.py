@@ -133,8 +133,13 @@ def recipe_of(family: str) -> Recipe:
 def variants_record(rows: Sequence[Mapping[str, Any]], *, member: str, tasks: Sequence[str],
                     seeds: Sequence[int]) -> dict[str, Any]:
     """The stage's quality record: ``{"member", "tasks", "seeds", "families": [row, ...]}``, each row
-    ``{"family", "recipe", "parameters", "steps", "tokens_seen", "mlm_accuracy", "scores": {task: {"metric",
-    "mean", "seeds"}}}`` (fractions, 6 decimals; no wall-clock figures, those go to the timing record)."""
+    ``{"family", "recipe", "parameters", "steps", "learning_rate", "tokens_seen", "mlm_loss", "mlm_accuracy",
+    "scores": {task: {"metric", "mean", "seeds", "validation_mean"}}}`` plus, when the family's own scratch was
+    fine-tuned (``variants.scratch``), ``"scratch_scores"`` of the same shape (steps: optimizer steps;
+    ``learning_rate``: the peak pre-training rate; ``mlm_loss``: held-out MLM cross-entropy in nats; scores:
+    fractions of the main metric, test mean and per-seed values, validation mean over seeds, 6 decimals; no
+    wall-clock figures, those go to the timing record). Records written before ``learning_rate``, ``mlm_loss``,
+    ``validation_mean`` and ``scratch_scores`` lack them; :func:`variants_section` leaves their cells empty."""
     return {"member": member, "tasks": list(tasks), "seeds": list(seeds), "families": [dict(r) for r in rows]}
 
 
@@ -148,14 +153,61 @@ def _pts(value: float | None) -> str:
     return "" if value is None else f"{100 * value:.1f}"
 
 
+def scratch_gains(row: Mapping[str, Any], tasks: Sequence[str], key: str = "mean") -> dict[str, float | None]:
+    """Per task, and under ``"average"`` over ``tasks``, the row's pre-training gain over its own scratch: the
+    pre-trained model's main metric minus the scratch's (fraction; ``key`` ``"mean"``: test, ``"validation_mean"``:
+    validation); None where either side lacks the score (a record with no scratch, or written before
+    ``validation_mean``), and the average None unless every task has one."""
+    own, scratch = row.get("scores") or {}, row.get("scratch_scores") or {}
+    gains: dict[str, float | None] = {}
+    for task in tasks:
+        a, b = (own.get(task) or {}).get(key), (scratch.get(task) or {}).get(key)
+        gains[task] = None if a is None or b is None else a - b
+    known = [g for g in gains.values() if g is not None]
+    gains["average"] = sum(known) / len(known) if known and len(known) == len(tasks) else None
+    return gains
+
+
+def _gain_pts(validation: float | None, test: float | None) -> str:
+    """``validation / test`` in signed points (``+3.1 / +2.4``); ``–`` for a side whose figure is None, an empty
+    cell when both are."""
+    if validation is None and test is None:
+        return ""
+    return " / ".join("–" if g is None else f"{100 * g:+.1f}" for g in (validation, test))
+
+
+def _scratch_table(record: Mapping[str, Any], tasks: Sequence[str]) -> list[str]:
+    """The lines of the "gain over each family's own scratch" table (validation / test, points, per task and
+    averaged), one row per family whose record has ``scratch_scores``; no lines when none has (an old record or
+    ``variants.scratch: false``)."""
+    rows = []
+    for row in record["families"]:
+        if not row.get("scratch_scores"):
+            continue
+        test, validation = scratch_gains(row, tasks), scratch_gains(row, tasks, "validation_mean")
+        rows.append([f"{row['family']} (ours)", *(_gain_pts(validation[t], test[t]) for t in [*tasks, "average"])])
+    if not rows:
+        return []
+    return [
+        "Pre-training gain over each family's own scratch (validation / test, points): the pre-trained model's main "
+        "metric minus that of the same config and vocabulary with every weight drawn afresh, fine-tuned with the "
+        "same settings and seeds (validation: the mean of each seed's best validation score, the split the runs "
+        "were chosen on; test: as above).", "",
+        markdown_table(["model", *tasks, "average"], rows),
+    ]  # the table's own newline ends the section
+
+
 def variants_section(record: Mapping[str, Any] | None, timing: Mapping[str, Any] | None, source: str,
                      source_timing: str, distilled: Mapping[str, Any] | None = None) -> str:
-    """The report's "BERT variants on our data" section: per family our parameters, held-out MLM accuracy, each
-    task's test main metric and their average (points), relative inference speed (``timing``:
-    ``{"families": [{"family", "examples_per_second", "pretrain_cpu_seconds", ...}]}``; BERT = 1.0x), tokens seen
-    and pre-training CPU minutes; then the published columns. ``distilled`` (``{"parameters", "scores": {task:
-    {"mean"}}, "speed"}``), the pipeline's own student, fills the DistilBERT row's "ours" cells. Empty without a
-    record or without a family.
+    """The report's "BERT variants on our data" section: per family our parameters, pre-training steps and peak
+    learning rate, tokens seen, held-out MLM loss (nats) and accuracy, each task's test main metric and their
+    average (points), relative inference speed (``timing``: ``{"families": [{"family", "examples_per_second",
+    "pretrain_cpu_seconds", ...}]}``; BERT = 1.0x) and pre-training CPU minutes; then the published columns.
+    ``distilled`` (``{"parameters", "scores": {task: {"mean"}}, "speed"}``), the pipeline's own student, fills the
+    DistilBERT row's "ours" cells. When the record holds each family's own scratch (``scratch_scores``), a second
+    table gives each family's pre-training gain over it (validation / test, points). A record from before
+    ``learning_rate``, ``mlm_loss`` or the scratch leaves those cells empty and has no second table. Empty without
+    a record or without a family.
 
     Raises:
         PipelineError: a record row names a family with no recipe.
@@ -165,9 +217,9 @@ def variants_section(record: Mapping[str, Any] | None, timing: Mapping[str, Any]
     tasks = list(record["tasks"])
     times = {t["family"]: t for t in (timing or {}).get("families", ())}
     base_speed = (times.get("bert") or {}).get("examples_per_second")
-    header = ["model", "parameters", "held-out MLM acc", *tasks, "average", "relative speed", "tokens seen",
-              "pre-training CPU min", "published: model", "published: GLUE", "published: parameters",
-              "published: speed"]
+    header = ["model", "parameters", "steps", "peak LR", "tokens seen", "held-out MLM loss", "held-out MLM acc",
+              *tasks, "average", "relative speed", "pre-training CPU min", "published: model", "published: GLUE",
+              "published: parameters", "published: speed"]
     rows = []
     for row in record["families"]:
         recipe_of(row["family"])
@@ -175,26 +227,31 @@ def variants_section(record: Mapping[str, Any] | None, timing: Mapping[str, Any]
         speed = own.get("examples_per_second")
         relative = f"{speed / base_speed:.2f}x" if speed and base_speed else ""
         cpu = own.get("pretrain_cpu_seconds")
+        rate, loss = row.get("learning_rate"), row.get("mlm_loss")
         pub = PUBLISHED[row["family"]]
-        rows.append([f"{row['family']} (ours)", f"{row['parameters'] / 1e6:.2f}M", f"{100 * row['mlm_accuracy']:.2f}%",
+        rows.append([f"{row['family']} (ours)", f"{row['parameters'] / 1e6:.2f}M", str(row["steps"]),
+                     "" if rate is None else f"{rate:g}", f"{row['tokens_seen'] / 1e6:.2f}M",
+                     "" if loss is None else f"{loss:.3f}", f"{100 * row['mlm_accuracy']:.2f}%",
                      *(_pts(row["scores"].get(t, {}).get("mean")) for t in tasks),
-                     _pts(average(row["scores"], tasks)), relative, f"{row['tokens_seen'] / 1e6:.2f}M",
+                     _pts(average(row["scores"], tasks)), relative,
                      "" if cpu is None else f"{cpu / 60:.1f}", *_published_cells(pub)])
     pub = PUBLISHED["distilled"]
     if distilled:
         scores = distilled.get("scores", {})
-        rows.append(["distilled (ours, the pipeline's student)", f"{distilled['parameters'] / 1e6:.2f}M", "",
-                     *(_pts(scores.get(t, {}).get("mean")) for t in tasks), _pts(average(scores, tasks)),
-                     f"{distilled['speed']:.2f}x" if distilled.get("speed") else "", "", "",
+        rows.append(["distilled (ours, the pipeline's student)", f"{distilled['parameters'] / 1e6:.2f}M", "", "", "",
+                     "", "", *(_pts(scores.get(t, {}).get("mean")) for t in tasks), _pts(average(scores, tasks)),
+                     f"{distilled['speed']:.2f}x" if distilled.get("speed") else "", "",
                      *_published_cells(pub)])
     recipes = "; ".join(f"{f}: {r.tokenizer} vocabulary, objective `{r.objective}`, {r.masking} masking"
                         + (", shared layers" if r.model.get("share_layers") else "")
                         for f, r in RECIPES.items() if any(row["family"] == f for row in record["families"]))
     return "\n".join([
         "## BERT variants on our data", "",
-        f"Each family pre-trained at the same size and step budget from the same corpus ({recipes}), then "
+        f"Each family pre-trained at the same size from the same corpus ({recipes}) for the steps at the peak "
+        "learning rate (LR) its row gives (pre-training's own, or the family's `variants.budgets` entry: a screen at "
+        "equal wall time gives each its own), then "
         f"`{record['member']}`'s fine-tuning on each task: test main metric in points, the mean over seeds "
-        f"{list(record['seeds'])}. Relative speed: fine-tuned `{tasks[0]}` model's CPU inference throughput, BERT "
+        f"{list(record['seeds'])}; held-out MLM loss in nats. Relative speed: fine-tuned `{tasks[0]}` model's CPU inference throughput, BERT "
         f"= 1.0x (`{source_timing}`). The published columns are the Base models' figures as the seeds quote them "
         "or as the sources named below the table give them (GLUE average, parameters, speed against BERT-Base; "
         "empty where no source gives one), not measured here; the distilled row is the "
@@ -203,4 +260,5 @@ def variants_section(record: Mapping[str, Any] | None, timing: Mapping[str, Any]
         f"Source: `{source}`." + "".join(
             f" Published {PUBLISHED[f].name}: {PUBLISHED[f].source}." for f in dict.fromkeys(
                 row["family"] for row in record["families"]) if PUBLISHED[f].source), "",
+        *_scratch_table(record, tasks),
     ])
