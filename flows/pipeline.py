@@ -199,7 +199,9 @@ def collect_overrides(root: Path, profile: str | None, set_params: list[str] | N
 
     overrides: list[str] = []
     from_profile = load_profile(profile, root / "profiles") if profile else {}
-    overrides += set_param_args(from_profile)[1::2]
+    params = root / "params.yaml"
+    base = (yaml.safe_load(params.read_text(encoding="utf-8")) or {}) if params.is_file() else None
+    overrides += set_param_args(from_profile, base)[1::2]  # a key params.yaml lacks: ++key (Hydra adds it)
     for item in set_params or []:
         if "=" not in item:
             raise ValueError(f"--set-param {item!r}: expected key=value")

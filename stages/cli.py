@@ -90,11 +90,19 @@ def hydra_value(value: Any) -> str:
     return json.dumps(value)  # a quoted string, a number, true/false or null
 
 
-def set_param_args(overrides: dict[str, Any]) -> list[str]:
-    """``--set-param key=value`` arguments for ``dvc exp run`` (values in Hydra's grammar: :func:`hydra_value`)."""
+def set_param_args(overrides: dict[str, Any], base: dict[str, Any] | None = None) -> list[str]:
+    """``--set-param key=value`` arguments for ``dvc exp run`` (values in Hydra's grammar: :func:`hydra_value`).
+
+    ``base``: the params mapping the overrides apply to (``params.yaml``). A key it does not have, such as an entry
+    of a mapping ``params.yaml`` leaves empty (``variants.budgets.bert.max_steps`` over ``budgets: {}``), is written
+    ``++key=value``: DVC applies ``--set-param`` with Hydra in struct mode, which refuses to add a key without the
+    prefix (``++``: set it, adding it where absent). The schema has checked every key before (a typo never gets
+    this far), and a key ``base`` has keeps the plain form."""
+    present = set(flatten(base)) if base is not None else None
     args: list[str] = []
     for key, value in overrides.items():
-        args += ["--set-param", f"{key}={hydra_value(value)}"]
+        add = "++" if present is not None and key not in present else ""
+        args += ["--set-param", f"{add}{key}={hydra_value(value)}"]
     return args
 
 
@@ -147,7 +155,8 @@ def profile_command(name: str, extra: list[str] | None = None, params_path: Path
     origins = {key: (PROFILES_DIR / f"{name}.yaml").as_posix() for key in overrides}
     origins.update(dict.fromkeys(given, "--set-param"))
     load_params(params_path, {**overrides, **given}, origins)  # fail early with the schema's one-line message
-    return ["dvc", "exp", "run", "--temp", *set_param_args(overrides), *(extra or [])]
+    base = read_yaml(Path(params_path)) or {}
+    return ["dvc", "exp", "run", "--temp", *set_param_args(overrides, base), *(extra or [])]
 
 
 def run_profile(args: argparse.Namespace, extra: list[str]) -> None:

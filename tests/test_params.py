@@ -11,7 +11,7 @@ import pytest
 from bert_pipeline.errors import PipelineError
 from bert_pipeline.io import flatten
 from stages.cli import available_profiles, load_profile, profile_command
-from stages.params.base import ParamsError, apply_overrides
+from stages.params.base import ParamsError, apply_overrides, read_yaml
 from stages.params.root import Params, load_params, validate_params
 from tests.conftest import REPO, params_error
 
@@ -296,7 +296,7 @@ def test_every_profile_reaches_dvc_as_written(name, tmp_path):
     overrides = load_profile(name, REPO / "profiles")
     target = tmp_path / "params.yaml"
     target.write_text((REPO / "params.yaml").read_text(encoding="utf-8"), encoding="utf-8")
-    dvc_apply_overrides(target, set_param_args(overrides)[1::2])
+    dvc_apply_overrides(target, set_param_args(overrides, read_yaml(target))[1::2])
     expected = validate_params(apply_overrides(load_params(REPO / "params.yaml").model_dump(mode="json"), overrides))
     assert load_params(target) == expected
 
