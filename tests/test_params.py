@@ -132,7 +132,7 @@ def test_floats_are_read_as_yaml_1_2_and_dvc_read_them(tmp_path):
 
     text = (REPO / "params.yaml").read_text(encoding="utf-8")
     path = tmp_path / "params.yaml"
-    path.write_text(text.replace("learning_rate: 2.0e-3", "learning_rate: 2e-3", 1)
+    path.write_text(text.replace("learning_rate: 3.0e-3", "learning_rate: 2e-3", 1)
                     .replace("learning_rate: 5.0e-4", "learning_rate: 5e-05", 1), encoding="utf-8")
     params = load_params(path)
     assert (params.pretrain.learning_rate, params.distill.learning_rate) == (0.002, 5e-05)
@@ -152,7 +152,7 @@ def test_floats_are_read_as_yaml_1_2_and_dvc_read_them(tmp_path):
 def test_a_number_given_as_text_says_how_to_write_it(tmp_path, key, value, message):
     text = (REPO / "params.yaml").read_text(encoding="utf-8")
     path = tmp_path / "params.yaml"
-    stated = {"learning_rate": "learning_rate: 2.0e-3", "max_steps": "max_steps: 1600"}[key]
+    stated = {"learning_rate": "learning_rate: 3.0e-3", "max_steps": "max_steps: 2200"}[key]
     path.write_text(text.replace(stated, f"{key}: {json.dumps(value)}", 1), encoding="utf-8")
     with pytest.raises(ParamsError) as info:
         load_params(path)
@@ -276,7 +276,7 @@ def test_set_param_values_are_parsed_as_dvc_parses_them(profile_repo):
 
 def test_a_stage_in_a_dvc_experiment_names_the_experiments_params(in_tmp, monkeypatch):
     Path("params.yaml").write_text((REPO / "params.yaml").read_text(encoding="utf-8").replace(
-        "max_steps: 1600", "max_steps: abc", 1), encoding="utf-8")
+        "max_steps: 2200", "max_steps: abc", 1), encoding="utf-8")
     monkeypatch.setenv("DVC_EXP_NAME", "tacky-tuns")  # what dvc exp run sets for its stages
     with pytest.raises(ParamsError) as info:
         load_params()
