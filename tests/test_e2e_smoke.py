@@ -440,7 +440,9 @@ def test_pretrain_outputs(smoke_run):
     folder = smoke_run / "models/pretrained"
     quality = json.loads((smoke_run / "metrics/pretrain.json").read_text())
     info = json.loads((smoke_run / "data/pretraining/info.json").read_text())
-    model = AutoModelForPreTraining.from_pretrained(folder)
+    # the default's ModernBERT has no pair head (AutoModelForPreTraining is BERT's and ALBERT's class)
+    model = (AutoModelForPreTraining if info["pair_label"] else AutoModelForMaskedLM).from_pretrained(folder)
+    assert model.config.model_type == "modernbert"
     tokenizer = AutoTokenizer.from_pretrained(folder)
     assert model.config.vocab_size == len(tokenizer) == info["vocab_size"]
     assert (model.config.num_hidden_layers, model.config.hidden_size) == (2, 128)  # smoke: size tiny

@@ -19,8 +19,8 @@ from tests.pretrain_fixtures import pretrain_workspace
         ("phases", [{"max_seq_length": 128, "fraction": 0.9}, {"max_seq_length": 512, "fraction": 0.2}],
          "pretrain.phases: expected fractions summing to 1, got 1.1"),
         ("optimizer", "sgd", 'pretrain.optimizer: expected one of "adamw", "lamb", got "sgd"'),
-        ("head_only_steps", 1600, "pretrain.head_only_steps: expected head_only_steps + warmup_steps <= max_steps "
-                                  "(1600), got 1600 + 50"),
+        ("head_only_steps", 2200, "pretrain.head_only_steps: expected head_only_steps + warmup_steps <= max_steps "
+                                  "(2200), got 2200 + 50"),
         ("head_learning_rate", 0, "pretrain.head_learning_rate: expected float > 0 or null, got 0"),
     ],
 )
