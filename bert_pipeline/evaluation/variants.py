@@ -251,8 +251,8 @@ def variants_section(record: Mapping[str, Any] | None, timing: Mapping[str, Any]
         "learning rate (LR) its row gives (pre-training's own, or the family's `variants.budgets` entry: a screen at "
         "equal wall time gives each its own), then "
         f"`{record['member']}`'s fine-tuning on each task: test main metric in points, the mean over seeds "
-        f"{list(record['seeds'])}; held-out MLM loss in nats. Relative speed: fine-tuned `{tasks[0]}` model's CPU inference throughput, BERT "
-        f"= 1.0x (`{source_timing}`). The published columns are the Base models' figures as the seeds quote them "
+        f"{list(record['seeds'])}; held-out MLM loss in nats. Relative speed: the pre-trained encoder's inference throughput (batch 32, "
+        f"every family timed in one call), BERT = 1.0x (`{source_timing}`). The published columns are the Base models' figures as the seeds quote them "
         "or as the sources named below the table give them (GLUE average, parameters, speed against BERT-Base; "
         "empty where no source gives one), not measured here; the distilled row is the "
         "pipeline's own student (its own recipe and budget), beside DistilBERT's published figures.", "",
