@@ -50,7 +50,7 @@ from bert_pipeline.console import run_main
 from bert_pipeline.errors import PipelineError
 from bert_pipeline.io import flatten
 from flows.dvc_cli import is_missing_hash_warning, relay_filtered
-from stages.params.base import DEFAULT_PARAMS, read_yaml
+from stages.params.base import DEFAULT_PARAMS, ParamsError, read_yaml
 from stages.params.root import load_params
 
 log = logging.getLogger(__name__)
@@ -106,14 +106,9 @@ def set_param_args(overrides: dict[str, Any], base: dict[str, Any] | None = None
     return args
 
 
-def set_param_values(args: list[str]) -> dict[str, Any]:
-    """The ``--set-param``/``-S`` overrides among ``dvc exp run`` arguments as ``{dotted key: value}``, each value
-    parsed as DVC parses it (Hydra's override grammar, which DVC uses: ``2e-3`` is a float, ``abc`` text, ``[1, 2]``
-    a list). A deletion (``~key``) is left to DVC.
-
-    Raises:
-        PipelineError: an override Hydra's grammar cannot parse (one line naming it).
-    """
+def set_param_items(args: list[str]) -> list[str]:
+    """The raw ``key=value`` (or ``~key``) strings of the ``--set-param``/``-S`` options among ``dvc exp run``
+    arguments, in order."""
     items: list[str] = []
     rest = iter(args)
     for arg in rest:
@@ -123,6 +118,49 @@ def set_param_values(args: list[str]) -> dict[str, Any]:
             items.append(arg.removeprefix("--set-param="))
         elif arg.startswith("-S") and not arg.startswith("--"):
             items.append(arg[2:].removeprefix("="))
+    return items
+
+
+def params_as_dvc_applies(params_path: Path, items: list[str]) -> Any:
+    """Validate ``params_path`` with the ``--set-param`` strings ``items`` applied by DVC's own function
+    (``dvc.utils.hydra.apply_overrides``, on a copy): what the experiment's stages will read. Hydra merges a
+    mapping value into the mapping it replaces (``variants.budgets={}`` keeps every budget) and ``~key`` deletes,
+    which a dotted-key overlay does not show.
+
+    Raises:
+        ParamsError: the merged params break the schema (one line; the file is named as ``params_path`` with the
+            overrides applied as dvc exp run applies them).
+        PipelineError: DVC refuses an override (one line).
+    """
+    import tempfile
+
+    from dvc.exceptions import InvalidArgumentError
+    from dvc.utils.hydra import apply_overrides
+
+    with tempfile.TemporaryDirectory() as tmp:
+        copy = Path(tmp) / Path(params_path).name
+        copy.write_bytes(Path(params_path).read_bytes())
+        try:
+            apply_overrides(copy, items)
+        except InvalidArgumentError as exc:
+            cause = str(exc.__cause__ or exc).splitlines()[0]
+            raise PipelineError(f"--set-param: dvc exp run would refuse these overrides ({cause})") from None
+        try:
+            return load_params(copy)
+        except ParamsError as exc:
+            where = f"{Path(params_path).name} with the overrides applied as dvc exp run applies them"
+            raise ParamsError(str(exc).replace(str(copy), where, 1)) from None
+
+
+def set_param_values(args: list[str]) -> dict[str, Any]:
+    """The ``--set-param``/``-S`` overrides among ``dvc exp run`` arguments as ``{dotted key: value}``, each value
+    parsed as DVC parses it (Hydra's override grammar, which DVC uses: ``2e-3`` is a float, ``abc`` text, ``[1, 2]``
+    a list). A deletion (``~key``) is left to DVC.
+
+    Raises:
+        PipelineError: an override Hydra's grammar cannot parse (one line naming it).
+    """
+    items = set_param_items(args)
     if not items:
         return {}
     from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -154,9 +192,15 @@ def profile_command(name: str, extra: list[str] | None = None, params_path: Path
     given = set_param_values(list(extra or []))
     origins = {key: (PROFILES_DIR / f"{name}.yaml").as_posix() for key in overrides}
     origins.update(dict.fromkeys(given, "--set-param"))
-    load_params(params_path, {**overrides, **given}, origins)  # fail early with the schema's one-line message
     base = read_yaml(Path(params_path)) or {}
-    return ["dvc", "exp", "run", "--temp", *set_param_args(overrides, base), *(extra or [])]
+    profile_args = set_param_args(overrides, base)
+    try:  # what the stages will read: DVC's merge of every override, deletions included
+        params_as_dvc_applies(params_path, set_param_items(profile_args) + set_param_items(list(extra or [])))
+    except ParamsError:
+        # the same problem in the plain overlay names where the bad value came from (the profile, --set-param)
+        load_params(params_path, {**overrides, **given}, origins)
+        raise
+    return ["dvc", "exp", "run", "--temp", *profile_args, *(extra or [])]
 
 
 def run_profile(args: argparse.Namespace, extra: list[str]) -> None:

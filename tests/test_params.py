@@ -262,6 +262,23 @@ def test_a_bad_override_is_blamed_on_where_it_came_from(profile_repo, name, extr
     assert str(info.value) == message
 
 
+def test_profile_checks_the_params_dvc_will_apply(monkeypatch):
+    """Hydra merges a mapping override into the mapping it replaces and deletes with ``~key``: the check sees the
+    params the experiment's stages read, not a plain overlay of the overrides."""
+    monkeypatch.chdir(REPO)
+    # budgets={} keeps the profile's budgets under DVC's merge: roberta's budget without roberta in the families
+    with pytest.raises(ParamsError) as info:
+        profile_command("variants", ["-S", "variants.families=[bert]", "-S", "variants.budgets={}"])
+    assert str(info.value) == (
+        "params.yaml with the overrides applied as dvc exp run applies them: variants.budgets.roberta: not a family "
+        "of variants.families (bert); add 'roberta' to variants.families or remove its budget")
+    # deleting the other families' budgets is how to run fewer families: accepted, the deletions passed on to DVC
+    extra = ["-S", "variants.families=[bert, modernbert]", *[arg for family in ("roberta", "albert", "deberta")
+                                                             for arg in ("-S", f"~variants.budgets.{family}")]]
+    cmd = profile_command("variants", extra)
+    assert cmd[-len(extra):] == extra
+
+
 def test_set_param_values_are_parsed_as_dvc_parses_them(profile_repo):
     from stages.cli import set_param_values
 
