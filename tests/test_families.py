@@ -169,7 +169,8 @@ def test_params_refuse_what_a_family_cannot_do(raw):
     raw["pretrain"]["model"]["family"] = "roberta"
     raw["create_pretraining_data"].update(objective="nsp", packing="sentences")
     assert params_error(raw) == ("params.yaml: create_pretraining_data.objective: 'nsp' does not fit "
-                                 "pretrain.model.family 'roberta' (expected one of none)")
+                                 "pretrain.model.family 'roberta' (expected one of none); set one of those as the objective, "
+                                 "or pretrain.model.family to one that takes nsp: bert")
     raw["create_pretraining_data"]["objective"] = "sop"
     assert "does not fit pretrain.model.family 'roberta'" in params_error(raw)
     raw["pretrain"]["model"]["family"] = "bert"

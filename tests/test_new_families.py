@@ -342,7 +342,8 @@ def test_params_take_the_families_with_objective_none_only(family, raw):
     assert validate_params(raw).pretrain.model.family == family
     raw["create_pretraining_data"].update(objective="nsp", packing="sentences")
     assert params_error(raw) == (f"params.yaml: create_pretraining_data.objective: 'nsp' does not fit "
-                                 f"pretrain.model.family '{family}' (expected one of none)")
+                                 f"pretrain.model.family '{family}' (expected one of none); set one of those as the "
+                                 "objective, or pretrain.model.family to one that takes nsp: bert")
     raw["create_pretraining_data"]["objective"] = "none"
     raw["train_tokenizer"]["model"] = "unigram"
     assert f"train_tokenizer.model: 'unigram' does not fit pretrain.model.family '{family}'" in params_error(raw)

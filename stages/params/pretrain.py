@@ -124,8 +124,12 @@ def check_objective(pretrain: PretrainParams, objective: str) -> None:
     ``pretrain.model.family`` of a model pre-trained from scratch."""
     family = pretrain.model.family
     if pretrain.init == "scratch" and objective not in FAMILY_OBJECTIVES[family]:
+        allowed = FAMILY_OBJECTIVES[family]
+        paired = [name for name, objectives in FAMILY_OBJECTIVES.items() if objective in objectives]
         raise ValueError(f"create_pretraining_data.objective: {objective!r} does not fit pretrain.model.family "
-                         f"{family!r} (expected one of {', '.join(FAMILY_OBJECTIVES[family])})")
+                         f"{family!r} (expected one of {', '.join(allowed)}); set one of those as the objective"
+                         + (f", or pretrain.model.family to one that takes {objective}: {', '.join(paired)}"
+                            if paired else ""))
 
 
 class PretrainView(View):
