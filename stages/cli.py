@@ -196,8 +196,9 @@ def profile_command(name: str, extra: list[str] | None = None, params_path: Path
     profile_args = set_param_args(overrides, base)
     try:  # what the stages will read: DVC's merge of every override, deletions included
         params_as_dvc_applies(params_path, set_param_items(profile_args) + set_param_items(list(extra or [])))
-    except ParamsError:
-        # the same problem in the plain overlay names where the bad value came from (the profile, --set-param)
+    except (ParamsError, PipelineError):
+        # the same problem in the plain overlay names where the bad value came from (the profile, --set-param) and
+        # a misspelt key's close match (DVC only says it could not override the key)
         load_params(params_path, {**overrides, **given}, origins)
         raise
     return ["dvc", "exp", "run", "--temp", *profile_args, *(extra or [])]
