@@ -121,7 +121,7 @@ def set_param_items(args: list[str]) -> list[str]:
     return items
 
 
-def params_as_dvc_applies(params_path: Path, items: list[str]) -> Any:
+def params_as_dvc_applies(params_path: Path, items: list[str]) -> None:
     """Validate ``params_path`` with the ``--set-param`` strings ``items`` applied by DVC's own function
     (``dvc.utils.hydra.apply_overrides``, on a copy): what the experiment's stages will read. Hydra merges a
     mapping value into the mapping it replaces (``variants.budgets={}`` keeps every budget) and ``~key`` deletes,
@@ -146,7 +146,7 @@ def params_as_dvc_applies(params_path: Path, items: list[str]) -> Any:
             cause = str(exc.__cause__ or exc).splitlines()[0]
             raise PipelineError(f"--set-param: dvc exp run would refuse these overrides ({cause})") from None
         try:
-            return load_params(copy)
+            load_params(copy)
         except ParamsError as exc:
             where = f"{Path(params_path).name} with the overrides applied as dvc exp run applies them"
             raise ParamsError(str(exc).replace(str(copy), where, 1)) from None
