@@ -90,19 +90,29 @@ def main() -> None:
     sys.path.insert(0, str(Path.cwd()))
     import yaml
 
+    from bert_pipeline.errors import PipelineError
+    from stages.params.base import ParamsError
     from stages.params.root import load_params
 
+    if any("=" not in item for item in args.set):
+        sys.exit(f"pretrain_seeds: --set expects KEY=VALUE (for example pretrain.warmup_steps=200), got {args.set}")
     overrides = {key: yaml.safe_load(value) for key, value in (item.split("=", 1) for item in args.set)}
     if args.steps is not None:
         overrides["pretrain.max_steps"] = args.steps
-    params = load_params(overrides=overrides)
+    try:
+        params = load_params(overrides=overrides)
+    except ParamsError as exc:
+        sys.exit(f"pretrain_seeds: {exc}")
     runs = ([(seed, None) for seed in args.seeds] if args.seeds else [])
     runs += [(params.pretrain.seed, stream) for stream in (args.mask_streams or [])]
     if not runs:
         runs = [(params.pretrain.seed, None)]
     finals = []
     for seed, stream in runs:
-        record = run_one(params, seed, stream, args.threads)
+        try:
+            record = run_one(params, seed, stream, args.threads)
+        except PipelineError as exc:  # missing data, a shape that cannot work: one line
+            sys.exit(f"pretrain_seeds: {exc}")
         finals.append(record["evals"][-1][1])
         print(json.dumps(record), flush=True)
     print(json.dumps({"runs": len(finals), "final_loss_lowest": min(finals),
