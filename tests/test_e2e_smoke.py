@@ -605,6 +605,21 @@ def pulled_clone(smoke_run, tmp_path_factory) -> Path:
     return clone
 
 
+def test_pretrain_seeds_repeats_a_seed_to_the_digit_and_another_seed_differs(smoke_run):
+    """`bench/pretrain_seeds.py` on the built workspace: the pretrain stage's training once per seed, nothing
+    written; the same seed twice gives the same held-out losses (the spread it reports is the seeds', not noise)."""
+    cmd = [sys.executable, "bench/pretrain_seeds.py", "--project", ".", "--seeds", "42", "42", "43", "--threads", "1"]
+    proc = _run(cmd, smoke_run, _clone_env(smoke_run))
+    *runs, summary = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert [run["seed"] for run in runs] == [42, 42, 43]
+    steps = json.loads((smoke_run / "metrics/pretrain.json").read_text())["steps"]
+    assert runs[0]["evals"][-1][0] == steps and runs[0]["steps"] == steps
+    assert runs[0]["evals"] == runs[1]["evals"] and runs[0]["evals"] != runs[2]["evals"]
+    finals = [run["evals"][-1][1] for run in runs]
+    assert summary == {"runs": 3, "final_loss_lowest": min(finals), "final_loss_mean": round(sum(finals) / 3, 4),
+                       "final_loss_highest": max(finals)}
+
+
 def _clone_env(clone: Path) -> dict[str, str]:
     env = dict(os.environ, PYTHONPATH=str(clone), MLFLOW_TRACKING_URI=f"sqlite:///{clone / 'mlflow.db'}")
     env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")

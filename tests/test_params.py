@@ -253,7 +253,7 @@ def profile_repo(in_tmp) -> Path:
      "--set-param: pretrain.learning_rat: unknown key (did you mean 'learning_rate'?)"),
     ("smoke", ["--set-param=pretrain.phases=[{max_seq_length: 128, fraction: x}]"],
      '--set-param: pretrain.phases.0.fraction: expected float > 0.0 and <= 1.0, got "x"'),
-    ("short", [], "params.yaml with profiles/short.yaml: pretrain.warmup_steps: expected <= max_steps (10), got 50"),
+    ("short", [], "params.yaml with profiles/short.yaml: pretrain.warmup_steps: expected <= max_steps (10), got 200"),
 ])
 def test_a_bad_override_is_blamed_on_where_it_came_from(profile_repo, name, extra, message):
     """The issue's case: a bad profile or --set-param value was reported as params.yaml's."""

@@ -20,7 +20,7 @@ from tests.pretrain_fixtures import pretrain_workspace
          "pretrain.phases: expected fractions summing to 1, got 1.1"),
         ("optimizer", "sgd", 'pretrain.optimizer: expected one of "adamw", "lamb", got "sgd"'),
         ("head_only_steps", 2200, "pretrain.head_only_steps: expected head_only_steps + warmup_steps <= max_steps "
-                                  "(2200), got 2200 + 50"),
+                                  "(2200), got 2200 + 200"),
         ("head_learning_rate", 0, "pretrain.head_learning_rate: expected float > 0 or null, got 0"),
     ],
 )
