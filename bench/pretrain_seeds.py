@@ -4,7 +4,7 @@ training (the same model, data, schedule and loop) run once per seed, nothing el
     dvc repro create_pretraining_data                                  # the data the pretrain stage reads
     python bench/pretrain_seeds.py --project . --seeds 42 43 44        # pretrain.seed: init, batch order, masks
     python bench/pretrain_seeds.py --project . --mask-streams 0 1 2    # dynamic data: only the masks differ
-    python bench/pretrain_seeds.py --project . --seeds 42 --set pretrain.learning_rate=2e-3 --steps 800
+    python bench/pretrain_seeds.py --project . --seeds 42 --set pretrain.learning_rate=2.0e-3 --steps 800
 
 ``--seeds`` sets ``pretrain.seed``: the model's initialisation, the batch order and, with ``masking: dynamic``, the
 masks. ``--mask-streams`` (``create_pretraining_data.masking: dynamic`` only) keeps ``pretrain.seed`` and offsets
@@ -49,10 +49,8 @@ def run_one(params: Any, seed: int, mask_stream: int | None, threads: int) -> di
     """Pre-train once as the ``pretrain`` stage would with ``pretrain.seed = seed``; return the run's record."""
     import torch
 
-    from bert_pipeline.train.loop import TrainConfig
-    from bert_pipeline.train.pretrain import run_pretraining
     from bert_pipeline.train.runtime import make_runtime
-    from stages.pretrain import load_pretraining
+    from stages.pretrain import load_pretraining, pretrain_model
 
     torch.set_num_threads(threads)
     p = params.pretrain.model_copy(update={"seed": seed})
@@ -63,10 +61,8 @@ def run_one(params: Any, seed: int, mask_stream: int | None, threads: int) -> di
                      "holds one mask per instance); rerun create_pretraining_data with it or use --seeds")
         for phase in loaded.data.phases:
             phase.collate_fn = OffsetMasks(phase.collate_fn, mask_stream)
-    config = TrainConfig(**p.model_dump(include=set(TrainConfig.__dataclass_fields__)), num_workers=0)
     t0 = time.perf_counter()
-    outcome = run_pretraining(loaded.model, loaded.data, config, make_runtime(p.precision), None,
-                              describe={"init": p.init})
+    outcome = pretrain_model(p, loaded, None, make_runtime(p.precision))
     evals = [(row["step"], round(row["eval_mlm_loss"], 4), round(row["eval_mlm_accuracy"], 4))
              for row in outcome.result.history if "eval_mlm_loss" in row]
     return {"seed": seed, "mask_stream": mask_stream, "masking": loaded.data.info.get("masking"),

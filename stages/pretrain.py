@@ -186,11 +186,12 @@ def load_pretraining(p: PretrainParams, *, data_dir: Path = DATA_DIR, tokenizer_
     return Loaded(tokenizer, data, model, fp)
 
 
-def pretrain_model(p: PretrainParams, loaded: Loaded, checkpoint_dir: Path, runtime: Any, on_log: Any = None) -> Any:
+def pretrain_model(p: PretrainParams, loaded: Loaded, checkpoint_dir: Path | None, runtime: Any,
+                   on_log: Any = None) -> Any:
     """Pre-train ``loaded.model`` as ``p`` (a ``pretrain`` section) says, resuming from ``checkpoint_dir`` when it
     holds a checkpoint of the same fingerprint; returns :class:`bert_pipeline.train.pretrain.PretrainingOutcome`
-    and writes nothing but checkpoints. The stage's own training, shared with ``budget_curve`` (other
-    ``max_steps``, the same code).
+    and writes nothing but checkpoints (``checkpoint_dir`` None: none, and none resumed from). The stage's own
+    training, shared with ``budget_curve`` (other ``max_steps``, the same code) and ``bench/pretrain_seeds.py``.
 
     Raises:
         PipelineError: training failed (too many non-finite steps, too little data).
@@ -202,7 +203,8 @@ def pretrain_model(p: PretrainParams, loaded: Loaded, checkpoint_dir: Path, runt
     config = TrainConfig(**p.model_dump(include=set(TrainConfig.__dataclass_fields__)), num_workers=p.compute.num_workers)
     return pretraining.run_pretraining(
         loaded.model, loaded.data, config, runtime,
-        CheckpointManager(checkpoint_dir, loaded.fingerprint, keep=p.save_total_limit),
+        CheckpointManager(checkpoint_dir, loaded.fingerprint, keep=p.save_total_limit)
+        if checkpoint_dir is not None else None,
         describe={"init": p.init, "size": p.model.size if p.init == "scratch" else "checkpoint"}, on_log=on_log)
 
 if __name__ == "__main__":
