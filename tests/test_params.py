@@ -102,6 +102,20 @@ def test_a_misspelt_key_of_a_list_entry_or_a_union_member(raw):
                                  '"parquet", got "xml"')
 
 
+def test_every_wrong_key_is_named_in_the_one_line(raw):
+    """The first error in full, the other wrong keys after it, so one run shows all there is to fix; the right
+    spelling of a misspelt key, missing because of the typo, is not another error."""
+    raw["prepare_corpus"]["min_words"] = -3
+    raw["pretrain"]["warmup_steps"] = "many"
+    _rename(raw["finetune"]["tasks"]["qa"], "doc_stride", "doc_strid")
+    assert params_error(raw) == ("params.yaml: finetune.tasks.qa.doc_strid: unknown key (did you mean "
+                                 "'doc_stride'?) (also wrong: prepare_corpus.min_words, pretrain.warmup_steps)")
+    for key in ("max_steps", "save_steps", "logging_steps", "eval_steps"):
+        raw["pretrain"][key] = -1
+    assert params_error(raw).endswith("(also wrong: prepare_corpus.min_words, pretrain.warmup_steps, "
+                                      "pretrain.max_steps and 3 more)")
+
+
 def test_missing_key(raw):
     bad = copy.deepcopy(raw)
     del bad["prepare_corpus"]["min_words"]

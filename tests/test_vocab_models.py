@@ -1,5 +1,5 @@
 """The three vocabulary models of ``train_tokenizer.model`` (wordpiece, bpe, unigram): byte-level BPE round-trips
-any UTF-8 text byte for byte (no prefix space, no clean-up), every folder reloads with ``AutoTokenizer`` to the same
+any UTF-8 text byte for byte (no prefix space, no clean-up; special tokens spelt out are the documented exception), every folder reloads with ``AutoTokenizer`` to the same
 ids, Unigram trains deterministically, continuation rules per model, with a BPE tokenizer: NER alignment (pre-split
 words with the prefix space, first word included; the predictor alike), QA offsets, pre-training sentences as their
 document's running text and instances built with one (and bench/mlm_context.py's counts alike), and the
@@ -110,6 +110,21 @@ def test_bpe_round_trips_arbitrary_utf8_byte_for_byte(folders):
     # no space comes or goes: a text's first word has no Ġ, a word after a space has one
     assert hf.convert_ids_to_tokens(hf("Hello world", add_special_tokens=False)["input_ids"]) == ["Hello", "Ġworld"]
     assert hf.convert_ids_to_tokens(hf(" world", add_special_tokens=False)["input_ids"]) == ["Ġworld"]
+
+
+def test_bpe_special_tokens_spelt_out_are_the_round_trips_one_exception(folders):
+    """A literal ``<mask>`` in text is the mask token, as in RoBERTa (fill-mask queries), and takes the spaces before
+    it (lstrip); the other special tokens spelt out are their ids too: text round-trips except for these."""
+    from transformers import AutoTokenizer
+
+    hf = AutoTokenizer.from_pretrained(str(folders["bpe"]))
+    ids = hf("Paris is the <mask> of France.", add_special_tokens=False)["input_ids"]
+    assert ids.count(hf.mask_token_id) == 1
+    assert hf.decode(ids) == "Paris is the<mask> of France."
+    for special in ("<s>", "</s>", "<pad>", "<unk>"):
+        assert hf(f"a {special} b", add_special_tokens=False)["input_ids"].count(hf.convert_tokens_to_ids(special)) == 1
+        assert special not in hf.decode(hf(f"a {special} b", add_special_tokens=False)["input_ids"],
+                                         skip_special_tokens=True)
 
 
 def test_bpe_folder_is_saved_without_prefix_space_or_clean_up(folders):

@@ -248,8 +248,8 @@ _UNION_TAGS = _UNION_MEMBERS | {"constrained-float", "literal['grid']"}
 _VALIDATOR_TAG = re.compile(r"^function-(after|before|wrap|plain)\[")  # a model validator's tag in pydantic's loc
 
 
-def _first_error(errors: list[dict[str, Any]]) -> dict[str, Any]:
-    """The error to report first among pydantic's list for one params mapping.
+def _ranked_errors(errors: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Pydantic's errors for one params mapping, the one to report first at the head.
 
     A union (a corpus source: a packaged name, a :class:`FileSource` or a :class:`HubSource`) reports every
     member's errors; only the member the value was meant as counts (the fewest errors; a value of the wrong kind
@@ -268,7 +268,22 @@ def _first_error(errors: list[dict[str, Any]]) -> dict[str, Any]:
                                                      len(by_member[m])))
              for prefix, by_member in members.items()}
     kept = [e for e in errors if (i := member_at(e)) is None or meant[tuple(e["loc"][:i])] == e["loc"][i]]
-    return min(kept, key=lambda e: (e["type"] != "extra_forbidden", e["type"] == "string_type", -len(e["loc"])))
+    return sorted(kept, key=lambda e: (e["type"] != "extra_forbidden", e["type"] == "string_type", -len(e["loc"])))
+
+
+def _also(errors: list[dict[str, Any]], shown: int = 3) -> str:
+    """The suffix naming the dotted keys of the errors after the first, so one run shows every key to fix (a
+    section's cross-field checks raise one at a time; separate sections' all at once): ``""`` when there are none."""
+    first = _plain(tuple(errors[0]["loc"]))
+    # a misspelt key leaves its right spelling missing beside it: the same fix, not another error
+    misspelt_in = {_plain(tuple(e["loc"]))[:-1] for e in errors if e["type"] == "extra_forbidden"}
+    keys = list(dict.fromkeys(".".join(str(p) for p in _plain(tuple(e["loc"]))) or "(top level)"
+                              for e in errors[1:] if _plain(tuple(e["loc"])) != first
+                              and not (e["type"] == "missing" and _plain(tuple(e["loc"]))[:-1] in misspelt_in)))
+    if not keys:
+        return ""
+    more = f" and {len(keys) - shown} more" if len(keys) > shown else ""
+    return f" (also wrong: {', '.join(keys[:shown])}{more})"
 
 
 
@@ -347,7 +362,8 @@ def validate_as(model: type[M], raw: Any, source: str = "params.yaml", origins: 
     try:
         return model.model_validate(raw)
     except ValidationError as exc:
-        raise ParamsError(_one_line(_first_error(exc.errors()), source, origins, model)) from None
+        ranked = _ranked_errors(exc.errors())
+        raise ParamsError(_one_line(ranked[0], source, origins, model) + _also(ranked)) from None
 
 
 def read_params(path: str | Path = DEFAULT_PARAMS, overrides: dict[str, Any] | None = None,
