@@ -79,9 +79,14 @@ def main() -> None:
                         help="dynamic masking: mask-seed offsets, pretrain.seed kept")
     parser.add_argument("--steps", type=int, default=None, help="pretrain.max_steps (default: params.yaml's)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a params override")
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=2, help="torch threads (>= 1)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    if args.threads < 1:
+        sys.exit(f"pretrain_seeds: --threads expects a positive number of torch threads, got {args.threads}")
+    if not (args.project / "params.yaml").is_file():
+        sys.exit(f"pretrain_seeds: --project {args.project}: no params.yaml there; give a checkout of this "
+                 "repository where `dvc repro create_pretraining_data` has run")
     os.chdir(args.project)
     sys.path.insert(0, str(Path.cwd()))
     import yaml
@@ -98,7 +103,12 @@ def main() -> None:
     try:
         params = load_params(overrides=overrides)
     except ParamsError as exc:
-        sys.exit(f"pretrain_seeds: {exc}")
+        hint = (" (--steps below the warmup: add --set pretrain.warmup_steps=N with N <= the steps)"
+                if args.steps is not None and "warmup_steps" in str(exc) else "")
+        sys.exit(f"pretrain_seeds: {exc}{hint}")
+    if args.mask_streams and params.create_pretraining_data.masking != "dynamic":
+        sys.exit("pretrain_seeds: --mask-streams needs create_pretraining_data.masking: dynamic (static data holds "
+                 "one mask per instance); rerun create_pretraining_data with it or use --seeds")
     runs = ([(seed, None) for seed in args.seeds] if args.seeds else [])
     runs += [(params.pretrain.seed, stream) for stream in (args.mask_streams or [])]
     if not runs:

@@ -619,11 +619,17 @@ def test_pretrain_seeds_repeats_a_seed_to_the_digit_and_another_seed_differs(smo
     assert summary == {"runs": 3, "final_loss_lowest": min(finals), "final_loss_mean": round(sum(finals) / 3, 4),
                        "final_loss_highest": max(finals)}
     # mask streams need unmasked (dynamic) instances: the smoke data is static, so one line and a non-zero exit
-    refused = subprocess.run([*cmd[:4], "--mask-streams", "1"], cwd=smoke_run, env=_clone_env(smoke_run),
-                             capture_output=True, text=True, timeout=300)
-    assert refused.returncode != 0 and refused.stdout == ""
-    assert refused.stderr.strip().splitlines()[-1].startswith(
-        "pretrain_seeds: --mask-streams needs create_pretraining_data.masking: dynamic")
+    # before any run (no seed's line first); a bad --project or --threads alike
+    for extra, message in ((["--seeds", "42", "--mask-streams", "1"],
+                            "pretrain_seeds: --mask-streams needs create_pretraining_data.masking: dynamic"),
+                           (["--project", str(smoke_run / "no-such-dir")],
+                            f"pretrain_seeds: --project {smoke_run / 'no-such-dir'}: no params.yaml there"),
+                           (["--threads", "0"], "pretrain_seeds: --threads expects a positive number")):
+        refused = subprocess.run([*cmd[:4], *extra], cwd=smoke_run, env=_clone_env(smoke_run),
+                                 capture_output=True, text=True, timeout=300)
+        assert refused.returncode != 0 and refused.stdout == "", extra
+        lines = refused.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith(message), refused.stderr
 
 
 def _clone_env(clone: Path) -> dict[str, str]:

@@ -105,6 +105,7 @@ def test_a_misspelt_key_of_a_list_entry_or_a_union_member(raw):
 def test_every_wrong_key_is_named_in_the_one_line(raw):
     """The first error in full, the other wrong keys after it, so one run shows all there is to fix; the right
     spelling of a misspelt key, missing because of the typo, is not another error."""
+    base = copy.deepcopy(raw)
     raw["prepare_corpus"]["min_words"] = -3
     raw["pretrain"]["warmup_steps"] = "many"
     _rename(raw["finetune"]["tasks"]["qa"], "doc_stride", "doc_strid")
@@ -114,6 +115,15 @@ def test_every_wrong_key_is_named_in_the_one_line(raw):
         raw["pretrain"][key] = -1
     assert params_error(raw).endswith("(also wrong: prepare_corpus.min_words, pretrain.warmup_steps, "
                                       "pretrain.max_steps and 3 more)")
+    # another key missing beside the typo is listed; a key with no close match hides no missing key
+    raw = copy.deepcopy(base)
+    _rename(raw["train_tokenizer"], "min_frequency", "min_frequncy")
+    del raw["train_tokenizer"]["limit_alphabet"]
+    assert params_error(raw).endswith("(did you mean 'min_frequency'?) (also wrong: train_tokenizer.limit_alphabet)")
+    raw = copy.deepcopy(base)
+    del raw["train_tokenizer"]["limit_alphabet"]
+    raw["train_tokenizer"]["foo"] = 1
+    assert params_error(raw).endswith("(also wrong: train_tokenizer.limit_alphabet)")
 
 
 def test_missing_key(raw):

@@ -121,10 +121,12 @@ def test_bpe_special_tokens_spelt_out_are_the_round_trips_one_exception(folders)
     ids = hf("Paris is the <mask> of France.", add_special_tokens=False)["input_ids"]
     assert ids.count(hf.mask_token_id) == 1
     assert hf.decode(ids) == "Paris is the<mask> of France."
+    assert hf.decode(hf("a\t<mask> b", add_special_tokens=False)["input_ids"]) == "a<mask> b"
     for special in ("<s>", "</s>", "<pad>", "<unk>"):
-        assert hf(f"a {special} b", add_special_tokens=False)["input_ids"].count(hf.convert_tokens_to_ids(special)) == 1
-        assert special not in hf.decode(hf(f"a {special} b", add_special_tokens=False)["input_ids"],
-                                         skip_special_tokens=True)
+        ids = hf(f"a {special} b", add_special_tokens=False)["input_ids"]
+        assert ids.count(hf.convert_tokens_to_ids(special)) == 1
+        assert hf.decode(ids) == f"a {special} b"
+        assert special not in hf.decode(ids, skip_special_tokens=True)
 
 
 def test_bpe_folder_is_saved_without_prefix_space_or_clean_up(folders):

@@ -13,10 +13,12 @@ BPE: Sennrich et al. 2016):
 No prefix space, as RoBERTa's own tokenizer (GPT-2's encoder prepends none; ``transformers``' ``RobertaTokenizer``
 defaults to ``add_prefix_space=False``), so ``decode(encode(s)) == s`` byte for byte for any UTF-8 text, leading
 spaces, control characters and the empty string included (``clean_up_tokenization_spaces`` is saved false, so
-decoding leaves `` ,`` alone). The one exception is text that spells a special token: ``<s>``, ``</s>``,
-``<pad>``, ``<unk>`` or ``<mask>`` written out encodes to that token's id, as in RoBERTa (how a user writes a
-fill-mask query), so ``skip_special_tokens`` drops it and ``<mask>`` takes the spaces before it. Without a prefix
-space a text's first word is tokenised without ``Ġ``, as at the start of any RoBERTa input. The prefix space is given where words stand alone but belong to running text:
+decoding leaves `` ,`` alone; ``encode`` without the special tokens around the text, or ``decode`` skipping them).
+The exception is text that spells a special token: ``<s>``, ``</s>``, ``<pad>``, ``<unk>`` or ``<mask>`` written
+out encodes to that token's id, as in RoBERTa (how a user writes a fill-mask query); a plain ``decode`` writes the
+four back as they were, ``skip_special_tokens=True`` drops them, and ``<mask>`` takes any whitespace before it
+(``"x <mask> y"`` decodes to ``"x<mask> y"``). Without a prefix space a text's first word is tokenised without
+``Ġ``, as at the start of any RoBERTa input. The prefix space is given where words stand alone but belong to running text:
 
 - pre-split words (NER, ``is_split_into_words=True``; Hugging Face documents ``add_prefix_space=True`` as required
   there for RoBERTa's tokenizer): :func:`bert_pipeline.model.heads.tokenize_ner` takes

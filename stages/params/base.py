@@ -274,12 +274,21 @@ def _ranked_errors(errors: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def _also(errors: list[dict[str, Any]], shown: int = 3) -> str:
     """The suffix naming the dotted keys of the errors after the first, so one run shows every key to fix (a
     section's cross-field checks raise one at a time; separate sections' all at once): ``""`` when there are none."""
-    first = _plain(tuple(errors[0]["loc"]))
-    # a misspelt key leaves its right spelling missing beside it: the same fix, not another error
-    misspelt_in = {_plain(tuple(e["loc"]))[:-1] for e in errors if e["type"] == "extra_forbidden"}
-    keys = list(dict.fromkeys(".".join(str(p) for p in _plain(tuple(e["loc"]))) or "(top level)"
-                              for e in errors[1:] if _plain(tuple(e["loc"])) != first
-                              and not (e["type"] == "missing" and _plain(tuple(e["loc"]))[:-1] in misspelt_in)))
+    locs = [_plain(tuple(e["loc"])) for e in errors]
+    # a misspelt key leaves its right spelling missing beside it: the same fix, not another error (the missing key
+    # closest to the unknown one, as "did you mean" finds it; any other missing key of that mapping is listed)
+    missing: dict[tuple, list[str]] = {}
+    for err, loc in zip(errors, locs, strict=True):
+        if err["type"] == "missing" and loc:
+            missing.setdefault(loc[:-1], []).append(str(loc[-1]))
+    respelt = set()
+    for err, loc in zip(errors, locs, strict=True):
+        if err["type"] == "extra_forbidden" and loc:
+            respelt.update(loc[:-1] + (m,) for m in difflib.get_close_matches(str(loc[-1]), missing.get(loc[:-1], []),
+                                                                               n=1))
+    keys = list(dict.fromkeys(".".join(str(p) for p in loc) or "(top level)"
+                              for err, loc in zip(errors[1:], locs[1:], strict=True)
+                              if loc != locs[0] and not (err["type"] == "missing" and loc in respelt)))
     if not keys:
         return ""
     more = f" and {len(keys) - shown} more" if len(keys) > shown else ""
