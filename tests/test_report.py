@@ -202,6 +202,11 @@ def test_upstream_findings_give_pretraining_and_distillation_lines():
         "Pre-training (tiny, 800 steps, 3,100,000 tokens seen): held-out MLM accuracy 10.44% vs 4.37% for always "
         "guessing the most frequent token (2.39x); held-out loss 6.45 nats per masked token vs 6.98 from token "
         "frequency alone, 0.53 below it (metrics/pretrain.json).")
+    # a model still above the floor (a few smoke steps) is said to be above it, not "-0.75 below"
+    above = {**with_floor, "eval": {**pretrain["eval"], "mlm_loss": 7.731}}
+    assert upstream_findings(above, None, REPORT_SOURCES)[0].endswith(
+        "held-out loss 7.73 nats per masked token vs 6.98 from token frequency alone, 0.75 above it, not yet "
+        "learnt (metrics/pretrain.json).")
     # a zero unigram baseline gives no ratio (and no division by zero); distill.json absent gives no line
     zero_baseline = {**pretrain, "eval": {"mlm_accuracy": 0.1, "unigram_accuracy": 0.0}}
     assert upstream_findings(zero_baseline, None, REPORT_SOURCES) == []

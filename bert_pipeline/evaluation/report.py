@@ -417,7 +417,8 @@ def upstream_findings(pretrain: Mapping[str, Any] | None, distill: Mapping[str, 
             f"{100 * ev['mlm_accuracy']:.2f}% vs {100 * ev['unigram_accuracy']:.2f}% for always guessing the most "
             f"frequent token ({ev['mlm_accuracy'] / ev['unigram_accuracy']:.2f}x)"
             + (f"; held-out loss {ev['mlm_loss']:.2f} nats per masked token vs {pretrain['unigram_loss']:.2f} from "
-               f"token frequency alone, {pretrain['unigram_loss'] - ev['mlm_loss']:.2f} below it"
+               f"token frequency alone, {abs(pretrain['unigram_loss'] - ev['mlm_loss']):.2f} "
+               + ("below it" if ev["mlm_loss"] <= pretrain["unigram_loss"] else "above it, not yet learnt")
                if pretrain.get("unigram_loss") is not None and ev.get("mlm_loss") is not None else "")
             + f" ({sources.pretrain}).")
     st, te = (distill or {}).get("student") or {}, (distill or {}).get("teacher") or {}
