@@ -204,11 +204,31 @@ def profile_command(name: str, extra: list[str] | None = None, params_path: Path
     return ["dvc", "exp", "run", "--temp", *profile_args, *(extra or [])]
 
 
+def uncommitted_lock(repo: Path = Path(".")) -> str | None:
+    """How ``dvc.lock`` in ``repo`` differs from git's HEAD: ``"untracked"``, ``"modified"``, or None (committed,
+    absent, or not a git checkout). ``dvc exp run --temp`` starts from the committed lock, and ``dvc exp apply``
+    replaces the workspace's with the experiment's."""
+    try:
+        proc = subprocess.run(["git", "status", "--porcelain", "--", "dvc.lock"], cwd=repo, capture_output=True,
+                              text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    status = proc.stdout[:2] if proc.returncode == 0 else ""
+    return "untracked" if status == "??" else "modified" if status.strip() else None
+
+
 def run_profile(args: argparse.Namespace, extra: list[str]) -> None:
     cmd = profile_command(args.name, [a for a in extra if a != "--"])
     if args.print:
         sys.stdout.write(shlex.join(cmd) + "\n")
         return
+    state = uncommitted_lock()
+    if state:
+        log.warning("dvc.lock is %s in git: the experiment starts from the committed dvc.lock (stages whose inputs "
+                    "match a run DVC cached are restored, not rerun), and `dvc exp apply` will replace this "
+                    "workspace's dvc.lock with the experiment's and take away the outputs of every stage that lock "
+                    "does not hold (`dvc repro` restores them from the cache); to keep this run as the baseline, commit it "
+                    "first: git add dvc.lock && git commit -m results", state)
     log.info("running: %s", shlex.join(cmd))
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE)
     assert proc.stderr is not None

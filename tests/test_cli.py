@@ -154,6 +154,26 @@ def test_an_experiment_left_in_a_temp_copy_is_refused_in_one_line(in_tmp, monkey
         dvc_adapter.stage_run("pretrain", {}, uri=uri).__enter__()
 
 
+def test_uncommitted_lock_says_how_dvc_lock_differs_from_head(tmp_path):
+    """`bert-pipeline profile` warns when dvc.lock is not committed: its experiment starts from the committed lock."""
+    from stages.cli import uncommitted_lock
+
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@localhost"]
+    assert uncommitted_lock(tmp_path) is None  # not a git checkout
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    (tmp_path / "dvc.yaml").write_text("stages: {}\n")
+    subprocess.run(["git", "add", "-A"], cwd=tmp_path, check=True)
+    subprocess.run([*git, "commit", "-qm", "graph"], cwd=tmp_path, check=True)
+    assert uncommitted_lock(tmp_path) is None  # no lock yet: a first run
+    (tmp_path / "dvc.lock").write_text("schema: '2.0'\n")
+    assert uncommitted_lock(tmp_path) == "untracked"
+    subprocess.run(["git", "add", "dvc.lock"], cwd=tmp_path, check=True)
+    subprocess.run([*git, "commit", "-qm", "results"], cwd=tmp_path, check=True)
+    assert uncommitted_lock(tmp_path) is None
+    (tmp_path / "dvc.lock").write_text("schema: '2.0'\nstages: {}\n")
+    assert uncommitted_lock(tmp_path) == "modified"
+
+
 def test_profile_relays_dvc_output_without_the_first_run_no_hash_warnings():
     """``bert-pipeline profile`` streams ``dvc exp run``'s stderr as it comes (progress bars redraw with ``\\r``)
     and leaves out the warning DVC prints per output that a fresh clone's missing ``dvc.lock`` cannot restore."""
