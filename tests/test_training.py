@@ -294,12 +294,14 @@ def test_auto_precision_is_bf16_only_on_cpus_with_native_bf16(monkeypatch):
     assert make_runtime("fp32", cpu=True).precision == "fp32"
 
 
-def test_native_bf16_that_is_slower_than_fp32_is_not_chosen(monkeypatch):
+def test_native_bf16_that_is_slower_than_fp32_is_not_chosen(monkeypatch, tmp_path):
     """``auto`` on a CPU asks for native bf16 and for a bf16 matmul faster than an fp32 one: an AVX512-BF16 Xeon
     without AMX has the first and not the second (bf16 products at about half the fp32 rate)."""
     from bert_pipeline.train import runtime
 
     measure = runtime.matmul_seconds
+    cache = tmp_path / "precision-auto.json"
+    monkeypatch.setenv(runtime.PRECISION_CACHE_ENV, str(cache))
 
     def timings(bf16: float, fp32: float):
         return lambda dtype, **_: bf16 if dtype == torch.bfloat16 else fp32
@@ -307,6 +309,7 @@ def test_native_bf16_that_is_slower_than_fp32_is_not_chosen(monkeypatch):
     monkeypatch.setattr(runtime, "cpu_has_native_bf16", lambda: True)
     for (bf16, fp32), fast in (((0.013, 0.0067), False), ((0.003, 0.0067), True)):
         runtime.cpu_has_fast_bf16.cache_clear()
+        cache.unlink(missing_ok=True)  # each case a machine measured for the first time
         monkeypatch.setattr(runtime, "matmul_seconds", timings(bf16, fp32))
         assert runtime.cpu_has_fast_bf16() is fast
         assert runtime.resolve_precision("auto", "cpu") == ("bf16" if fast else "fp32")
@@ -316,6 +319,36 @@ def test_native_bf16_that_is_slower_than_fp32_is_not_chosen(monkeypatch):
     assert runtime.cpu_has_fast_bf16() is False
     runtime.cpu_has_fast_bf16.cache_clear()
     assert measure(torch.float32, size=64, repeats=2) > 0.0
+
+
+def test_precision_auto_is_decided_once_per_machine_whatever_the_load(monkeypatch, tmp_path):
+    """A decisive measurement (idle: bf16 2x faster) is recorded for the machine; a later process on a loaded machine
+    (both products slowed, fp32 now a little faster) takes the recorded answer instead of flipping to fp32; a close
+    call is not recorded, so the next process measures again; another machine's record is not this one's."""
+    from bert_pipeline.train import runtime
+
+    cache = tmp_path / "cache" / "precision-auto.json"
+    monkeypatch.setenv(runtime.PRECISION_CACHE_ENV, str(cache))
+    monkeypatch.setattr(runtime, "cpu_has_native_bf16", lambda: True)
+
+    def decide(bf16: float, fp32: float) -> bool:
+        runtime.cpu_has_fast_bf16.cache_clear()  # a new process
+        monkeypatch.setattr(runtime, "matmul_seconds", lambda dtype, **_: bf16 if dtype == torch.bfloat16 else fp32)
+        return runtime.cpu_has_fast_bf16()
+
+    try:
+        assert decide(0.0235, 0.0225) is False  # loaded, first: too close to record
+        assert not cache.exists()
+        assert decide(0.0049, 0.0106) is True  # idle: decisive, recorded
+        recorded = json.loads(cache.read_text())
+        assert recorded == {runtime.machine_key(): {"bf16": True, "bf16_ms": 4.9, "fp32_ms": 10.6}}
+        assert decide(0.0235, 0.0225) is True  # loaded again: the machine's answer, not the noisy one
+        assert decide(0.013, 0.0067) is True  # even a decisive opposite measurement does not overwrite it
+        monkeypatch.setattr(runtime, "machine_key", lambda: "another CPU | flags x | torch y")
+        assert decide(0.013, 0.0067) is False  # another machine measures for itself
+        assert len(json.loads(cache.read_text())) == 2
+    finally:
+        runtime.cpu_has_fast_bf16.cache_clear()
 
 
 def test_one_meaning_of_auto_precision_for_every_stage(monkeypatch):

@@ -32,11 +32,14 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
+import json
 import logging
 import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -76,6 +79,51 @@ def cpu_has_native_bf16() -> bool:
         return False
 
 
+PRECISION_CACHE_ENV = "BERT_PIPELINE_PRECISION_CACHE"
+"""Where :func:`cpu_has_fast_bf16` keeps each machine's decided answer (default
+``~/.cache/bert-pipeline/precision-auto.json``); delete the file to measure again."""
+DECISIVE_RATIO = 1.5
+"""A bf16/fp32 matmul time ratio beyond this either way decides for the machine; closer is left undecided (a
+loaded machine: both products slowed, their ratio pulled towards 1) and measured again by the next process."""
+
+
+def precision_cache_path() -> Path:
+    """``$BERT_PIPELINE_PRECISION_CACHE`` or ``~/.cache/bert-pipeline/precision-auto.json``."""
+    env = os.environ.get(PRECISION_CACHE_ENV)
+    return Path(env) if env else Path.home() / ".cache" / "bert-pipeline" / "precision-auto.json"
+
+
+def machine_key() -> str:
+    """This CPU's model name, flags and the torch version: what the bf16/fp32 speed ratio depends on."""
+    model, flags = "unknown CPU", ""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            name, _, value = line.partition(":")
+            if name.strip() == "model name" and model == "unknown CPU":
+                model = value.strip()
+            elif name.strip() == "flags" and not flags:
+                flags = hashlib.sha256(value.strip().encode()).hexdigest()[:12]
+    return f"{model} | flags {flags} | torch {torch.__version__}"
+
+
+def _decided() -> dict[str, Any]:
+    with contextlib.suppress(OSError, ValueError):
+        return json.loads(precision_cache_path().read_text())
+    return {}
+
+
+def _remember(key: str, answer: dict[str, Any]) -> None:
+    """Add this machine's decision to the cache file (atomically; a read-only home only costs the next measure)."""
+    path = precision_cache_path()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({**_decided(), key: answer}, indent=1, sort_keys=True))
+        os.replace(tmp, path)
+    except OSError as exc:
+        log.debug("precision auto: could not record the decision in %s: %s", path, exc)
+
+
 @functools.lru_cache(maxsize=1)
 def cpu_has_fast_bf16() -> bool:
     """Whether bf16 pays on this CPU: oneDNN runs bf16 matmuls natively (AVX512-BF16 or AMX; without them bf16
@@ -83,14 +131,30 @@ def cpu_has_fast_bf16() -> bool:
     product is faster in bf16 than in fp32 (:func:`matmul_seconds`, measured once per process; about 0.1 s).
     Native support alone does not say it: on a 2-core Xeon with AVX512-BF16 and no AMX the products ran at 0.168
     TFLOP/s in bf16 against 0.320 in fp32, and MiniLM's fine-tuning step took 1.4x as long in bf16, while on an
-    AVX512-BF16 EPYC bf16 ran 2.5x faster than fp32 (docs/performance.md). The margin either way is 2x or more, so
-    the answer does not flip between runs on one machine."""
+    AVX512-BF16 EPYC bf16 ran 2.5x faster than fp32 (docs/performance.md). The margin either way is 2x or more on an
+    idle machine, but a loaded one slows both products and pulls their ratio towards 1 (a smoke run beside other
+    jobs measured 23.5 ms bf16 against 22.5 fp32 in one stage and chose fp32 there, bf16 in the others). So the
+    first decisive answer (ratio beyond :data:`DECISIVE_RATIO`) is recorded per machine (:func:`machine_key`) in
+    :func:`precision_cache_path` and every later stage and run on the machine takes it: the same precision, the same
+    numbers, whatever the load."""
     if not cpu_has_native_bf16():
         return False
+    key = machine_key()
+    known = _decided().get(key)
+    if isinstance(known, dict) and isinstance(known.get("bf16"), bool):
+        log.info("bf16 on this CPU: precision auto is %s, as measured here before (%s; delete it to measure again)",
+                 "bf16" if known["bf16"] else "fp32", precision_cache_path())
+        return known["bf16"]
     bf16, fp32 = matmul_seconds(torch.bfloat16), matmul_seconds(torch.float32)
-    log.info("bf16 on this CPU: a 1024x1024 matmul takes %.1f ms in bf16, %.1f ms in fp32: precision auto is %s",
-             1e3 * bf16, 1e3 * fp32, "bf16" if bf16 < fp32 else "fp32")
-    return bf16 < fp32
+    fast = bf16 < fp32
+    decisive = max(bf16, fp32) > DECISIVE_RATIO * min(bf16, fp32)
+    log.info("bf16 on this CPU: a 1024x1024 matmul takes %.1f ms in bf16, %.1f ms in fp32: precision auto is %s%s",
+             1e3 * bf16, 1e3 * fp32, "bf16" if fast else "fp32",
+             f" (recorded for this machine in {precision_cache_path()})" if decisive
+             else " (too close to decide for the machine: measured again by the next stage)")
+    if decisive:
+        _remember(key, {"bf16": fast, "bf16_ms": round(1e3 * bf16, 2), "fp32_ms": round(1e3 * fp32, 2)})
+    return fast
 
 
 def cuda_has_native_bf16() -> bool:
