@@ -30,6 +30,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+NEEDS_DYNAMIC = ("pretrain_seeds: --mask-streams needs create_pretraining_data.masking: dynamic (static data holds "
+                 "one mask per instance); rerun create_pretraining_data with it or use --seeds")
+
 
 class OffsetMasks:
     """A dynamic-masking collator whose every reseed is shifted by ``offset``: another stream of masks for the
@@ -57,8 +60,7 @@ def run_one(params: Any, seed: int, mask_stream: int | None, threads: int) -> di
     loaded = load_pretraining(p)
     if mask_stream is not None:
         if loaded.data.info.get("masking") != "dynamic":
-            sys.exit("pretrain_seeds: --mask-streams needs create_pretraining_data.masking: dynamic (static data "
-                     "holds one mask per instance); rerun create_pretraining_data with it or use --seeds")
+            sys.exit(NEEDS_DYNAMIC)  # params say dynamic, data built otherwise
         for phase in loaded.data.phases:
             phase.collate_fn = OffsetMasks(phase.collate_fn, mask_stream)
     t0 = time.perf_counter()
@@ -107,8 +109,7 @@ def main() -> None:
                 if args.steps is not None and "warmup_steps" in str(exc) else "")
         sys.exit(f"pretrain_seeds: {exc}{hint}")
     if args.mask_streams and params.create_pretraining_data.masking != "dynamic":
-        sys.exit("pretrain_seeds: --mask-streams needs create_pretraining_data.masking: dynamic (static data holds "
-                 "one mask per instance); rerun create_pretraining_data with it or use --seeds")
+        sys.exit(NEEDS_DYNAMIC)
     runs = ([(seed, None) for seed in args.seeds] if args.seeds else [])
     runs += [(params.pretrain.seed, stream) for stream in (args.mask_streams or [])]
     if not runs:

@@ -624,12 +624,15 @@ def test_pretrain_seeds_repeats_a_seed_to_the_digit_and_another_seed_differs(smo
                             "pretrain_seeds: --mask-streams needs create_pretraining_data.masking: dynamic"),
                            (["--project", str(smoke_run / "no-such-dir")],
                             f"pretrain_seeds: --project {smoke_run / 'no-such-dir'}: no params.yaml there"),
-                           (["--threads", "0"], "pretrain_seeds: --threads expects a positive number")):
+                           (["--threads", "0"], "pretrain_seeds: --threads expects a positive number"),
+                           (["--steps", "1"], "pretrain_seeds: params.yaml")):  # the smoke warmup is 2 steps
         refused = subprocess.run([*cmd[:4], *extra], cwd=smoke_run, env=_clone_env(smoke_run),
                                  capture_output=True, text=True, timeout=300)
         assert refused.returncode != 0 and refused.stdout == "", extra
         lines = refused.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith(message), refused.stderr
+    assert "pretrain.warmup_steps" in lines[0] and lines[0].endswith(
+        "(--steps below the warmup: add --set pretrain.warmup_steps=N with N <= the steps)")
 
 
 def _clone_env(clone: Path) -> dict[str, str]:
