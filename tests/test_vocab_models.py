@@ -1,9 +1,9 @@
 """The three vocabulary models of ``train_tokenizer.model`` (wordpiece, bpe, unigram): byte-level BPE round-trips
-any UTF-8 text byte for byte (no prefix space, no clean-up; special tokens spelt out are the documented exception), every folder reloads with ``AutoTokenizer`` to the same
-ids, Unigram trains deterministically, continuation rules per model, with a BPE tokenizer: NER alignment (pre-split
-words with the prefix space, first word included; the predictor alike), QA offsets, pre-training sentences as their
-document's running text and instances built with one (and bench/mlm_context.py's counts alike), and the
-params' one-line errors."""
+any UTF-8 text byte for byte (no prefix space, no clean-up; special tokens spelt out are the documented
+exception), every folder reloads with ``AutoTokenizer`` to the same ids, Unigram trains deterministically,
+continuation rules per model, with a BPE tokenizer: NER alignment (pre-split words with the prefix space, first
+word included; the predictor alike), QA offsets, pre-training sentences as their document's running text and
+instances built with one (and bench/mlm_context.py's counts alike), and the params' one-line errors."""
 
 from __future__ import annotations
 
@@ -113,8 +113,9 @@ def test_bpe_round_trips_arbitrary_utf8_byte_for_byte(folders):
 
 
 def test_bpe_special_tokens_spelt_out_are_the_round_trips_one_exception(folders):
-    """A literal ``<mask>`` in text is the mask token, as in RoBERTa (fill-mask queries), and takes the spaces before
-    it (lstrip); the other special tokens spelt out are their ids too: text round-trips except for these."""
+    """A literal ``<mask>`` in text is the mask token, as in RoBERTa (fill-mask queries), and takes any whitespace
+    before it (lstrip); the other four spelt out are their ids too, decoded back as written and dropped only when
+    special tokens are skipped."""
     from transformers import AutoTokenizer
 
     hf = AutoTokenizer.from_pretrained(str(folders["bpe"]))
