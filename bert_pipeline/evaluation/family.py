@@ -38,6 +38,7 @@ from bert_pipeline.evaluation.report import (
     pair_regression_section,
     relative_speed,
     render_summary,
+    student_shares,
     table,
     task_order,
     tokens_seen_of,
@@ -157,8 +158,8 @@ def flat_metrics(index: dict[tuple[str, str], FinetuneResult], facts: dict[str, 
     for t in tasks:
         if (teacher, t) in index and (scratch, t) in index:
             out[f"gain_over_scratch.{t}"] = round(index[teacher, t].score - index[scratch, t].score, 6)
-        if (teacher, t) in index and (student, t) in index and index[teacher, t].score > 0:
-            out[f"student_share.{t}"] = round(index[student, t].score / index[teacher, t].score, 6)
+    for t, share in student_shares(index, teacher, student, tasks).items():
+        out[f"student_share.{t}"] = round(share, 6)
     return out
 
 
@@ -194,14 +195,11 @@ def pair_shares(pairs: list[DistillationPair], index: dict[tuple[str, str], Fine
     ``distillation.{student}.average_share`` (their mean over the tasks both have)."""
     out: dict[str, float] = {}
     for pair in pairs:
-        shares = []
-        for t in tasks:
-            a, b = index.get((pair.teacher, t)), index.get((pair.student, t))
-            if a is not None and b is not None and a.score > 0:
-                shares.append(b.score / a.score)
-                out[f"distillation.{pair.student}.{t}_share"] = round(shares[-1], 6)
+        shares = student_shares(index, pair.teacher, pair.student, tasks)
+        for t, share in shares.items():
+            out[f"distillation.{pair.student}.{t}_share"] = round(share, 6)
         if shares:
-            out[f"distillation.{pair.student}.average_share"] = round(sum(shares) / len(shares), 6)
+            out[f"distillation.{pair.student}.average_share"] = round(sum(shares.values()) / len(shares), 6)
     return out
 
 

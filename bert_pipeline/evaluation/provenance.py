@@ -140,5 +140,6 @@ def render_report_card(card: Mapping[str, Any], sources: Any) -> str:
         lines += [f"Wall time per stage ({sources.metrics_dir}/*-timing.json):", "", "| stage | seconds |",
                   "| --- | ---: |"]
         lines += [f"| {k} | {v:.1f} |" for k, v in walls.items()]
-        lines += [f"| **total** | {sum(walls.values()):.1f} |"]
+        lines += [f"| **sum of the stages above** (not the run's wall time: a stage without a top-level wall time "
+                  f"in a timing file, such as prepare_tasks or retrieval, is not in it) | {sum(walls.values()):.1f} |"]
     return "\n".join(lines) + "\n"

@@ -227,6 +227,15 @@ def average_score(index: Mapping[tuple[str, str], FinetuneResult], model: str, t
     return sum(scores) / len(scores) if scores and len(scores) == len(tasks) else None
 
 
+def student_shares(index: Mapping[tuple[str, str], FinetuneResult], teacher: str, student: str,
+                   tasks: Sequence[str]) -> dict[str, float]:
+    """``{task: student's main-metric test mean / the teacher's}`` over the tasks both have (teacher score > 0),
+    in ``tasks`` order: the one definition of the student's share that the findings, the distillation tables and
+    the flat evaluation metrics use; their "mean over tasks" is the unweighted mean of these ratios."""
+    return {t: index[student, t].score / index[teacher, t].score for t in tasks
+            if (teacher, t) in index and (student, t) in index and index[teacher, t].score > 0}
+
+
 def relative_speed(facts: Mapping[str, ModelFacts], model: str, teacher: str) -> float | None:
     """Teacher's batch-1 latency / the model's (teacher = 1.0; 2.0 = twice as fast); None when unmeasured."""
     mine = facts.get(model)
@@ -380,21 +389,22 @@ def findings(
             + "; ".join(gains) + (f"; low-resource: {'; '.join(low)}" if low else "") + cost
             + f" ({sources.finetune_metrics}/{teacher}-*.json, {sources.finetune_metrics}/{scratch}-*.json)."
         )
-    shares = []
-    for t in tasks:
-        if (teacher, t) in index and (student, t) in index and index[teacher, t].score > 0:
-            shares.append(f"{t} {100 * index[student, t].score / index[teacher, t].score:.0f}%")
+    shares = student_shares(index, teacher, student, tasks)
     speed = relative_speed(facts, student, teacher)
     if shares or speed:
-        text = f"The student ({student}) keeps " + (", ".join(shares) if shares else "–") + " of the teacher's score"
-        a_s, a_t = average_score(index, student, tasks), average_score(index, teacher, tasks)
-        if a_s is not None and a_t:
-            text += f" ({100 * a_s / a_t:.0f}% on average)"
+        text = (f"The student ({student}) keeps "
+                + (", ".join(f"{t} {100 * v:.0f}%" for t, v in shares.items()) if shares else "–")
+                + " of the teacher's score")
+        if shares:
+            text += f" ({100 * sum(shares.values()) / len(shares):.0f}% on average over tasks)"
         if speed:
             text += f" and is {speed:.1f}x as fast at batch 1 ({sources.evaluate_timing})"
         pf = facts.get(student), facts.get(teacher)
         if pf[0] and pf[1]:
-            text += f", with {100 * pf[0].parameters / pf[1].parameters:.0f}% of its encoder parameters"
+            text += f", with {100 * pf[0].parameters / pf[1].parameters:.0f}% of its parameters (encoder with embeddings"
+            if pf[0].encoder_parameters and pf[1].encoder_parameters:
+                text += f"; {100 * pf[0].encoder_parameters / pf[1].encoder_parameters:.0f}% of its encoder layers'"
+            text += ")"
         lines.append(text + f" ({sources.finetune_metrics}/{student}-*.json).")
     return lines
 
@@ -489,23 +499,22 @@ def distillation_section(pairs: Sequence[DistillationPair], index: Mapping[tuple
         def ratio(a: float | None, b: float | None) -> str:
             return f"{a / b:.2f}" if a and b else "–"
 
-        for label, attr in (("parameters, total", "total_parameters"), ("parameters, encoder layers",
-                                                                         "encoder_parameters")):
+        for label, attr in (("parameters, encoder with embeddings (as the family table)", "parameters"),
+                            ("parameters, encoder layers", "encoder_parameters")):
             a, b = getattr(ft, attr, None), getattr(fs, attr, None)
             rows.append([label, fmt_params(a), fmt_params(b), ratio(b, a)])
-        shares = []
+        shares = student_shares(index, t, s, tasks)
         for task in tasks:
             rt, rs = index.get((t, task)), index.get((s, task))
             if rt is None or rs is None:
                 continue
             seeds_t, seeds_s = len(rt.test_seeds.get(rt.main_metric, ())) or 1, len(rs.test_seeds.get(rs.main_metric, ())) or 1
-            share = rs.score / rt.score if rt.score > 0 else None
-            if share is not None:
-                shares.append(share)
+            share = shares.get(task)
             rows.append([f"{task_header(task, rt.main_metric)} (test; seeds {seeds_t} / {seeds_s})",
                          fmt_score(rt.score), fmt_score(rs.score), "–" if share is None else f"{100 * share:.1f}%"])
         if shares:
-            rows.append(["student's share, mean over tasks", "", "", f"{100 * sum(shares) / len(shares):.1f}%"])
+            rows.append(["student's share, mean over tasks", "", "",
+                         f"{100 * sum(shares.values()) / len(shares):.1f}%"])
         lat_t, lat_s = getattr(ft, "latency_ms", None), getattr(fs, "latency_ms", None)
         thr_t, thr_s = getattr(ft, "throughput", None), getattr(fs, "throughput", None)
         rows.append(["latency ms/example (b=1)", "–" if lat_t is None else f"{lat_t:.2f}",
