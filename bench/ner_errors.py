@@ -35,11 +35,11 @@ from transformers import DataCollatorWithPadding
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bert_pipeline.train.finetune_data import load_task  # noqa: E402
 from bert_pipeline.evaluation.metrics import ner_metrics  # noqa: E402
 from bert_pipeline.evaluation.predictor import load_predictor  # noqa: E402
 from bert_pipeline.model import heads  # noqa: E402
 from bert_pipeline.train.finetune import forward_all  # noqa: E402
+from bert_pipeline.train.finetune_data import load_task  # noqa: E402
 from bert_pipeline.train.runtime import make_runtime  # noqa: E402
 
 CLASSES = ("exact", "wrong_type", "boundary", "other_overlap", "missed")
