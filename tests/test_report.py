@@ -224,9 +224,9 @@ def test_distillation_table_pairs_each_student_with_its_teacher():
     index = {("minilm", "ner"): result("minilm", "ner", 0.50, seeds=1), ("minilm", "qa"): result("minilm", "qa", 0.40, seeds=1),
              ("student", "ner"): result("student", "ner", 0.49, "minilm"),
              ("student", "qa"): result("student", "qa", 0.38, "minilm")}
-    facts = {"minilm": ModelFacts(20_000_000, 90.0, latency_ms=10.0, throughput=100.0, total_parameters=22_000_000,
+    facts = {"minilm": ModelFacts(20_000_000, 90.0, latency_ms=10.0, throughput=100.0,
                                   encoder_parameters=10_600_000),
-             "student": ModelFacts(15_000_000, 70.0, latency_ms=5.0, throughput=190.0, total_parameters=17_000_000,
+             "student": ModelFacts(15_000_000, 70.0, latency_ms=5.0, throughput=190.0,
                                    encoder_parameters=5_300_000)}
     pair = DistillationPair("minilm", "student", "task-specific distillation", 600.0, "2 tasks")
     page = distillation_section([pair], index, facts, ["ner", "qa"], 32, REPORT_SOURCES)

@@ -286,8 +286,7 @@ def evaluate_family(inputs: FamilyInputs, *, runtime: Any, teacher: str, student
                               throughput_batch_size, warmup_runs, timed_runs, num_threads)
         speeds[m] = speed
         facts[m] = ModelFacts(count_parameters(pred.model.base_model), size_on_disk_mb(folder), speed.latency_ms,
-                              speed.throughput, total_parameters=count_parameters(pred.model),
-                              encoder_parameters=count_parameters(pred.model.base_model, exclude_embeddings=True))
+                              speed.throughput, encoder_parameters=count_parameters(pred.model.base_model, exclude_embeddings=True))
         log.info("%s: %.1f ms/example (b=1), %.0f examples/s (b=%d)", m, speed.latency_ms, speed.throughput,
                  throughput_batch_size)
 

@@ -111,7 +111,6 @@ class ModelFacts:
         size_mb: size of the weight files on disk in MB (10**6 bytes).
         latency_ms: median milliseconds per example at batch size 1.
         throughput: median examples per second at the throughput batch size.
-        total_parameters: every parameter, task head included.
         encoder_parameters: the encoder's layers alone (no embeddings, no head): what distillation halves.
     """
 
@@ -119,7 +118,6 @@ class ModelFacts:
     size_mb: float
     latency_ms: float | None = None
     throughput: float | None = None
-    total_parameters: int | None = None
     encoder_parameters: int | None = None
 
 
