@@ -53,8 +53,8 @@ def spans(tags: list[str]) -> list[tuple[str, int, int]]:
     return [(t, a, b) for t, a, b in get_entities(tags)]
 
 
-def classify(gold: list[tuple[str, int, int]], pred: list[tuple[str, int, int]]) -> tuple[list[str], int]:
-    """One class of :data:`CLASSES` per gold span, and the number of predicted spans overlapping no gold span."""
+def classify(gold: list[tuple[str, int, int]], pred: list[tuple[str, int, int]]) -> tuple[list[str], list[tuple[str, int, int]]]:
+    """One class of :data:`CLASSES` per gold span, and the predicted spans overlapping no gold span (spurious)."""
     out = []
     for t, a, b in gold:
         over = [(pt, pa, pb) for pt, pa, pb in pred if pa <= b and a <= pb]
@@ -68,7 +68,7 @@ def classify(gold: list[tuple[str, int, int]], pred: list[tuple[str, int, int]])
             out.append("other_overlap")
         else:
             out.append("missed")
-    spurious = sum(1 for _, pa, pb in pred if not any(a <= pb and pa <= b for _, a, b in gold))
+    spurious = [(pt, pa, pb) for pt, pa, pb in pred if not any(a <= pb and pa <= b for _, a, b in gold)]
     return out, spurious
 
 
@@ -135,7 +135,7 @@ def main() -> None:
     shown: Counter[str] = Counter()
     for words, g, p in zip(words_all, gold_tags, pred_tags, strict=True):
         gs, ps = spans(g), spans(p)
-        kinds, _ = classify(gs, ps)
+        kinds, extra = classify(gs, ps)
         for (t, a, b), k in zip(gs, kinds, strict=True):
             classes[t][k] += 1
             if k != "exact" and shown[k] < args.examples:
@@ -143,9 +143,7 @@ def main() -> None:
                 model_says = [f"{pt} {' '.join(words[pa:pb + 1])!r}" for pt, pa, pb in ps if pa <= b and a <= pb]
                 print(f"[{k}] silver {t} {' '.join(words[a:b + 1])!r}; model: {', '.join(model_says) or 'nothing'}"
                       f"  | {' '.join(words)}", file=sys.stderr)
-        for pt, pa, pb in ps:
-            if not any(a <= pb and pa <= b for _, a, b in gs):
-                spurious[pt] += 1
+        spurious.update(pt for pt, _, _ in extra)
     every = [(list(r["tokens"]), [names[t] for t in r["ner_tags"]]) for s in dd for r in dd[s]]
     report = {
         "model": str(args.model), "split": args.split, "sentences": len(ds),

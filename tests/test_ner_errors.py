@@ -20,7 +20,7 @@ def test_each_silver_span_gets_one_error_class_and_spurious_spans_are_counted():
             ("ORG", 15, 15)]       # nothing silver there; ORG 10..11 and LOC 13 are missed
     classes, spurious = ner_errors.classify(gold, pred)
     assert classes == ["exact", "wrong_type", "boundary", "other_overlap", "missed", "missed"]
-    assert spurious == 1
+    assert spurious == [("ORG", 15, 15)]
 
 
 def test_silver_consistency_counts_each_occurrence_once_and_skips_longer_names():
