@@ -16,7 +16,7 @@ from bert_pipeline.model.distillation import DistillationModel, build_student
 from bert_pipeline.model.objectives import MaskedPositionPretrainer, masked_lm_forward
 from bert_pipeline.train import finetune_loop
 from bert_pipeline.train.loop import Phase, TrainConfig, masked_positions, train
-from bert_pipeline.train.runtime import Runtime, RuntimeSettingError, make_runtime
+from bert_pipeline.train.runtime import Runtime, RuntimeSettingError, cpu_dropout, make_runtime
 from tests.conftest import REPO
 from tests.pretrain_fixtures import make_dataset, pad_collate, tiny_config
 
@@ -345,3 +345,90 @@ def test_an_fsdp2_step_reads_the_sharded_gradient_norm(tmp_path):
     assert all("error" not in r for r in results), results
     assert results[0] == results[1]  # one global norm, one decision on both ranks
     assert results[0]["applied"] is True and math.isfinite(results[0]["grad_norm"]) and results[0]["grad_norm"] > 0
+
+
+# ------------------------------------------------------------------------------------- CPU training forwards
+def test_cpu_dropout_drops_p_of_the_values_and_scales_the_rest():
+    torch.manual_seed(0)
+    values = torch.ones(400_001, dtype=torch.bfloat16)
+    out = cpu_dropout(values, 0.1)
+    assert out.dtype == torch.bfloat16 and out.shape == values.shape
+    dropped = (out == 0).float().mean().item()
+    assert abs(dropped - 0.1) < 0.003  # 400k draws: the standard error is 0.0005
+    assert torch.allclose(out[out != 0].float(), torch.tensor(1 / 0.9), rtol=1e-2)
+    assert abs(out.float().mean().item() - 1.0) < 0.01  # inverted dropout keeps the expectation
+    for p in (0.25, 0.5):
+        share = (cpu_dropout(torch.ones(200_000), p) == 0).float().mean().item()
+        assert abs(share - p) < 0.005, p
+
+
+def test_cpu_dropout_repeats_under_a_seed_and_is_the_identity_outside_training():
+    values = torch.randn(7, 33)
+    torch.manual_seed(3)
+    first = cpu_dropout(values, 0.3)
+    torch.manual_seed(3)
+    assert torch.equal(first, cpu_dropout(values, 0.3))
+    assert not torch.equal(first, cpu_dropout(values, 0.3))  # the generator moved on
+    assert cpu_dropout(values, 0.3, training=False) is values
+    assert cpu_dropout(values, 0.0) is values
+    with pytest.raises(ValueError, match=r"\[0, 1\)"):
+        cpu_dropout(values, 1.0)
+
+
+def test_cpu_dropout_gradient_is_its_mask_times_the_scale():
+    values = torch.ones(4, 50, requires_grad=True)
+    torch.manual_seed(1)
+    out = cpu_dropout(values, 0.5)
+    out.sum().backward()
+    assert torch.equal(values.grad, out.detach())  # kept: 2.0 both ways; dropped: 0.0
+
+
+def test_train_forward_swaps_dropout_and_attention_only_inside_a_training_forward():
+    """On a CPU a training forward runs eager attention with :func:`cpu_dropout`; evaluation and the saved config
+    keep SDPA and torch's dropout, and both are restored even when the forward raises."""
+    from transformers import BertConfig, BertForSequenceClassification
+
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=64, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                        intermediate_size=64, attn_implementation="sdpa")
+    model = BertForSequenceClassification(config).train()
+    runtime = make_runtime("fp32", cpu=True)
+    original = torch.nn.functional.dropout
+    seen = {}
+
+    def spy(module, args, output):
+        seen["attention"] = model.config._attn_implementation
+        seen["dropout"] = torch.nn.functional.dropout
+
+    handle = model.bert.encoder.layer[0].attention.register_forward_hook(spy)
+    batch = {"input_ids": torch.randint(0, 64, (2, 9)), "labels": torch.tensor([0, 1])}
+    with runtime.train_forward(model):
+        loss = model(**batch).loss
+    assert seen == {"attention": "eager", "dropout": cpu_dropout}
+    assert torch.isfinite(loss)
+    assert model.config._attn_implementation == "sdpa" and torch.nn.functional.dropout is original
+    with pytest.raises(RuntimeError, match="boom"), runtime.train_forward(model):
+        raise RuntimeError("boom")
+    assert model.config._attn_implementation == "sdpa" and torch.nn.functional.dropout is original
+    model.eval()
+    with runtime.train_forward(model):
+        model(**batch)
+    assert seen == {"attention": "sdpa", "dropout": original}
+    handle.remove()
+
+
+def test_eager_attention_with_cpu_dropout_matches_sdpa_when_nothing_is_dropped():
+    """The switch changes only the dropout draws: with dropout off, a training forward's loss is SDPA's."""
+    from transformers import BertConfig, BertForSequenceClassification
+
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=64, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+                        attn_implementation="sdpa")
+    model = BertForSequenceClassification(config).train()
+    batch = {"input_ids": torch.randint(0, 64, (3, 11)), "attention_mask": torch.tensor([[1] * 11, [1] * 7 + [0] * 4,
+             [1] * 5 + [0] * 6]), "labels": torch.tensor([0, 1, 1])}
+    runtime = make_runtime("fp32", cpu=True)
+    with runtime.train_forward(model):
+        switched = model(**batch).loss
+    assert torch.allclose(switched, model(**batch).loss, atol=1e-6)

@@ -48,7 +48,7 @@ def _encode(model: Any, tokenizer: Any, texts: Sequence[str], max_length: int, r
     if getattr(model.config, "type_vocab_size", 0) < 2:  # RoBERTa: one token type; ModernBERT, DeBERTa-v3: none
         inputs.pop("token_type_ids", None)
     inputs = runtime.to_device(inputs)
-    with runtime.autocast():
+    with runtime.train_forward(model):
         hidden = model(**inputs).last_hidden_state
     return functional.normalize(mean_pool(hidden.float(), inputs["attention_mask"]), dim=-1)
 

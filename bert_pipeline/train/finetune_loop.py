@@ -159,7 +159,7 @@ def fit(
         model.train()
         for i, b in enumerate(length_grouped_batches(lengths, s.batch_size, rng)):
             batch = runtime.to_device(collate([features[j] for j in b]))
-            with runtime.autocast():
+            with runtime.train_forward(model):
                 loss = model(**batch).loss if loss_fn is None else loss_fn(model, batch, b)
             runtime.backward(loss)
             try:

@@ -457,7 +457,7 @@ def train(
                     loss_kwargs["mlm_normalizer"] = total[0] / world
                 sync = contextlib.nullcontext() if micro == accum - 1 else runtime.no_sync(model)
                 with sync:
-                    with runtime.autocast():
+                    with runtime.train_forward(model):
                         out = model(**batch, **loss_kwargs)
                     loss = out.loss / accum
                     finite &= torch.isfinite(loss.detach())
