@@ -22,11 +22,12 @@ never an error while the scale stays at or above :data:`MIN_LOSS_SCALE`. Each tr
 (:meth:`Runtime.new_scaler`). Without a scaler (fp32, bf16) a step with a non-finite loss or gradient is skipped by
 the caller's rule.
 
-Training forwards on a CPU (:meth:`Runtime.train_forward`): dropout draws its mask from 16-bit random integers
+Training forwards on a CPU (:meth:`Runtime.train_forward`): dropout draws its mask from 15-bit random integers
 (:func:`cpu_dropout`) instead of PyTorch's ``bernoulli_``, whose CPU kernel draws a float per element and took 23% of
 a MiniLM fine-tuning step (B=32, 128 tokens, bf16, AVX512-BF16 EPYC; docs/performance.md, section 11), and attention
-runs the eager path, where that dropout applies (SDPA's CPU kernel draws its own ``bernoulli_`` mask). A MiniLM step
-took 1.16 s instead of 1.57. Evaluation and inference never see either: they run without dropout and keep SDPA.
+runs the eager path, where that dropout applies (SDPA's CPU kernel draws its own ``bernoulli_`` mask). A MiniLM QA
+step took 1.11 s instead of 1.65 there, the whole QA fine-tuning 908 s instead of 1060. Evaluation and inference
+never see either: they run without dropout and keep SDPA.
 
 Accelerate (``accelerate.Accelerator``) owns process groups, device placement, DDP/FSDP wrapping (model and optimizer
 prepared together, as FSDP2 requires), gradient clipping of sharded gradients, ``no_sync`` and collectives. The
@@ -305,8 +306,10 @@ class Runtime:
     def train_forward(self, model: nn.Module):
         """The context of a training forward: :meth:`autocast`, and on a CPU :func:`cpu_dropout` for
         ``torch.nn.functional.dropout`` (what ``nn.Dropout`` and the eager attention paths call) with the model's
-        SDPA attention switched to eager (module docstring); a model in eval mode gets autocast only. Both are restored on exit, so evaluation inside a
-        training run, inference and the saved config are unchanged."""
+        SDPA attention switched to eager (module docstring); a model in eval mode gets autocast only. Both are
+        restored on exit, so evaluation inside a training run, inference and the saved config are unchanged. Only the
+        model's own ``config`` is switched: a wrapper without one (pre-training's ``MaskedPositionPretrainer``, the
+        distillation pair) keeps SDPA and gets the cheaper dropout outside attention."""
         if self.device.type != "cpu" or not model.training:
             with self.autocast():
                 yield
