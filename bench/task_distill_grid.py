@@ -5,8 +5,8 @@
 
 Run in a repository whose ``dvc repro`` has finished (it reads ``models/finetuned/{teacher}-{task}/``,
 ``data/tasks/{task}/`` and the cached ``data/teacher_logits/{task}/``). Each variant overrides fields of the
-``task_distill`` section (:class:`bert_pipeline.train.task_distill.StudentSpec`: ``temperature``, ``alpha_ce``,
-``alpha_task``, ``learning_rate``, ``epochs``) and trains one student per seed exactly as ``distill_task@{task}``
+``task_distill`` section (:class:`bert_pipeline.train.task_distill.StudentSpec`: ``layer_selection``,
+``temperature``, ``alpha_ce``, ``alpha_task``, ``learning_rate``, ``epochs``) and trains one student per seed exactly as ``distill_task@{task}``
 does, writing nothing. The baseline (``params.yaml`` as it is) comes first. Prints one JSON line per variant with the
 validation and test main metric per seed, their means, the teacher's, the student's share of each, the wall and CPU
 seconds and the load average; choose on the validation means, and read test only for the variant chosen.
@@ -26,6 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bert_pipeline.model.distillation import LAYER_SELECTIONS  # noqa: E402
 from bert_pipeline.train.runtime import make_runtime  # noqa: E402
 from bert_pipeline.train.task_distill import StudentSpec, distill_task  # noqa: E402
 from stages.finetune import LOOP_KEYS, MODELS_OUT, TASKS  # noqa: E402
@@ -34,19 +35,28 @@ from stages.params.root import load_params  # noqa: E402
 # field -> (type, smallest allowed value, whether the bound itself is allowed): task_distill's own ranges
 SPEC_FIELDS = {"temperature": (float, 0.0, False), "alpha_ce": (float, 0.0, True), "alpha_task": (float, 0.0, True),
                "learning_rate": (float, 0.0, False), "epochs": (int, 1, True)}
+CHOICE_FIELDS = {"layer_selection": LAYER_SELECTIONS}
 
 
-def parse_variant(text: str) -> dict[str, float | int]:
-    """``"alpha_ce=0.8,alpha_task=0.2"`` -> ``{"alpha_ce": 0.8, "alpha_task": 0.2}``.
+def parse_variant(text: str) -> dict[str, float | int | str]:
+    """``"alpha_ce=0.8,alpha_task=0.2"`` -> ``{"alpha_ce": 0.8, "alpha_task": 0.2}``; ``"layer_selection=uniform"``
+    -> ``{"layer_selection": "uniform"}``.
 
     Raises:
-        SystemExit: a field that :class:`StudentSpec` does not tune, or a value that is not a number in its range.
+        SystemExit: a field that :class:`StudentSpec` does not tune, a value that is not a number in its range, or
+            a choice that is not one of the field's.
     """
-    out: dict[str, float | int] = {}
+    out: dict[str, float | int | str] = {}
     for item in text.split(","):
         key, _, value = item.partition("=")
+        if key in CHOICE_FIELDS:
+            if value not in CHOICE_FIELDS[key]:
+                raise SystemExit(f"--variant {text!r}: expected {key} one of {', '.join(CHOICE_FIELDS[key])}, "
+                                 f"got {value!r}")
+            out[key] = value
+            continue
         if key not in SPEC_FIELDS:
-            raise SystemExit(f"--variant {text!r}: {key!r} is not one of {', '.join(SPEC_FIELDS)}")
+            raise SystemExit(f"--variant {text!r}: {key!r} is not one of {', '.join([*CHOICE_FIELDS, *SPEC_FIELDS])}")
         kind, low, inclusive = SPEC_FIELDS[key]
         try:
             number = kind(value)
@@ -64,7 +74,8 @@ def main() -> None:
     parser.add_argument("--task", required=True, help="a key of finetune.tasks whose teacher and logits are built")
     parser.add_argument("--seeds", type=int, nargs="+", default=[42, 43], help="student seeds (default: 42 43)")
     parser.add_argument("--variant", action="append", default=[],
-                        help=f"field=value[,field=value...] with fields {', '.join(SPEC_FIELDS)}; repeatable")
+                        help=f"field=value[,field=value...] with fields {', '.join([*CHOICE_FIELDS, *SPEC_FIELDS])}; "
+                             "repeatable")
     parser.add_argument("--no-baseline", action="store_true",
                         help="train only the variants (the baseline's figures are the run's own)")
     args = parser.parse_args()
@@ -77,7 +88,8 @@ def main() -> None:
     if args.task not in ft.tasks or not teacher_metrics.is_file() or not (logits / "teacher_logits.json").is_file():
         raise SystemExit(f"--task {args.task}: needs a finished run here ({teacher_metrics} and {logits}/); run "
                          f"`dvc repro teacher_logits@{args.task}` first (tasks: {', '.join(ft.tasks)})")
-    base = StudentSpec(student_layers=td.student_layers, temperature=td.temperature, alpha_ce=td.alpha_ce,
+    base = StudentSpec(student_layers=td.student_layers, layer_selection=td.layer_selection,
+                       temperature=td.temperature, alpha_ce=td.alpha_ce,
                        alpha_task=td.alpha_task, learning_rate=td.learning_rate,
                        epochs=td.epochs.get(args.task))
     teacher_dir = MODELS_OUT / f"{td.teacher}-{args.task}"

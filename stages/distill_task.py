@@ -1,7 +1,7 @@
 """Stage ``distill_task``: ``python -m stages.distill_task --task T`` (one DVC stage per task).
 
 Task-specific distillation (Sanh et al. 2019, §4.2; :func:`bert_pipeline.train.task_distill.distill_task`): the
-fine-tuned teacher ``models/finetuned/{task_distill.teacher}-{T}/`` with every other layer is the student, trained
+fine-tuned teacher ``models/finetuned/{task_distill.teacher}-{T}/`` with its lowest layers is the student, trained
 once per seed in ``task_distill.seeds`` on the cached teacher logits ``data/teacher_logits/{T}/`` and the gold
 labels. The student is a family member like the fine-tuned ones, named ``task_distill.student``:
 
@@ -35,7 +35,8 @@ from stages.params.task_distill import TaskDistillView
 from stages.teacher_logits import check_teacher
 
 LOGITS = Path("data/teacher_logits")
-SHARED_KEYS = {"teacher", "student", "student_layers", "temperature", "alpha_ce", "alpha_task", "learning_rate", "seeds"}
+SHARED_KEYS = {"teacher", "student", "student_layers", "layer_selection", "temperature", "alpha_ce", "alpha_task",
+               "learning_rate", "seeds"}
 
 
 def run(task_name: str, params: TaskDistillView, tracker: Any = None) -> dict[str, Any]:
@@ -46,7 +47,8 @@ def run(task_name: str, params: TaskDistillView, tracker: Any = None) -> dict[st
                             f"(known: {', '.join(sorted(ft.tasks))})")
     check_teacher(params)
     teacher_dir = MODELS_OUT / f"{td.teacher}-{task_name}"
-    spec = StudentSpec(student_layers=td.student_layers, temperature=td.temperature, alpha_ce=td.alpha_ce,
+    spec = StudentSpec(student_layers=td.student_layers, layer_selection=td.layer_selection,
+                       temperature=td.temperature, alpha_ce=td.alpha_ce,
                        alpha_task=td.alpha_task, learning_rate=td.learning_rate, epochs=td.epochs.get(task_name))
     on_eval = None
     if tracker is not None:

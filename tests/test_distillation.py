@@ -64,6 +64,18 @@ def test_layer_map_rejects_out_of_range(student):
         layer_map(4, student)
 
 
+@pytest.mark.parametrize(("teacher", "student", "expected"), [(6, 3, [0, 1, 2]), (12, 6, [0, 1, 2, 3, 4, 5]),
+                                                              (4, 4, [0, 1, 2, 3]), (4, 1, [0])])
+def test_layer_map_bottom_keeps_the_lowest_layers(teacher, student, expected):
+    assert layer_map(teacher, student, "bottom") == expected
+    assert layer_map(teacher, student, "uniform") == layer_map(teacher, student)
+
+
+def test_layer_map_rejects_an_unknown_selection():
+    with pytest.raises(ValueError, match="selection: expected one of uniform, bottom, got 'top'"):
+        layer_map(6, 3, "top")
+
+
 def test_default_student_layers():
     assert [default_student_layers(n) for n in (1, 2, 3, 4, 12, 24)] == [1, 1, 1, 2, 6, 12]
 
@@ -107,6 +119,21 @@ def test_student_copies_embeddings_heads_and_every_other_layer():
     assert count_parameters(student) < count_parameters(teacher)
     per_layer = sum(p.numel() for p in teacher.bert.encoder.layer[0].parameters())
     assert count_parameters(teacher) - count_parameters(student) == 2 * per_layer
+
+
+def test_student_from_the_bottom_layers_reads_them_in_order():
+    teacher = tiny_teacher(layers=4)
+    student, mapping = build_student(teacher, 2, "bottom")
+    assert mapping == [0, 1]
+    # bias filled with the teacher index: student layer i is teacher layer i, the top two dropped
+    assert [layer.output.LayerNorm.bias[0].item() for layer in student.bert.encoder.layer] == [0.0, 1.0]
+    ids = torch.tensor([[5, 9, 11, 3]])
+    with torch.no_grad():
+        teacher_states = teacher.eval().bert(ids, output_hidden_states=True).hidden_states
+        student_states = student.eval().bert(ids, output_hidden_states=True).hidden_states
+    # the same two layers on the same input: the student's last hidden state is the teacher's second
+    assert torch.allclose(student_states[-1], teacher_states[2], atol=1e-6)
+    assert not torch.allclose(student_states[-1], teacher_states[-1], atol=1e-3)
 
 
 def test_student_loads_as_masked_lm_and_sequence_classifier(tmp_path):

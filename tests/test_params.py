@@ -207,6 +207,9 @@ def test_per_task_student_settings_name_only_fine_tuning_tasks(raw):
     bad["task_distill"]["epochs"] = 1  # the format of older params files
     assert params_error(bad) == ("params.yaml: task_distill.epochs: expected one entry per task, e.g. {sentiment: 1, "
                                  "ner: 1, qa: 1} (a task's null: its finetune.tasks epochs), got 1")
+    bad = copy.deepcopy(raw)
+    bad["task_distill"]["layer_selection"] = "top"
+    assert params_error(bad) == 'params.yaml: task_distill.layer_selection: expected one of "bottom", "uniform", got "top"'
 
 
 def test_bad_literal(raw):

@@ -278,6 +278,7 @@ def test_stages_distil_a_fine_tuned_teacher_into_a_named_student(workdir):
     assert (saved["model"], saved["task"], saved["teacher"]) == ("tiny_student", "sentiment", "tiny")
     info = saved["distillation"]
     assert (info["teacher_layers"], info["student_layers"], info["layer_map"]) == (2, 1, [0])
+    assert info["layer_selection"] == params.task_distill.layer_selection
     assert (info["labelled_examples"], info["teacher_only_examples"]) == (32, 8)
     assert info["student_parameters"]["encoder"] < info["teacher_parameters"]["encoder"]
     assert saved["validation_examples"] == teacher["validation_examples"] == SPLIT_SIZES["validation"]
@@ -324,3 +325,15 @@ def test_student_name_and_loss_weights_are_checked_in_params():
     raw["task_distill"]["student"] = "minilm"
     with pytest.raises(ValueError, match="task_distill.student"):
         validate_params(raw)
+
+
+def test_distill_task_names_an_unknown_layer_selection_before_reading_anything(tmp_path):
+    spec = task_distill.StudentSpec(student_layers=None, layer_selection="top", temperature=2.0, alpha_ce=0.5,
+                                    alpha_task=0.5, learning_rate=1e-4, epochs=None)
+    with pytest.raises(PipelineError) as err:  # the folders do not exist: the setting is checked first
+        task_distill.distill_task(tmp_path / "no-task", tmp_path / "no-teacher", tmp_path / "no-logits", spec, {},
+                                  teacher_only_examples=0, seeds=[1], data_seed=0, runtime=make_runtime("fp32"),
+                                  warmup_ratio=0.1, weight_decay=0.0, max_grad_norm=1.0, early_stopping_patience=1,
+                                  evals_per_epoch=1, eval_batch_size=8)
+    assert (err.value.setting, str(err.value)) == (
+        "layer_selection", "layer_selection: expected one of uniform, bottom, got 'top'")

@@ -3,7 +3,8 @@
 Three pieces, each usable on its own:
 
 * :func:`layer_map` / :func:`build_student`: the student is the teacher's architecture with fewer layers,
-  initialised from the teacher "by taking one layer out of two" (Sanh et al. 2019, §3). Unlike DistilBERT, the
+  initialised from the teacher "by taking one layer out of two" (Sanh et al. 2019, §3; ``selection`` "uniform") or
+  from its lowest layers (``selection`` "bottom": top-layer dropping, Sajjad et al. 2023). Unlike DistilBERT, the
   student keeps ``token_type`` embeddings, the pooler and the NSP head, so it is a drop-in ``BertForPreTraining``
   that loads with ``AutoModelForMaskedLM`` and ``AutoModelForSequenceClassification``.
 * :func:`distillation_loss`: the triple loss of Sanh et al. 2019, §2-3, on the MLM positions:
@@ -53,21 +54,32 @@ def resolve_student_layers(student_layers: int | None, teacher_layers: int, teac
     return layers
 
 
-def layer_map(teacher_layers: int, student_layers: int) -> list[int]:
+LAYER_SELECTIONS = ("uniform", "bottom")
+
+
+def layer_map(teacher_layers: int, student_layers: int, selection: str = "uniform") -> list[int]:
     """Teacher layer index that initialises each student layer.
 
-    Student layer ``i`` <- teacher layer ``floor(i * teacher_layers / student_layers)``: with half the layers this is
-    ``2i`` (0, 2, 4, ... ; "one layer out of two", Sanh et al. 2019, §3); other ratios spread the chosen layers
-    evenly from the bottom; equal depth copies every layer.
+    ``selection`` "uniform": student layer ``i`` <- teacher layer ``floor(i * teacher_layers / student_layers)``;
+    with half the layers this is ``2i`` (0, 2, 4, ... ; "one layer out of two", Sanh et al. 2019, §3); other ratios
+    spread the chosen layers evenly from the bottom. "bottom": the teacher's ``student_layers`` lowest layers
+    (0, 1, 2, ...), the top ones dropped ("top-layer dropping": Sajjad et al. 2023, "On the effect of dropping
+    layers of pre-trained transformer models", Computer Speech & Language 77), so that each kept layer reads the
+    input it read in the teacher. Equal depth copies every layer either way.
 
     Returns:
         ``student_layers`` strictly increasing ints in ``[0, teacher_layers)``.
 
     Raises:
-        ValueError: ``student_layers`` < 1 or > ``teacher_layers``.
+        ValueError: ``student_layers`` < 1 or > ``teacher_layers``, or ``selection`` not in
+            :data:`LAYER_SELECTIONS`.
     """
     if not 1 <= student_layers <= teacher_layers:
         raise ValueError(f"student_layers: expected 1 <= student_layers <= {teacher_layers}, got {student_layers}")
+    if selection == "bottom":
+        return list(range(student_layers))
+    if selection != "uniform":
+        raise ValueError(f"selection: expected one of {', '.join(LAYER_SELECTIONS)}, got {selection!r}")
     return [(i * teacher_layers) // student_layers for i in range(student_layers)]
 
 
@@ -88,12 +100,12 @@ def _remap_key(key: str, mapping: dict[int, int], prefix: str) -> str | None:
     return f"{key[:start]}{mapping[teacher_index]}.{rest}"
 
 
-def build_student(teacher: nn.Module, student_layers: int) -> tuple[nn.Module, list[int]]:
+def build_student(teacher: nn.Module, student_layers: int, selection: str = "uniform") -> tuple[nn.Module, list[int]]:
     """A student with the teacher's class and config except ``num_hidden_layers = student_layers``.
 
     Every weight outside the encoder layers (word, position and ``token_type`` embeddings, embedding LayerNorm,
     pooler, MLM head, NSP head) is copied from the teacher; student layer ``i`` is a copy of teacher layer
-    ``layer_map(L, student_layers)[i]``. The teacher is not modified.
+    ``layer_map(L, student_layers, selection)[i]``. The teacher is not modified.
 
     Args:
         teacher: a pre-training model of any family (:mod:`bert_pipeline.model.families`; the student is of the
@@ -102,16 +114,17 @@ def build_student(teacher: nn.Module, student_layers: int) -> tuple[nn.Module, l
             ``model.layers.N`` for ModernBERT (its ``layer_types`` follow the chosen layers); for ALBERT with shared
             layers the one shared layer (the student runs it ``student_layers`` times), else one group per layer.
         student_layers: depth of the student, 1 <= student_layers <= teacher layers.
+        selection: which teacher layers, "uniform" or "bottom" (:func:`layer_map`).
 
     Returns:
         ``(student, mapping)``: the student in train mode (same dtype as the teacher) and the teacher layer index of
         each student layer.
 
     Raises:
-        ValueError: ``student_layers`` out of range.
+        ValueError: ``student_layers`` out of range, or an unknown ``selection``.
     """
     teacher_layers = teacher.config.num_hidden_layers
-    mapping = layer_map(teacher_layers, student_layers)
+    mapping = layer_map(teacher_layers, student_layers, selection)
     config = copy.deepcopy(teacher.config)
     config.num_hidden_layers = student_layers
     prefix = family_of(config).layer_prefix

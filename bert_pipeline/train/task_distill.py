@@ -9,7 +9,7 @@
 2. :func:`compute_teacher_logits` runs the teacher once over the transfer set's features and
    :func:`save_teacher_logits` writes them as ``.npy`` arrays (byte-identical on a CPU rerun), so a change of the
    student's settings never reruns the teacher.
-3. :func:`distill_task` builds the student from the teacher with every other layer
+3. :func:`distill_task` builds the student from some of the teacher's layers, its lowest or every other one
    (:func:`bert_pipeline.model.distillation.build_student`, task head included) and trains it, once per seed, with
    ``alpha_ce * KL(teacher || student at T) * T^2 + alpha_task * task loss``
    (:func:`bert_pipeline.model.distillation.task_distillation_loss`) in the fine-tuning loop
@@ -31,6 +31,7 @@ from datasets import Dataset
 
 from bert_pipeline.data import kinds
 from bert_pipeline.data.masking import IGNORE_INDEX
+from bert_pipeline.errors import SettingError
 from bert_pipeline.model import distillation
 from bert_pipeline.train.finetune import (
     FinetuneOutcome,
@@ -268,10 +269,12 @@ def distillation_objective(kind: str, cached: Sequence[np.ndarray], scored: Sequ
 # ---------------------------------------------------------------------------------------- one student
 @dataclass(frozen=True)
 class StudentSpec:
-    """How the student is built and trained: ``student_layers`` (None: half the teacher's), the loss weights and
-    temperature, the learning rate, and the epochs cap (None: the task's)."""
+    """How the student is built and trained: ``student_layers`` (None: half the teacher's), which teacher layers
+    initialise them (``layer_selection``: "bottom" or "uniform", :func:`bert_pipeline.model.distillation.layer_map`),
+    the loss weights and temperature, the learning rate, and the epochs cap (None: the task's)."""
 
     student_layers: int | None
+    layer_selection: str
     temperature: float
     alpha_ce: float
     alpha_task: float
@@ -286,7 +289,7 @@ def distill_task(
     max_grad_norm: float, early_stopping_patience: int, evals_per_epoch: int, eval_batch_size: int,
     on_eval: Callable[[str, int, dict[str, float]], None] | None = None,
 ) -> FinetuneOutcome:
-    """Distil the fine-tuned ``teacher_dir`` into a student with every other layer, once per seed, on the transfer
+    """Distil the fine-tuned ``teacher_dir`` into a shallower student (``spec``), once per seed, on the transfer
     set (:func:`transfer_set` of ``task``'s ``max_train_examples``, ``teacher_only_examples`` and ``data_seed``)
     whose teacher logits ``logits_dir`` caches (:func:`label_task`), with early stopping on the validation metric; score the best
     weights on the test split (the same held-out subsets fine-tuning scores,
@@ -300,11 +303,15 @@ def distill_task(
     Raises:
         FinetuneError: a missing task or logits folder, logits that do not match the transfer set's features
             (stale cache), windows that cannot be built, or a non-finite loss.
-        SettingError: ``student_layers`` (``spec.student_layers``) outside 1..the teacher's depth.
+        SettingError: ``student_layers`` (``spec.student_layers``) outside 1..the teacher's depth, or
+            ``layer_selection`` not one the library knows.
     """
     from bert_pipeline.evaluation.predictor import load_predictor
     from bert_pipeline.model.configs import count_parameters
 
+    if spec.layer_selection not in distillation.LAYER_SELECTIONS:
+        raise SettingError("layer_selection", f"expected one of {', '.join(distillation.LAYER_SELECTIONS)}, got "
+                           f"{spec.layer_selection!r}")
     dd, info = load_task(task_dir)
     kind, main = info["kind"], info["main_metric"]
     cache = load_teacher_logits(logits_dir)
@@ -333,11 +340,11 @@ def distill_task(
              teacher_dir, layers, task_dir.name, len(rows.labelled), len(rows.teacher_only), len(features.features),
              list(seeds))
 
-    mapping = distillation.layer_map(depth, layers)
+    mapping = distillation.layer_map(depth, layers, spec.layer_selection)
 
     def one_run(seed: int):
         torch.manual_seed(seed)
-        student, _ = distillation.build_student(teacher.model, layers)
+        student, _ = distillation.build_student(teacher.model, layers, spec.layer_selection)
         settings = TrainSettings(
             learning_rate=spec.learning_rate, epochs=epochs, batch_size=task["batch_size"], warmup_ratio=warmup_ratio,
             weight_decay=weight_decay, max_grad_norm=max_grad_norm, patience=early_stopping_patience,
@@ -354,7 +361,8 @@ def distill_task(
     metrics["saved"] = saved_scores
     metrics["distillation"] = {
         "method": "task-specific (Sanh et al. 2019, §4.2)", "teacher_path": Path(teacher_dir).as_posix(),
-        "teacher_layers": teacher.model.config.num_hidden_layers, "student_layers": layers, "layer_map": mapping,
+        "teacher_layers": teacher.model.config.num_hidden_layers, "student_layers": layers,
+        "layer_selection": spec.layer_selection, "layer_map": mapping,
         "temperature": spec.temperature, "alpha_ce": spec.alpha_ce, "alpha_task": spec.alpha_task,
         "labelled_examples": len(rows.labelled), "teacher_only_examples": len(rows.teacher_only),
         "features": len(features.features),

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import annotated_types
 from pydantic import Field, field_validator, model_validator
@@ -14,7 +14,8 @@ from stages.params.finetune import FinetuneParams
 
 class TaskDistillParams(Section):
     """``task_distill``: task-specific distillation (Sanh et al. 2019, §4.2; Hinton et al. 2015) of the fine-tuned
-    ``teacher`` member into a student with every other layer, named ``student`` in the family.
+    ``teacher`` member into a student with ``student_layers`` of its layers (``layer_selection``: its lowest,
+    "bottom", or spread evenly, "uniform"), named ``student`` in the family.
 
     Stage ``teacher_logits@{task}`` caches the teacher's logits on the transfer set: the labelled subset the teacher
     was fine-tuned on (``finetune.tasks.{task}.max_train_examples``, ``finetune.data_seed``) plus
@@ -27,6 +28,7 @@ class TaskDistillParams(Section):
     teacher: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.]+$")
     student: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.]+$")
     student_layers: Annotated[int, annotated_types.Ge(1)] | None
+    layer_selection: Literal["bottom", "uniform"]
     temperature: Annotated[float, annotated_types.Gt(0.0)]
     alpha_ce: Annotated[float, annotated_types.Ge(0.0)]
     alpha_task: Annotated[float, annotated_types.Ge(0.0)]
