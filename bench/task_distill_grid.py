@@ -1,15 +1,16 @@
 """A small grid of task-specific distillation settings for one task, scored on validation, from a finished run.
 
     nice python bench/task_distill_grid.py --task qa --seeds 42 43 \
-        --variant alpha_ce=0.8,alpha_task=0.2 --variant learning_rate=2e-4 --variant epochs=2
+        --variant alpha_ce=0.8,alpha_task=0.2 --variant learning_rate=2e-4 --variant layer_selection=uniform
 
 Run in a repository whose ``dvc repro`` has finished (it reads ``models/finetuned/{teacher}-{task}/``,
 ``data/tasks/{task}/`` and the cached ``data/teacher_logits/{task}/``). Each variant overrides fields of the
 ``task_distill`` section (:class:`bert_pipeline.train.task_distill.StudentSpec`: ``layer_selection``,
-``temperature``, ``alpha_ce``, ``alpha_task``, ``learning_rate``, ``epochs``) and trains one student per seed exactly as ``distill_task@{task}``
-does, writing nothing. The baseline (``params.yaml`` as it is) comes first. Prints one JSON line per variant with the
-validation and test main metric per seed, their means, the teacher's, the student's share of each, the wall and CPU
-seconds and the load average; choose on the validation means, and read test only for the variant chosen.
+``temperature``, ``alpha_ce``, ``alpha_task``, ``learning_rate``, ``epochs``) and trains one student per seed
+exactly as ``distill_task@{task}`` does, writing nothing. The baseline (``params.yaml`` as it is) comes first.
+Prints one JSON line per variant with the validation and test main metric per seed, their means, the teacher's, the
+student's share of each, the wall and CPU seconds and the load average; choose on the validation means, and read
+test only for the variant chosen.
 ``--no-baseline`` trains the variants only.
 """
 
