@@ -5,9 +5,9 @@
 
 Run in a repository whose ``dvc repro`` has finished (it reads ``models/finetuned/{teacher}-{task}/``,
 ``data/tasks/{task}/`` and the cached ``data/teacher_logits/{task}/``). Each variant overrides fields of the
-``task_distill`` section (:class:`bert_pipeline.train.task_distill.StudentSpec`: ``layer_selection``,
-``temperature``, ``alpha_ce``, ``alpha_task``, ``learning_rate``, ``epochs``) and trains one student per seed
-exactly as ``distill_task@{task}`` does, writing nothing. The baseline (``params.yaml`` as it is) comes first.
+``task_distill`` section (:class:`bert_pipeline.train.task_distill.StudentSpec`: ``student_layers``,
+``layer_selection``, ``temperature``, ``alpha_ce``, ``alpha_task``, ``learning_rate``, ``epochs``) and trains one
+student per seed exactly as ``distill_task@{task}`` does, writing nothing. The baseline (``params.yaml`` as it is) comes first.
 Prints one JSON line per variant with the validation and test main metric per seed, their means, the teacher's, the
 student's share of each, the wall and CPU seconds and the load average; choose on the validation means, and read
 test only for the variant chosen.
@@ -35,7 +35,7 @@ from stages.params.root import load_params  # noqa: E402
 
 # field -> (type, smallest allowed value, whether the bound itself is allowed): task_distill's own ranges
 SPEC_FIELDS = {"temperature": (float, 0.0, False), "alpha_ce": (float, 0.0, True), "alpha_task": (float, 0.0, True),
-               "learning_rate": (float, 0.0, False), "epochs": (int, 1, True)}
+               "learning_rate": (float, 0.0, False), "epochs": (int, 1, True), "student_layers": (int, 1, True)}
 CHOICE_FIELDS = {"layer_selection": LAYER_SELECTIONS}
 
 
