@@ -321,7 +321,8 @@ def test_finetune_outputs(smoke_run):
         if m["model"] == "minilm_student":  # task-specific distillation of the fine-tuned MiniLM: 6 -> 3 layers
             minilm = AutoConfig.from_pretrained(smoke_run / "models/finetuned" / f"minilm-{m['task']}")
             assert (m["teacher"], cfg.num_hidden_layers, minilm.num_hidden_layers) == ("minilm", 3, 6)
-            assert m["distillation"]["layer_map"] == [0, 2, 4]
+            # task_distill.layer_selection: bottom, MiniLM's lowest three layers
+            assert (m["distillation"]["layer_selection"], m["distillation"]["layer_map"]) == ("bottom", [0, 1, 2])
             cached = json.loads((smoke_run / f"data/teacher_logits/{m['task']}/teacher_logits.json").read_text())
             assert cached["teacher_path"] == f"models/finetuned/minilm-{m['task']}"
             assert all(doc.startswith("news_articles:") for doc in cached["doc_ids"] or ["news_articles:"])
