@@ -291,6 +291,10 @@ def test_ner_evaluation_scores_every_gold_word_of_a_long_sentence():
     got = run(Oracle())
     assert got["recall"] == 1.0
     assert got["f1"] == 1.0
+    # the scorer's parts: the gold tags per sentence, the oracle's word tags equal to them, the same metrics
+    assert run.references == [["B-PER" if w == "alice" else "O" for w in words]]
+    assert run.predict(Oracle()) == run.references
+    assert run.score(run.references, [["O"] * 80])["recall"] == 0.0
 
 
 def test_grid_member_is_tuned_on_validation_and_test_is_scored_once(workdir, monkeypatch):
