@@ -43,18 +43,21 @@ def main() -> None:
     parser.add_argument("--confidence", type=float, default=0.95, help="the interval's level (default 0.95)")
     parser.add_argument("--goal", type=float, default=0.97, help="the share goal counted in `at_least` (default 0.97)")
     args = parser.parse_args()
+    if args.resamples < 1 or not 0.0 < args.confidence < 1.0:
+        parser.error(f"expected --resamples >= 1 and 0 < --confidence < 1, got {args.resamples} and {args.confidence}")
     logging.basicConfig(level=logging.WARNING)
     params = load_params()
     td, ft = params.task_distill, params.finetune
     tasks = args.tasks or list(ft.tasks)
     runtime = make_runtime(ft.precision)
     for task in tasks:
+        if task not in ft.tasks:
+            raise SystemExit(f"--tasks {task}: not a key of finetune.tasks in params.yaml (tasks: {', '.join(ft.tasks)})")
         names = {"teacher": f"{td.teacher}-{task}", "student": f"{td.student}-{task}"}
         missing = [n for n in names.values() if not (METRICS / f"{n}.json").is_file() or not (MODELS_OUT / n).is_dir()]
-        if task not in ft.tasks or missing:
-            raise SystemExit(f"--tasks {task}: needs a finished run here ({', '.join(missing) or 'unknown task'}: "
-                             f"no {METRICS}/NAME.json or {MODELS_OUT}/NAME/); run `dvc repro distill_task@{task}` "
-                             f"first (tasks: {', '.join(ft.tasks)})")
+        if missing:
+            raise SystemExit(f"--tasks {task}: needs a finished run here (no {METRICS}/NAME.json or {MODELS_OUT}/NAME/ "
+                             f"for {', '.join(missing)}); run `dvc repro distill_task@{task}` first")
         models = {role: load_predictor(MODELS_OUT / name) for role, name in names.items()}
         task_dir = TASKS / task
         dd, info = load_task(task_dir)
