@@ -579,6 +579,24 @@ def test_serve_check_names_each_champion_and_shows_its_predictions(smoke_run, tm
     assert proc.stdout.rstrip().splitlines()[-1].startswith("found: ner ")
 
 
+def test_paired_share_scores_the_runs_own_models_and_brackets_each_share(smoke_run):
+    """`bench/paired_share.py` on the built workspace: one line per task and split, each model's score the one its
+    metrics file records for its saved weights (the script stops otherwise), the share their ratio, an interval of
+    the requested number of draws."""
+    proc = _run([sys.executable, "bench/paired_share.py", "--tasks", "sentiment", "headline_match", "--resamples", "50"],
+                smoke_run, _clone_env(smoke_run))
+    rows = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert [(r["task"], r["split"]) for r in rows] == [(t, s) for t in ("sentiment", "headline_match")
+                                                       for s in ("validation", "test")]
+    for row in rows:
+        for role, member in (("teacher", "minilm"), ("student", "minilm_student")):
+            record = json.loads((smoke_run / f"metrics/finetune/{member}-{row['task']}.json").read_text())
+            assert row[role] == pytest.approx(record["saved"][row["split"]][row["metric"]], abs=1e-4)
+        assert row["share"] == pytest.approx(row["student"] / row["teacher"], abs=1e-3)
+        # a draw on which the teacher scores 0 (a few smoke examples) is skipped, never counted
+        assert 0 < row["resamples"] <= 50 and row["low"] <= row["high"] and 0.0 <= row["at_least_goal"] <= 1.0
+
+
 def serve_check_passages() -> str:
     """The passages `bench/serve_check.py` asks its QA questions about (an answer is a span of one)."""
     import importlib.util
