@@ -64,6 +64,7 @@ def main() -> None:
         main_metric = info["main_metric"]
         _, scorers = heldout_evaluators(task_dir, dd, info, models["teacher"].tokenizer,
                                         ft.member_task(td.teacher, task), ft.data_seed, ft.eval_batch_size, runtime)
+        saved = {role: json.loads((METRICS / f"{name}.json").read_text())["saved"] for role, name in names.items()}
         for split in SPLITS:
             started = time.perf_counter()
             scorer = scorers[split]
@@ -71,14 +72,14 @@ def main() -> None:
             for role, name in names.items():
                 predictions[role] = scorer.predict(models[role].model)
                 scores[role] = scorer.score(scorer.references, predictions[role])[main_metric]
-                recorded = json.loads((METRICS / f"{name}.json").read_text())["saved"][split][main_metric]
+                recorded = saved[role][split][main_metric]
                 if abs(scores[role] - recorded) > 2e-6:
                     raise SystemExit(f"{MODELS_OUT / name}: scores {main_metric} {scores[role]:.6f} on {split}, its "
                                      f"metrics file {recorded:.6f}: not the run's model or not this machine's precision")
             interval = paired_bootstrap_share(
                 scorer.references, predictions["student"], predictions["teacher"],
-                lambda refs, preds, scorer=scorer, key=main_metric: scorer.score(refs, preds)[key], resamples=args.resamples, seed=args.seed,
-                confidence=args.confidence, goal=args.goal)
+                lambda refs, preds, scorer=scorer, key=main_metric: scorer.score(refs, preds)[key],
+                resamples=args.resamples, seed=args.seed, confidence=args.confidence, goal=args.goal)
             sys.stdout.write(json.dumps({
                 "task": task, "split": split, "metric": main_metric, "examples": len(scorer.references),
                 "teacher": round(scores["teacher"], 4), "student": round(scores["student"], 4),

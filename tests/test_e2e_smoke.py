@@ -582,7 +582,7 @@ def test_serve_check_names_each_champion_and_shows_its_predictions(smoke_run, tm
 def test_paired_share_scores_the_runs_own_models_and_brackets_each_share(smoke_run):
     """`bench/paired_share.py` on the built workspace: one line per task and split, each model's score the one its
     metrics file records for its saved weights (the script stops otherwise), the share their ratio, an interval of
-    the requested number of draws."""
+    at most the requested number of draws."""
     proc = _run([sys.executable, "bench/paired_share.py", "--tasks", "sentiment", "headline_match", "--resamples", "50"],
                 smoke_run, _clone_env(smoke_run))
     rows = [json.loads(line) for line in proc.stdout.splitlines()]

@@ -133,7 +133,7 @@ def heldout_evaluators(task_dir: Path, dd: DatasetDict, info: dict[str, Any], to
                        data_seed: int, eval_batch_size: int, runtime: Runtime
                        ) -> tuple[dict[str, Dataset], dict[str, HeldoutScorer]]:
     """The validation and test subsets (``max_validation_examples`` / ``max_test_examples`` drawn with
-    ``data_seed``) and a ``model -> metrics`` evaluator for each (:func:`make_evaluator`): the same held-out
+    ``data_seed``) and a :class:`HeldoutScorer` for each (:func:`make_evaluator`): the same held-out
     examples for every family member of a task, distilled students included.
 
     Raises:
