@@ -20,10 +20,23 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+import yaml
 
-from tests.flow_repos import make_repo  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
+
+
+def make_repo(path: Path, stages: dict, params: dict) -> Path:
+    """A git + DVC repository at ``path`` with ``stages`` as its ``dvc.yaml`` and ``params`` as its params, committed."""
+    path.mkdir(parents=True, exist_ok=True)
+    for cmd in (["git", "init", "-q", "-b", "main"], [sys.executable, "-m", "dvc", "init", "-q"],
+                [sys.executable, "-m", "dvc", "config", "core.analytics", "false"]):
+        subprocess.run(cmd, cwd=path, check=True, capture_output=True)
+    (path / "dvc.yaml").write_text(yaml.safe_dump({"stages": stages}, sort_keys=False), encoding="utf-8")
+    (path / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False), encoding="utf-8")
+    subprocess.run(["git", "add", "-A"], cwd=path, check=True, capture_output=True)
+    subprocess.run(["git", "-c", "user.name=flow-bench", "-c", "user.email=flow-bench@localhost", "commit", "-q",
+                    "-m", "pipeline"], cwd=path, check=True, capture_output=True)
+    return path
 
 
 def synthetic_stages() -> dict:

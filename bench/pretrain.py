@@ -97,7 +97,7 @@ def main() -> None:
     parser.add_argument("--dropout", type=float, default=None,
                         help="every dropout rate of both models (pretrain.dropout; default: the config's 0.1)")
     parser.add_argument("--peak-size", type=int, default=1024)
-    parser.add_argument("--json", type=Path, help="also write the figures to this JSON file (bench/gpu_check.sh)")
+    parser.add_argument("--json", type=Path, help="also write the figures to this JSON file (bench/device/gpu_check.sh)")
     parser.add_argument("--profile", type=int, default=0, metavar="STEPS",
                         help="then profile this many of our steps (torch.profiler): where the time goes, by op group")
     args = parser.parse_args()

@@ -8,7 +8,7 @@ Splitters: spaCy ``senter`` alone (the model's own boundaries), ``senter`` + our
 (``bert_pipeline.data.sentences.doc_sentences``, ``sentence_splitter: spacy_senter``), the dependency ``parser`` +
 our repairs (``spacy_parser``), Bling Fire alone, and Bling Fire + our repairs (``blingfire``,
 ``bert_pipeline.data.sentences.rule_sentences``). Figures: exact-split accuracy on the tricky cases of
-``tests/test_sentences.py``; on the first ``--docs`` documents of ``data/corpus`` (train), boundary precision,
+``tests/test_sentences.py`` (``tests/tricky_sentences.json``); on the first ``--docs`` documents of ``data/corpus`` (train), boundary precision,
 recall and F1 against the parser's boundaries (the parser as reference, not a gold standard) and speed in words
 per CPU second (one process). ``--disagreements N`` prints N boundaries (with context) that only one of
 ``spacy_senter`` and ``blingfire`` puts, for a reader to judge which is right.
@@ -17,6 +17,7 @@ per CPU second (one process). ``--disagreements N`` prints N boundaries (with co
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -28,7 +29,9 @@ sys.path.insert(0, str(REPO))
 import bert_pipeline  # noqa: E402,F401  (offline defaults)
 from bert_pipeline.data.sentences import doc_sentences, load_splitter, rule_sentences  # noqa: E402
 from bert_pipeline.data.sources import SPACY_MODEL  # noqa: E402
-from tests.test_sentences import TRICKY  # noqa: E402
+
+# The tricky cases of tests/test_sentences.py, from its data file: (text, exact expected sentences).
+TRICKY = json.loads((REPO / "tests" / "tricky_sentences.json").read_text(encoding="utf-8"))
 
 
 def _model_sentences(doc) -> list[str]:

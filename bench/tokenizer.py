@@ -34,7 +34,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 import bert_pipeline  # noqa: E402,F401  (offline defaults; TOKENIZERS_PARALLELISM=false)
-from bert_pipeline.data.wordpiece import _bare_tokenizer, save_tokenizer, special_tokens, train_wordpiece  # noqa: E402
+from bert_pipeline.data.wordpiece import bare_tokenizer, save_tokenizer, special_tokens, train_wordpiece  # noqa: E402
 
 
 def load_texts(corpus: Path) -> tuple[list[str], str]:
@@ -100,7 +100,7 @@ def main() -> None:
         tok = trained[0]
         from tokenizers.trainers import WordPieceTrainer
 
-        raw = _bare_tokenizer(None, True, None, True, 100)
+        raw = bare_tokenizer(None, True, None, True, 100)
         trainer = WordPieceTrainer(vocab_size=args.vocab_size, min_frequency=2, limit_alphabet=1000,
                                    special_tokens=special_tokens(True), show_progress=False)
         row(f"tokenizers WordPieceTrainer (1 pass, not deterministic), {label}", mb,

@@ -191,7 +191,7 @@ def pretrain_model(p: PretrainParams, loaded: Loaded, checkpoint_dir: Path | Non
     """Pre-train ``loaded.model`` as ``p`` (a ``pretrain`` section) says, resuming from ``checkpoint_dir`` when it
     holds a checkpoint of the same fingerprint; returns :class:`bert_pipeline.train.pretrain.PretrainingOutcome`
     and writes nothing but checkpoints (``checkpoint_dir`` None: none, and none resumed from). The stage's own
-    training, shared with ``budget_curve`` (other ``max_steps``, the same code) and ``bench/pretrain_seeds.py``.
+    training, shared with ``budget_curve`` (other ``max_steps``, the same code) and ``bench/analysis/pretrain_seeds.py``.
 
     Raises:
         PipelineError: training failed (too many non-finite steps, too little data).

@@ -57,7 +57,7 @@ def pytest_collection_modifyitems(config, items):
     import torch
 
     if not torch.cuda.is_available():
-        skip = pytest.mark.skip(reason="needs a CUDA device (marker gpu; bench/gpu_check.sh runs these on a GPU)")
+        skip = pytest.mark.skip(reason="needs a CUDA device (marker gpu; bench/device/gpu_check.sh runs these on a GPU)")
         for item in items:
             if item.get_closest_marker("gpu") is not None:
                 item.add_marker(skip)

@@ -553,10 +553,10 @@ def test_retrieval_outputs(smoke_run):
 
 
 def test_serve_check_names_each_champion_and_shows_its_predictions(smoke_run, tmp_path):
-    """`bench/serve_check.py` on the built workspace: per task the member promote would choose (no champion alias
+    """`bench/analysis/serve_check.py` on the built workspace: per task the member promote would choose (no champion alias
     yet: the best saved weights on validation) with its seed, and every fixed input through predict's code."""
     out = tmp_path / "serve.json"
-    proc = _run([sys.executable, "bench/serve_check.py", "--json", str(out)], smoke_run, _clone_env(smoke_run))
+    proc = _run([sys.executable, "bench/analysis/serve_check.py", "--json", str(out)], smoke_run, _clone_env(smoke_run))
     record = json.loads(out.read_text())
     for task, expected_inputs in (("ner", 8), ("sentiment", 6), ("headline_match", 4), ("qa", 4)):
         saved = {}
@@ -580,10 +580,10 @@ def test_serve_check_names_each_champion_and_shows_its_predictions(smoke_run, tm
 
 
 def test_paired_share_scores_the_runs_own_models_and_brackets_each_share(smoke_run):
-    """`bench/paired_share.py` on the built workspace: one line per task and split, each model's score the one its
+    """`bench/analysis/paired_share.py` on the built workspace: one line per task and split, each model's score the one its
     metrics file records for its saved weights (the script stops otherwise), the share their ratio, an interval of
     at most the requested number of draws."""
-    proc = _run([sys.executable, "bench/paired_share.py", "--tasks", "sentiment", "headline_match", "--resamples", "50"],
+    proc = _run([sys.executable, "bench/analysis/paired_share.py", "--tasks", "sentiment", "headline_match", "--resamples", "50"],
                 smoke_run, _clone_env(smoke_run))
     rows = [json.loads(line) for line in proc.stdout.splitlines()]
     assert [(r["task"], r["split"]) for r in rows] == [(t, s) for t in ("sentiment", "headline_match")
@@ -598,10 +598,10 @@ def test_paired_share_scores_the_runs_own_models_and_brackets_each_share(smoke_r
 
 
 def serve_check_passages() -> str:
-    """The passages `bench/serve_check.py` asks its QA questions about (an answer is a span of one)."""
+    """The passages `bench/analysis/serve_check.py` asks its QA questions about (an answer is a span of one)."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("serve_check", REPO / "bench/serve_check.py")
+    spec = importlib.util.spec_from_file_location("serve_check", REPO / "bench/analysis/serve_check.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return " ".join(passage for _, passage, _ in module.QA)
@@ -625,9 +625,9 @@ def pulled_clone(smoke_run, tmp_path_factory) -> Path:
 
 
 def test_pretrain_seeds_repeats_a_seed_to_the_digit_and_another_seed_differs(smoke_run):
-    """`bench/pretrain_seeds.py` on the built workspace: the pretrain stage's training once per seed, nothing
+    """`bench/analysis/pretrain_seeds.py` on the built workspace: the pretrain stage's training once per seed, nothing
     written; the same seed twice gives the same held-out losses (the spread it reports is the seeds', not noise)."""
-    cmd = [sys.executable, "bench/pretrain_seeds.py", "--project", ".", "--seeds", "42", "42", "43", "--threads", "1"]
+    cmd = [sys.executable, "bench/analysis/pretrain_seeds.py", "--project", ".", "--seeds", "42", "42", "43", "--threads", "1"]
     proc = _run(cmd, smoke_run, _clone_env(smoke_run))
     *runs, summary = [json.loads(line) for line in proc.stdout.splitlines()]
     assert [run["seed"] for run in runs] == [42, 42, 43]

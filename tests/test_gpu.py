@@ -1,4 +1,4 @@
-"""The GPU path (marker ``gpu``: skipped without CUDA; ``bench/gpu_check.sh`` runs these on the GPU machine): a few
+"""The GPU path (marker ``gpu``: skipped without CUDA; ``bench/device/gpu_check.sh`` runs these on the GPU machine): a few
 pre-training steps in bf16 and in fp16 through forced overflows, a distillation resumed at its final step, one
 fine-tuning run per task kind, ``variants.train_family`` and its throughput, export parity against a CUDA
 reference. Each builds its runtime with ``make_runtime`` as the stages do, and checks that the work ran on CUDA."""

@@ -1,5 +1,5 @@
-"""The gpu-quick run's CPU stand-in: ``bench/gpu_quick.sh`` (hence ``bench/gpu_quick.py run``) as the GPU machine
-runs it, on a tiny folder packed by ``bench/gpu_quick.py pack`` from the profile's own resolved params (a tiny corpus,
+"""The gpu-quick run's CPU stand-in: ``bench/device/gpu_quick.sh`` (hence ``bench/device/gpu_quick.py run``) as the GPU machine
+runs it, on a tiny folder packed by ``bench/device/gpu_quick.py pack`` from the profile's own resolved params (a tiny corpus,
 a WordPiece tokenizer trained on it, stream-packed dynamic-masking instances, the tiny tasks), a tiny model and a few
 steps; plus pack's refusals and the step budget."""
 
@@ -31,8 +31,8 @@ MAIN_METRIC = {"sentiment": "accuracy", "ner": "f1", "qa": "f1"}
 
 
 def load_bench():
-    """``bench/gpu_quick.py`` as a module (bench/ is no package)."""
-    spec = importlib.util.spec_from_file_location("gpu_quick", REPO / "bench" / "gpu_quick.py")
+    """``bench/device/gpu_quick.py`` as a module (bench/ is no package)."""
+    spec = importlib.util.spec_from_file_location("gpu_quick", REPO / "bench" / "device" / "gpu_quick.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -119,7 +119,7 @@ def test_stand_in_runs_the_device_script_on_cpu(packed, tmp_path):
     env = {**os.environ, "OUT": str(out), "GPU_QUICK_DATA": str(packed), "GPU_QUICK_WHEELS": str(tmp_path / "none"),
            "PYTHON": sys.executable, "CUDA_VISIBLE_DEVICES": ""}
     started = time.perf_counter()
-    command = ["bash", str(REPO / "bench" / "gpu_quick.sh"), *RUN_ARGS, "--work", str(tmp_path / "work")]
+    command = ["bash", str(REPO / "bench" / "device" / "gpu_quick.sh"), *RUN_ARGS, "--work", str(tmp_path / "work")]
     proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     wall = time.perf_counter() - started
@@ -162,7 +162,7 @@ def test_stand_in_runs_the_device_script_on_cpu(packed, tmp_path):
 
 
 def test_gpu_check_stand_in_runs_every_part_on_cpu_and_summarizes(packed, tmp_path):
-    """bench/gpu_check.sh as the GPU machine runs it, scaled down on the CPU: the gpu tests (all skipped here: no
+    """bench/device/gpu_check.sh as the GPU machine runs it, scaled down on the CPU: the gpu tests (all skipped here: no
     CUDA), one gpu-quick size, the step benchmark, and the one summary with each part's exit code."""
     from tests.test_gpu import __file__ as gpu_tests
 
@@ -174,7 +174,7 @@ def test_gpu_check_stand_in_runs_every_part_on_cpu_and_summarizes(packed, tmp_pa
            "GPU_CHECK_QUICK_ARGS": " ".join(quick_args),
            "GPU_CHECK_BENCH_ARGS": "--size tiny --steps 2 --warmup 1 --batch 4 --seq 32 --vocab 512 --peak-size 128",
            "GPU_CHECK_TESTS": "tests/test_gpu.py", "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run(["bash", str(REPO / "bench" / "gpu_check.sh")], env=env, capture_output=True, text=True,
+    proc = subprocess.run(["bash", str(REPO / "bench" / "device" / "gpu_check.sh")], env=env, capture_output=True, text=True,
                           timeout=600, cwd=REPO)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     summary = json.loads((out / "gpu_check.json").read_text())
@@ -201,7 +201,7 @@ def test_gpu_check_stand_in_runs_every_part_on_cpu_and_summarizes(packed, tmp_pa
 
     # a part that fails: the script goes on, the summary says which, and the script's exit code is not 0
     env.update(GPU_CHECK_SIZES="", GPU_CHECK_BENCH_ARGS="--size no-such-size")
-    failed = subprocess.run(["bash", str(REPO / "bench" / "gpu_check.sh")], env={**env, "OUT": str(tmp_path / "bad")},
+    failed = subprocess.run(["bash", str(REPO / "bench" / "device" / "gpu_check.sh")], env={**env, "OUT": str(tmp_path / "bad")},
                             capture_output=True, text=True, timeout=300, cwd=REPO)
     assert failed.returncode == 1, failed.stdout[-2000:]
     bad = json.loads((tmp_path / "bad" / "gpu_check.json").read_text())
@@ -237,7 +237,7 @@ def test_run_without_a_packed_folder_is_one_line(bench, tmp_path):
     args = bench.parser().parse_args(["run", "--data", str(tmp_path / "absent"), "--out", str(tmp_path / "out")])
     # the hint is the command that works after the profile's `dvc exp run --temp`: the experiment, not the workspace
     with pytest.raises(PipelineError, match=r"absent/params.json: not found \(make the folder here: python "
-                                            r"bench/gpu_quick.py pack --exp gpu-quick --out "):
+                                            r"bench/device/gpu_quick.py pack --exp gpu-quick --out "):
         bench.run(args)
 
 

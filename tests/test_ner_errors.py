@@ -1,4 +1,4 @@
-"""bench/ner_errors.py: the error classes of a NER prediction against silver spans, and the silver labels'
+"""bench/analysis/ner_errors.py: the error classes of a NER prediction against silver spans, and the silver labels'
 self-agreement."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-_spec = importlib.util.spec_from_file_location("ner_errors", Path(__file__).resolve().parents[1] / "bench" / "ner_errors.py")
+_spec = importlib.util.spec_from_file_location("ner_errors", Path(__file__).resolve().parents[1] / "bench" / "analysis" / "ner_errors.py")
 ner_errors = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(ner_errors)
 

@@ -3,7 +3,7 @@ any UTF-8 text byte for byte (no prefix space, no clean-up; special tokens spelt
 exception), every folder reloads with ``AutoTokenizer`` to the same ids, Unigram trains deterministically,
 continuation rules per model, with a BPE tokenizer: NER alignment (pre-split words with the prefix space, first
 word included; the predictor alike), QA offsets, pre-training sentences as their document's running text and
-instances built with one (and bench/mlm_context.py's counts alike), and the params' one-line errors."""
+instances built with one (and bench/analysis/mlm_context.py's counts alike), and the params' one-line errors."""
 
 from __future__ import annotations
 
@@ -329,11 +329,11 @@ def test_pretraining_sentences_are_tokenized_as_their_documents_running_text(fol
 
 
 def test_mlm_context_bench_counts_the_ids_pretraining_sees(folders):
-    """``bench/mlm_context.py`` counts each sentence with the ids the shards hold: with a BPE tokenizer a
+    """``bench/analysis/mlm_context.py`` counts each sentence with the ids the shards hold: with a BPE tokenizer a
     document's later sentence starts with ``ĠHello``, not a text's first ``Hello``."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("mlm_context", Path(__file__).parents[1] / "bench/mlm_context.py")
+    spec = importlib.util.spec_from_file_location("mlm_context", Path(__file__).parents[1] / "bench/analysis/mlm_context.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     tokenizer = load_tokenizer(folders["bpe"])

@@ -89,13 +89,15 @@ def bert_normalizer(
     )
 
 
-def _bare_tokenizer(
+def bare_tokenizer(
     vocab: dict[str, int] | None,
     lowercase: bool,
     strip_accents: bool | None,
     handle_chinese_chars: bool,
     max_input_chars_per_word: int,
 ) -> Tokenizer:
+    """An untrained (``vocab=None``) or given-vocabulary WordPiece ``Tokenizer`` with BERT's normaliser,
+    pre-tokenizer and decoder, no post-processor: what training starts from."""
     model = WordPiece(
         vocab, unk_token=UNK, max_input_chars_per_word=max_input_chars_per_word,
         continuing_subword_prefix=CONTINUATION_PREFIX,
@@ -143,7 +145,7 @@ def build_bert_tokenizer(
     missing = [t for t in SPECIAL_TOKENS_MAP.values() if t not in vocab]
     if missing:
         raise ValueError(f"vocabulary lacks the special token(s) {', '.join(missing)}")
-    tok = _bare_tokenizer(dict(vocab), lowercase, strip_accents, handle_chinese_chars, max_input_chars_per_word)
+    tok = bare_tokenizer(dict(vocab), lowercase, strip_accents, handle_chinese_chars, max_input_chars_per_word)
     tok.add_special_tokens(
         [AddedToken(t, special=True, normalized=False) for t in sorted(SPECIAL_TOKENS_MAP.values(), key=vocab.get)]
     )
@@ -264,7 +266,7 @@ def train_wordpiece(
     options = (lowercase, strip_accents, handle_chinese_chars, max_input_chars_per_word)
 
     # Pass 1: the alphabet and the characters that occur inside words (their ## forms), no merges.
-    probe = _bare_tokenizer(None, *options)
+    probe = bare_tokenizer(None, *options)
     probe.train_from_iterator(
         texts(),
         trainer=WordPieceTrainer(vocab_size=1, continuing_subword_prefix=CONTINUATION_PREFIX,
@@ -285,7 +287,7 @@ def train_wordpiece(
         raise VocabTooSmallError(needed, vocab_size)
 
     # Pass 2: the merges, with every id fixed before the first merge.
-    tok = _bare_tokenizer(None, *options)
+    tok = bare_tokenizer(None, *options)
     trainer = WordPieceTrainer(
         vocab_size=vocab_size,
         min_frequency=min_frequency,

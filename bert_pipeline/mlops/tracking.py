@@ -21,7 +21,8 @@ DVC knows: the repository root, its temporary copies, the experiment's tags.)
 - The experiment is tagged ``mlflow.experimentKind=custom_model_development`` (MLflow's own kind for model
   training). MLflow 3.17's UI still opens every experiment on its GenAI overview until the browser has chosen
   "Model training" once (a remembered switch) or the link says ``?workflowType=machine_learning``:
-  :func:`experiment_url` gives that link (checked in headless Chromium, ``bench/mlflow_ui.py``).
+  :func:`experiment_url` gives that link (checked once in headless Chromium by ``bench/mlflow_ui.py``, removed
+  after it answered; last in commit 4c155b2).
 - The experiment is created with its artifact location beside the store (:func:`artifact_location`): for the local
   SQLite store ``<store folder>/mlruns/<experiment>``, never under the working directory, which may be a temporary
   copy of the repository that is deleted after the run (DVC's ``exp run --temp``). The caller says which paths lie

@@ -267,7 +267,7 @@ def run_pretraining(model: Any, data: PretrainingData, config: TrainConfig, runt
                     checkpoints: CheckpointManager | None, *, describe: dict[str, Any],
                     on_log: Callable[[int, dict[str, Any]], None] | None = None) -> PretrainingOutcome:
     """Train ``model`` on ``data`` with the masked-position objective, resuming from ``checkpoints`` (``None``: no
-    checkpoint is saved or resumed from, as in ``bench/gpu_quick.py``'s single timed run).
+    checkpoint is saved or resumed from, as in ``bench/device/gpu_quick.py``'s single timed run).
 
     With ``config.head_learning_rate`` or ``config.head_only_steps``, the MLM and pair heads
     (:func:`bert_pipeline.train.optim.pretraining_head_parameters`) get their own rate or learn alone first: a

@@ -13,7 +13,7 @@ from stages.params.base import Section, SizeName, View
 class MemberTaskSettings(Section):
     """``finetune.models.M.tasks.T``: member M's own settings on task T, where they differ from ``finetune.tasks.T``
     and M's entry (null: no override). A real checkpoint converges at its own learning rate and number of passes
-    per task (chosen on validation: ``bench/finetune_sweep.py``), and may train on more examples than the shared
+    per task (chosen on validation: ``bench/analysis/finetune_sweep.py``), and may train on more examples than the shared
     subset. ``max_train_examples: all`` is the whole training split."""
 
     learning_rate: Annotated[float, annotated_types.Gt(0.0), annotated_types.Lt(1.0)] | None = None

@@ -1,9 +1,9 @@
-"""The summary of ``bench/gpu_check.sh``: one JSON file from what its parts wrote into its output folder.
+"""The summary of ``bench/device/gpu_check.sh``: one JSON file from what its parts wrote into its output folder.
 
-    python bench/gpu_check.py summarize --out DIR --codes tests=0 quick_small=0 ... --seconds 480 [--quiet]
+    python bench/device/gpu_check.py summarize --out DIR --codes tests=0 quick_small=0 ... --seconds 480 [--quiet]
 
 Reads ``DIR/gpu_tests.xml`` (pytest's JUnit XML of the ``gpu`` tests), ``DIR/quick-{size}/gpu_quick.json``
-(``bench/gpu_quick.py run`` per size) and ``DIR/pretrain_bench.json`` (``bench/pretrain.py --json``), each optional
+(``bench/device/gpu_quick.py run`` per size) and ``DIR/pretrain_bench.json`` (``bench/pretrain.py --json``), each optional
 (a part that failed leaves its file out; its exit code says so), and writes ``DIR/gpu_check.json``:
 
 - ``tests``: ``passed``, ``failed``, ``skipped`` (test ids) and their counts;

@@ -1,8 +1,8 @@
 """Pre-training recipes side by side: held-out MLM accuracy and downstream validation scores per CPU minute.
 
-    python bench/pretrain_recipe.py --project /path/to/built/checkout --work /tmp/recipe
-    python bench/pretrain_recipe.py --project . --work /tmp/recipe --variants bert none-30-nodrop --tasks ner qa
-    python bench/pretrain_recipe.py --project . --work /tmp/recipe --set cram:pretrain.learning_rate=4e-3 ...
+    python bench/analysis/pretrain_recipe.py --project /path/to/built/checkout --work /tmp/recipe
+    python bench/analysis/pretrain_recipe.py --project . --work /tmp/recipe --variants bert none-30-nodrop --tasks ner qa
+    python bench/analysis/pretrain_recipe.py --project . --work /tmp/recipe --set cram:pretrain.learning_rate=4e-3 ...
 
 ``--project`` is a checkout where the upstream stages have run (``data/corpus``, ``data/tasks``,
 ``models/tokenizer``, ``data/raw``). Each variant is a set of dotted ``params.yaml`` overrides over the project's
@@ -34,7 +34,7 @@ from typing import Any
 
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from mlm_context import require_built_project  # noqa: E402

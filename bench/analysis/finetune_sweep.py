@@ -1,6 +1,6 @@
 """Learning rates x epochs caps for one (member, task), chosen on validation exactly as the stage's grid does.
 
-    python bench/finetune_sweep.py --model minilm --task ner --learning-rates 1e-4 2e-4 --epochs 8 \
+    python bench/analysis/finetune_sweep.py --model minilm --task ner --learning-rates 1e-4 2e-4 --epochs 8 \
         --set max_train_examples=null batch_size=32 --precision fp32
 
 Run where ``prepare_tasks`` has run (``data/tasks/``) and the member's folder exists. Each setting trains once per
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bert_pipeline.train.finetune import Grid, finetune_task  # noqa: E402
 from bert_pipeline.train.runtime import make_runtime  # noqa: E402

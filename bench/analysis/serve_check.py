@@ -1,7 +1,7 @@
 """What a user of the registered models sees: each task's champion on sentences written for the purpose.
 
-    python bench/serve_check.py                  # after `dvc repro` (and `bert-pipeline promote`, if run)
-    python bench/serve_check.py --json out.json  # also every prediction as JSON
+    python bench/analysis/serve_check.py                  # after `dvc repro` (and `bert-pipeline promote`, if run)
+    python bench/analysis/serve_check.py --json out.json  # also every prediction as JSON
 
 Run in a repository whose default run has finished. Per task, the champion is the registry's ``champion`` alias
 when the MLflow registry has one (``bert-pipeline promote``), else the member ``promote`` would choose: the best
@@ -25,7 +25,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from stages.cli import entries_by_task, predict_lines  # noqa: E402
 from stages.params.root import load_params  # noqa: E402

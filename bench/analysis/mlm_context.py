@@ -1,6 +1,6 @@
 """How far below the unigram floor could a masked LM go on this corpus from its immediate neighbours alone?
 
-    python bench/mlm_context.py --project /path/to/built/checkout [--train-docs 3000 --validation-docs 300]
+    python bench/analysis/mlm_context.py --project /path/to/built/checkout [--train-docs 3000 --validation-docs 300]
 
 ``--project`` is a checkout where ``prepare_corpus`` and ``train_tokenizer`` have run. Each sentence of the first
 ``--train-docs`` training documents and the first ``--validation-docs`` validation documents of ``data/corpus`` is

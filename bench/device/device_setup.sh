@@ -1,4 +1,4 @@
-# Sourced by the device scripts (bench/gpu_quick.sh, bench/gpu_check.sh): `device_setup NAME` prints the machine's
+# Sourced by the device scripts (bench/device/gpu_quick.sh, bench/device/gpu_check.sh): `device_setup NAME` prints the machine's
 # GPU and installs the carried wheels ($WHEELS/*.whl, none needed) into /tmp/site, on PYTHONPATH for the rest of
 # the script. Reads PYTHON, WHEELS, DATA, OUT and started (the script's start, epoch seconds).
 device_setup() {

@@ -2,9 +2,9 @@
 training (the same model, data, schedule and loop) run once per seed, nothing else changed.
 
     dvc repro create_pretraining_data                                  # the data the pretrain stage reads
-    python bench/pretrain_seeds.py --project . --seeds 42 43 44        # pretrain.seed: init, batch order, masks
-    python bench/pretrain_seeds.py --project . --mask-streams 0 1 2    # dynamic data: only the masks differ
-    python bench/pretrain_seeds.py --project . --seeds 42 --set pretrain.learning_rate=2.0e-3 --steps 800
+    python bench/analysis/pretrain_seeds.py --project . --seeds 42 43 44        # pretrain.seed: init, batch order, masks
+    python bench/analysis/pretrain_seeds.py --project . --mask-streams 0 1 2    # dynamic data: only the masks differ
+    python bench/analysis/pretrain_seeds.py --project . --seeds 42 --set pretrain.learning_rate=2.0e-3 --steps 800
 
 ``--seeds`` sets ``pretrain.seed``: the model's initialisation, the batch order and, with ``masking: dynamic``, the
 masks. ``--mask-streams`` (``create_pretraining_data.masking: dynamic`` only) keeps ``pretrain.seed`` and offsets

@@ -3,7 +3,7 @@ metric minus the scratch member's, validation and test, the mean over fine-tunin
 (points), the low-resource run's test gain and NER's test F1 per entity type.
 
     dvc repro finetune@pretrained-{sentiment,ner,qa,headline_match} finetune@scratch-{...}   # finetune.seeds: [42, 43]
-    python bench/pretrain_gain.py --project . [--member pretrained --baseline scratch]
+    python bench/analysis/pretrain_gain.py --project . [--member pretrained --baseline scratch]
 
 Reads metrics/finetune/{member}-{task}.json and metrics/pretrain.json (held-out MLM loss and accuracy); trains
 nothing. docs/performance.md, section 12 quotes its output.

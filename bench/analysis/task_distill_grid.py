@@ -1,6 +1,6 @@
 """A small grid of task-specific distillation settings for one task, scored on validation, from a finished run.
 
-    nice python bench/task_distill_grid.py --task qa --seeds 42 43 \
+    nice python bench/analysis/task_distill_grid.py --task qa --seeds 42 43 \
         --variant alpha_ce=0.8,alpha_task=0.2 --variant learning_rate=2e-4 --variant layer_selection=uniform
 
 Run in a repository whose ``dvc repro`` has finished (it reads ``models/finetuned/{teacher}-{task}/``,
@@ -25,7 +25,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bert_pipeline.model.distillation import LAYER_SELECTIONS  # noqa: E402
 from bert_pipeline.train.runtime import make_runtime  # noqa: E402

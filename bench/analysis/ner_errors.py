@@ -1,7 +1,7 @@
 """Where a NER model and spaCy's silver labels disagree, and how consistent the silver labels are themselves.
 
-    python bench/ner_errors.py                                   # models/finetuned/minilm-ner on the test split
-    python bench/ner_errors.py --model models/finetuned/minilm_student-ner --split validation --examples 10
+    python bench/analysis/ner_errors.py                                   # models/finetuned/minilm-ner on the test split
+    python bench/analysis/ner_errors.py --model models/finetuned/minilm_student-ner --split validation --examples 10
 
 Run where ``prepare_tasks`` and the model's ``finetune`` stage have run. Two figures per entity type, printed as one
 JSON object (and, with ``--examples N``, N disagreements of each kind as text lines on stderr):
@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 from transformers import DataCollatorWithPadding
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bert_pipeline.evaluation.metrics import ner_metrics  # noqa: E402
 from bert_pipeline.evaluation.predictor import load_predictor  # noqa: E402

@@ -1,10 +1,10 @@
 """One short GPU run: pre-train the ``gpu-quick`` profile's model, then fine-tune it against the same model from
-scratch on sentiment, NER and QA, all in one device call (``bench/gpu_quick.sh`` is that call).
+scratch on sentiment, NER and QA, all in one device call (``bench/device/gpu_quick.sh`` is that call).
 
     python -m stages.cli profile gpu-quick -n gpu-quick -- create_pretraining_data prepare_tasks   # the data, here
-    python bench/gpu_quick.py pack --exp gpu-quick --out .gpu_quick [--profile gpu-quick] [--set KEY=VALUE ...]
-    python bench/gpu_quick.py run --data .gpu_quick --out DIR [--budget-seconds 450] [--pretrain-seconds 270]
-    python bench/gpu_quick.py run --data D --out DIR --size tiny --max-steps 8 --batch-size 4 ...   # a CPU stand-in
+    python bench/device/gpu_quick.py pack --exp gpu-quick --out .gpu_quick [--profile gpu-quick] [--set KEY=VALUE ...]
+    python bench/device/gpu_quick.py run --data .gpu_quick --out DIR [--budget-seconds 450] [--pretrain-seconds 270]
+    python bench/device/gpu_quick.py run --data D --out DIR --size tiny --max-steps 8 --batch-size 4 ...   # a CPU stand-in
 
 ``pack`` runs here, where the params schema (pydantic) and DVC are installed. It resolves ``params.yaml`` with the
 profile's overrides (and ``--set KEY=VALUE`` ones, YAML values) and copies what the GPU run reads from the outputs
@@ -65,7 +65,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
@@ -309,14 +309,14 @@ def check_modules(names: tuple[str, ...] = NEEDED) -> None:
     """Check that every module the run will import can be found, before any time is spent.
 
     Raises:
-        PipelineError: the first missing one, with the fix (carry its wheel: ``bench/gpu_quick.sh``'s header).
+        PipelineError: the first missing one, with the fix (carry its wheel: ``bench/device/gpu_quick.sh``'s header).
     """
     import importlib.util
 
     for name in names:
         if importlib.util.find_spec(name) is None:
             raise PipelineError(f"{name}: not importable here (carry its wheel in .whl and name .whl in the device "
-                                f"call's carry: bench/gpu_quick.sh's header has the pip download line)")
+                                f"call's carry: bench/device/gpu_quick.sh's header has the pip download line)")
 
 
 def read_packed(data: Path) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -326,11 +326,11 @@ def read_packed(data: Path) -> tuple[dict[str, Any], dict[str, Any]]:
         PipelineError: the folder, its ``params.json`` or one of its inputs is missing.
     """
     if not (data / "params.json").exists():
-        raise PipelineError(f"{data}/params.json: not found (make the folder here: python bench/gpu_quick.py pack "
+        raise PipelineError(f"{data}/params.json: not found (make the folder here: python bench/device/gpu_quick.py pack "
                             f"--exp gpu-quick --out {data}; on the device, name it in carry)")
     for name in COPIED:
         if not (data / name).exists():
-            raise PipelineError(f"{data / name}: not found (pack again: python bench/gpu_quick.py pack)")
+            raise PipelineError(f"{data / name}: not found (pack again: python bench/device/gpu_quick.py pack)")
     packed = json.loads((data / "params.json").read_text(encoding="utf-8"))
     manifest_path = data / "manifest.json"
     manifest = json.loads(manifest_path.read_text(encoding="utf-8")) if manifest_path.exists() else {}
@@ -557,7 +557,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     def elapsed() -> float:
         return time.perf_counter() - started
 
-    tokenizer = load_tokenizer(data / "tokenizer", hint="pack again: python bench/gpu_quick.py pack")
+    tokenizer = load_tokenizer(data / "tokenizer", hint="pack again: python bench/device/gpu_quick.py pack")
     phases = [pretraining.PhaseSpec(**phase) for phase in pre["phases"]]
 
     def open_data(max_steps: int) -> Any:
@@ -688,7 +688,7 @@ def _calibration(text: str) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
-    top = argparse.ArgumentParser(prog="python bench/gpu_quick.py", description=__doc__.split("\n\n")[0])
+    top = argparse.ArgumentParser(prog="python bench/device/gpu_quick.py", description=__doc__.split("\n\n")[0])
     sub = top.add_subparsers(dest="command", required=True)
     pk = sub.add_parser("pack", help="copy the GPU run's inputs out of a built project (here, on CPU)")
     pk.add_argument("--project", type=Path, default=Path("."), help="the DVC project (default .)")

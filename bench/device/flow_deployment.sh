@@ -2,9 +2,9 @@
 # The deployments of prefect.yaml against a local Prefect server (127.0.0.1 only), `smoke` run once by a local
 # process worker; prints what the API shows (flow run, task runs, the summary artifact) and the DVC experiment.
 # Everything happens in a temporary copy of this repository; the server is stopped at the end.
-#   bash bench/flow_deployment.sh [PORT]        (with the project's virtual environment active)
+#   bash bench/device/flow_deployment.sh [PORT]        (with the project's virtual environment active)
 set -uo pipefail
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 PORT=${1:-4299}
 D=$(mktemp -d -t flow-deploy-XXXX)
 mkdir -p "$D/repo"

@@ -1,11 +1,11 @@
 """A stock cross-check of the MLM plateau and a screen of encoder architectures: a stock ``*ForMaskedLM`` +
 ``DataCollatorForLanguageModeling`` on our corpus.
 
-    python bench/mlm_probe.py --project /path/to/built/checkout                    # BERT tiny, lr 2e-3, 400 steps
-    python bench/mlm_probe.py --project . --learning-rate 5e-4
-    python bench/mlm_probe.py --project . --hidden 256 --heads 4 --position-init sinusoidal
-    python bench/mlm_probe.py --project . --arch modernbert --steps 1600 --save /tmp/modernbert
-    python bench/mlm_probe.py --project . --arch deberta --steps 1200 --dropout 0
+    python bench/analysis/mlm_probe.py --project /path/to/built/checkout                    # BERT tiny, lr 2e-3, 400 steps
+    python bench/analysis/mlm_probe.py --project . --learning-rate 5e-4
+    python bench/analysis/mlm_probe.py --project . --hidden 256 --heads 4 --position-init sinusoidal
+    python bench/analysis/mlm_probe.py --project . --arch modernbert --steps 1600 --save /tmp/modernbert
+    python bench/analysis/mlm_probe.py --project . --arch deberta --steps 1200 --dropout 0
 
 ``--arch`` picks the stock class (the same shapes, the same data, the same loop):
 

@@ -1,6 +1,6 @@
 """How sure is a student's share of its teacher? A paired bootstrap over each held-out split, from a finished run.
 
-    python bench/paired_share.py [--tasks qa ner] [--resamples 1000] [--seed 0] [--goal 0.97]
+    python bench/analysis/paired_share.py [--tasks qa ner] [--resamples 1000] [--seed 0] [--goal 0.97]
 
 Run in a repository whose ``dvc repro`` has finished: it reads the teacher ``models/finetuned/{teacher}-{T}/`` and the
 student ``models/finetuned/{student}-{T}/`` (``task_distill.teacher`` / ``student``), ``data/tasks/{T}/`` and their
@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bert_pipeline.evaluation.metrics import paired_bootstrap_share  # noqa: E402
 from bert_pipeline.evaluation.predictor import load_predictor  # noqa: E402
