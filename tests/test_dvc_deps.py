@@ -1,9 +1,9 @@
 """dvc.yaml's code deps follow the imports: every project file a stage imports (at any depth, module-level or inside
 a function) is a dep of that stage, so a code change reruns exactly the stages it touches.
 
-The params schema (``stages/params.py``) is in every closure: besides validating, it supplies the defaults of the
-entries a user may leave short (a ``finetune.models`` entry's ``init``, a source's ``text_field``), which shape
-outputs. ``EXEMPT`` names files that are neither listed nor followed; it is empty.
+The params schema (``stages/params/``: its base module and the modules of the sections a stage reads) is in every
+closure: besides validating, it supplies the defaults of the entries a user may leave short (a ``finetune.models``
+entry's ``init``, a source's ``text_field``), which shape outputs. ``EXEMPT`` names files that are neither listed nor followed; it is empty.
 """
 
 from __future__ import annotations
