@@ -109,7 +109,9 @@ def train_point(fraction: float, params: BudgetCurveView, baseline: list[Finetun
     member = fine.models[curve.member]
     folder = WORK / f"{fraction:g}"
     code = sorted(path for root in CODE for path in Path(root).rglob("*.py"))
-    key = fingerprint({"pretrain": settings.model_dump(mode="json"), "finetune": fine.model_dump(mode="json"),
+    # the member's own fine-tuning settings only, as dvc.yaml declares them: another member's edit keeps the point
+    key = fingerprint({"pretrain": settings.model_dump(mode="json"),
+                       "finetune": fine.member_training(curve.member, curve.tasks),
                        "member": curve.member, "tasks": curve.tasks}, [*POINT_INPUTS, *code])
     done = folder / "point.json"
     if done.is_file():

@@ -140,23 +140,27 @@ def train_member(model_name: str, spec: FinetuneModel, task_name: str, p: Finetu
         return finetune_task(
             TASKS / task_name, member_spec(spec), task,
             low_resource_train_examples=p.low_resource_train_examples if low_resource else None,
-            low_resource_epochs=p.low_resource_epochs, on_eval=on_eval, grid=grid(p), runtime=make_runtime(p.precision),
+            low_resource_epochs=p.low_resource_epochs, on_eval=on_eval, grid=grid(spec), runtime=make_runtime(p.precision),
             **p.model_dump(include=LOOP_KEYS - {"precision"}))
     except FinetuneError as exc:
         raise PipelineError(str(exc)) from None
 
 
 def member_spec(spec: FinetuneModel) -> MemberSpec:
-    """The library's :class:`MemberSpec` of a ``finetune.models`` entry (``learning_rate: grid`` -> ``None``)."""
-    fields = spec.model_dump(exclude={"tasks"})
+    """The library's :class:`MemberSpec` of a ``finetune.models`` entry (``learning_rate: grid`` -> ``None``; its
+    grid is :func:`grid`'s)."""
+    fields = spec.model_dump(exclude={"tasks", "grid"})
     if fields["learning_rate"] == "grid":
         fields["learning_rate"] = None
     return MemberSpec(**fields)
 
 
-def grid(p: FinetuneParams) -> Grid:
-    """``finetune.grid`` as the library's :class:`Grid`."""
-    return Grid(tuple(p.grid.learning_rates), tuple(p.grid.epochs), tuple(p.grid.low_resource_epochs))
+def grid(spec: FinetuneModel) -> Grid | None:
+    """A member's ``grid`` (``finetune.models.{model}.grid``) as the library's :class:`Grid`; None for a member
+    with a learning rate of its own (it has no grid, and reading none keeps the grid out of its stage's params)."""
+    if spec.learning_rate != "grid" or spec.grid is None:
+        return None
+    return Grid(tuple(spec.grid.learning_rates), tuple(spec.grid.epochs), tuple(spec.grid.low_resource_epochs))
 
 
 def save_member(model_name: str, task_name: str, metrics: dict[str, Any], outcome: Any,

@@ -156,7 +156,7 @@ def train_family(family: str, params: VariantsView) -> tuple[dict[str, Any], dic
     folder = WORK / family
     code = sorted(path for root in CODE for path in Path(root).rglob("*.py"))
     key = fingerprint({**{k: v.model_dump(mode="json") for k, v in settings.items()},
-                       "finetune": fine.model_dump(mode="json"), "member": var.member, "tasks": var.tasks,
+                       "finetune": fine.member_training(var.member, var.tasks), "member": var.member, "tasks": var.tasks,
                        "scratch": var.scratch},
                       [*FAMILY_INPUTS, *code])
     done = folder / "family.json"

@@ -14,6 +14,7 @@ import contextlib
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 
 def declared_params(repo: Path) -> dict[str, tuple[str, list[str]]]:
@@ -78,3 +79,58 @@ def recorded_reads(monkeypatch) -> Iterator[set[str]]:
     monkeypatch.setattr(base, "_READS", reads)
     monkeypatch.setattr(base, "_RECORDING", ["in-process"])  # as if the exit hook were registered
     yield reads
+
+
+def stage_graph(repo: Path) -> dict[str, dict[str, list[str]]]:
+    """``{stage address: {"params": declared params.yaml keys, "deps": dep paths, "outs": out paths}}`` of every
+    stage of ``repo/dvc.yaml`` as DVC resolves it (``foreach`` items and ``${...}`` from ``repo/params.yaml`` filled
+    in); ``repo`` needs only ``dvc.yaml``, ``params.yaml`` and ``.dvc/``."""
+    from dvc.repo import Repo
+
+    with Repo(str(repo)) as dvc:
+        out = {}
+        for stage in dvc.index.stages:
+            params = [key for dep in stage.deps if type(dep).__name__ == "ParamsDependency"
+                      and Path(dep.def_path).name == "params.yaml" for key in dep.params]
+            deps = [dep.def_path for dep in stage.deps if type(dep).__name__ != "ParamsDependency"]
+            out[stage.name] = {"params": params, "deps": deps, "outs": [o.def_path for o in stage.outs]}
+    return out
+
+
+def downstream(graph: dict[str, dict[str, list[str]]], roots: set[str]) -> set[str]:
+    """The stages of ``graph`` (:func:`stage_graph`) that depend, through a chain of deps on outs (a path equal to,
+    inside or around an out), on any of ``roots``: what reruns anyway when the roots' outputs change."""
+    def overlaps(a: str, b: str) -> bool:
+        a, b = a.rstrip("/"), b.rstrip("/")
+        return a == b or a.startswith(b + "/") or b.startswith(a + "/")
+
+    reached: set[str] = set()
+    frontier = set(roots)
+    while frontier:
+        outs = [o for name in frontier for o in graph[name]["outs"]]
+        frontier = {name for name, stage in graph.items() if name not in reached and name not in roots
+                    and any(overlaps(d, o) for d in stage["deps"] for o in outs)}
+        reached |= frontier
+    return reached
+
+
+def grid_keys(params: dict[str, Any]) -> list[str]:
+    """The dotted keys of every ``grid`` mapping in a params mapping (at any depth), sorted."""
+    found = []
+
+    def walk(node: Any, path: str) -> None:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                dotted = f"{path}.{key}" if path else str(key)
+                if key == "grid":
+                    found.append(dotted)
+                walk(value, dotted)
+
+    walk(params, "")
+    return sorted(found)
+
+
+def readers_of(graph: dict[str, dict[str, list[str]]], key: str) -> set[str]:
+    """The stages of ``graph`` whose declared params cover ``key`` (declare it, a key above it, or a key below it):
+    the stages DVC calls changed when the value at ``key`` is edited."""
+    return {name for name, stage in graph.items() if any(_below(key, d) or _below(d, key) for d in stage["params"])}

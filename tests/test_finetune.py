@@ -300,8 +300,8 @@ def test_ner_evaluation_scores_every_gold_word_of_a_long_sentence():
 def test_grid_member_is_tuned_on_validation_and_test_is_scored_once(workdir, monkeypatch):
     """learning_rate: grid tries every grid setting per seed; the best mean validation wins, and only the chosen
     setting's models are scored on test (for the full and the low-resource runs apart)."""
-    p = _params(grid={"learning_rates": [1e-7, 5e-3], "epochs": [4], "low_resource_epochs": [2, 3]},
-                models={"tiny": {"path": "tinymodel", "learning_rate": "grid", "pooling": "mean"}})
+    grid = {"learning_rates": [1e-7, 5e-3], "epochs": [4], "low_resource_epochs": [2, 3]}
+    p = _params(models={"tiny": {"path": "tinymodel", "learning_rate": "grid", "pooling": "mean", "grid": grid}})
     scored = []
     original = finetune_lib.heldout_evaluators
 
@@ -315,6 +315,7 @@ def test_grid_member_is_tuned_on_validation_and_test_is_scored_once(workdir, mon
     m = finetune.run("tiny", "sentiment", p)
     assert [(t["learning_rate"], t["epochs"]) for t in m["grid"]] == [(1e-7, 4), (5e-3, 4)]
     assert m["learning_rate"] == 5e-3
+    assert m["settings"]["from"]["learning_rate"] == m["settings"]["from"]["epochs"] == "finetune.models.tiny.grid"
     assert m["grid"][1]["validation"] > m["grid"][0]["validation"]  # 1e-7 cannot learn "good"/"bad"
     assert m["grid"][1]["validation"] == m["validation"]["accuracy"]["mean"]
     assert min(m["test"]["accuracy"]["seeds"]) >= 0.9
@@ -334,10 +335,33 @@ def test_grid_member_is_tuned_on_validation_and_test_is_scored_once(workdir, mon
 def test_grid_member_with_its_own_epochs_cap_is_one_line():
     from stages.params.base import ParamsError
 
+    grid = {"learning_rates": [1e-3], "epochs": [2], "low_resource_epochs": [2]}
     with pytest.raises(ParamsError, match="finetune.models.tiny.epochs: expected null with learning_rate grid"):
-        _params(models={"tiny": {"path": "tinymodel", "learning_rate": "grid", "epochs": 3}})
+        _params(models={"tiny": {"path": "tinymodel", "learning_rate": "grid", "epochs": 3, "grid": grid}})
     with pytest.raises(ParamsError, match="finetune.user_model.low_resource_epochs: expected null with learning_rate"):
-        _params(user_model={"path": "user", "learning_rate": "grid", "low_resource_epochs": 2})
+        _params(user_model={"path": "user", "learning_rate": "grid", "low_resource_epochs": 2, "grid": grid})
+
+
+def test_a_grid_lives_in_the_member_tuned_on_it():
+    """A member with learning_rate grid names its grid; a member with a rate of its own has none; the shared
+    finetune.grid of the old layout says where the grid went. Each error is one line naming the key."""
+    from stages.params.base import ParamsError
+
+    grid = {"learning_rates": [1e-3], "epochs": [2], "low_resource_epochs": [2]}
+    with pytest.raises(ParamsError) as err:
+        _params(models={"tiny": {"path": "tinymodel", "learning_rate": "grid"}})
+    assert str(err.value) == ("params.yaml: finetune.models.tiny.grid: missing with learning_rate grid (expected a "
+                              "mapping with keys learning_rates, epochs, low_resource_epochs)")
+    with pytest.raises(ParamsError) as err:
+        _params(models={"tiny": {"path": "tinymodel", "learning_rate": 5e-3, "grid": grid}})
+    assert str(err.value) == ("params.yaml: finetune.models.tiny.grid: expected no grid with learning_rate 0.005 "
+                              "(set learning_rate: grid to tune on it)")
+    with pytest.raises(ParamsError) as err:
+        _params(grid=grid)
+    assert str(err.value) == ("params.yaml: finetune.grid: unknown key; a grid belongs to the member tuned on it: "
+                              "finetune.models.NAME.grid beside its learning_rate: grid")
+    with pytest.raises(ParamsError, match=r"^params.yaml: finetune.models.tiny.grid.epochs.0: expected int >= 1, got 0$"):
+        _params(models={"tiny": {"path": "tinymodel", "learning_rate": "grid", "grid": {**grid, "epochs": [0]}}})
 
 
 def test_early_stopping_waits_for_a_run_to_start_learning(workdir):

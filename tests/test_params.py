@@ -379,7 +379,8 @@ def test_a_members_task_settings_name_a_task_and_leave_grid_choices_to_the_grid(
     assert params_error(bad) == ("params.yaml: finetune.models.minilm.tasks.nosuchtask: not a key of finetune.tasks "
                                  "(headline_match, ner, qa, sentiment)")
     bad = copy.deepcopy(raw)
-    bad["finetune"]["models"]["minilm"].update(learning_rate="grid", tasks={"ner": {"learning_rate": 1.0e-4}})
+    bad["finetune"]["models"]["minilm"].update(learning_rate="grid", tasks={"ner": {"learning_rate": 1.0e-4}},
+                                               grid={"learning_rates": [1.0e-4], "epochs": [2], "low_resource_epochs": [2]})
     assert params_error(bad) == ("params.yaml: finetune.models.minilm.tasks.ner: expected no learning_rate or epochs "
                                  "with learning_rate grid (the grid chooses them)")
     bad = copy.deepcopy(raw)

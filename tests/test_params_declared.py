@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import pytest
+import yaml
 
 from stages.params.base import RECORD_ENV, RecordedParams, load_view
 from stages.params.create_pretraining_data import CreatePretrainingDataView
@@ -38,9 +39,9 @@ def test_reads_are_recorded_by_dotted_key():
 def test_whole_reads_record_the_object_itself():
     view, reads = _recorded(FinetuneView)
     sorted(view.finetune.tasks)  # iterating sees every key
-    view.finetune.grid.model_copy()  # a method other than model_dump sees every field
+    view.finetune.user_model.model_copy()  # a method other than model_dump sees every field
     assert len(view.finetune.seeds) == 1
-    assert reads == {"finetune.tasks", "finetune.grid", "finetune.seeds"}
+    assert reads == {"finetune.tasks", "finetune.user_model", "finetune.seeds"}
 
 
 def test_properties_read_the_fields_they_are_computed_from():
@@ -82,15 +83,15 @@ def _env():
 
 def test_mismatches_name_undeclared_and_unused_keys():
     declared = ["finetune.seeds", "finetune.tasks.ner", "pretrain.model.size", "export"]
-    read = {"finetune.seeds", "finetune.tasks.ner.max_length", "finetune.grid", "export.opset"}
-    assert mismatches(declared, read) == (["finetune.grid"], ["pretrain.model.size"])
+    read = {"finetune.seeds", "finetune.tasks.ner.max_length", "finetune.models.scratch.grid", "export.opset"}
+    assert mismatches(declared, read) == (["finetune.models.scratch.grid"], ["pretrain.model.size"])
     # a whole read uses the narrower declaration below it, but is itself not covered by it
     assert mismatches(["finetune.tasks.ner"], {"finetune.tasks"}) == (["finetune.tasks"], [])
 
 
 def test_problems_read_the_committed_dvc_yaml(tmp_path):
-    """A stage that reads finetune.grid without declaring it (what dvc.yaml's finetune stages did before the grid
-    was declared) is named, as is a stage whose declared key nothing reads."""
+    """A stage that reads a key without declaring it (what dvc.yaml's finetune stages did before the grid was
+    declared) is named, as is a stage whose declared key nothing reads."""
     record = tmp_path / "reads.jsonl"
     cmd = "python -m stages.finetune --model minilm --task ner"
     from tests.params_declared import declared_params
@@ -101,3 +102,69 @@ def test_problems_read_the_committed_dvc_yaml(tmp_path):
     assert problems(REPO, record) == [
         f"{address}: reads finetune.undeclared_knob, which dvc.yaml does not declare in its params",
         f"{address}: declares finetune.early_stopping_patience in its params, which its code never reads"]
+
+
+def _grid_readers_check(graph: dict, raw: dict) -> list[str]:
+    """One line per grid key of ``raw`` that is not in a member tuned on it, or that a stage declares which is
+    neither that member's fine-tuning nor downstream of it (a stage a grid edit would rerun for nothing)."""
+    from tests.params_declared import downstream, grid_keys, readers_of
+
+    ft = raw["finetune"]
+    members = {f"finetune.models.{name}": (name, m) for name, m in ft["models"].items()}
+    members["finetune.user_model"] = (None, ft["user_model"])  # --model FOLDER: no dvc.yaml stage
+    out = []
+    for key in grid_keys(raw):
+        owner = key.rpartition(".")[0]
+        if owner not in members or members[owner][1].get("learning_rate") != "grid":
+            out.append(f"{key}: not the grid of a member with learning_rate grid")
+        name = members.get(owner, (None, None))[0]
+        own = {stage for stage in graph if name and stage.startswith(f"finetune@{name}-")}
+        readers = readers_of(graph, key)
+        out += [f"{key}: {stage} does not declare it" for stage in sorted(own - readers)]
+        anyway = downstream(graph, own)
+        # retrieval embeds each of retrieval.members from its entry (path, init): a list DVC cannot interpolate
+        # into keys, so it declares all of finetune.models and reruns on an edit of a member it embeds
+        embeds = {"retrieval"} if name in raw.get("retrieval", {}).get("members", ()) else set()
+        out += [f"{key}: {stage} declares it, yet trains no member tuned on it and uses no output of one"
+                for stage in sorted(readers - own - anyway - embeds)]
+    return out
+
+
+def test_the_committed_grids_are_declared_only_where_they_are_read():
+    """Every grid in params.yaml is in the member tuned on it (no default member is: the default's results do not
+    depend on a grid), and no stage of dvc.yaml declares a grid it does not read (the shared finetune.grid of old
+    marked all 16 fine-tunings, the budget curve and the variants changed on an edit no default member reads)."""
+    from tests.conftest import committed_params
+    from tests.params_declared import stage_graph
+
+    raw = committed_params()
+    assert all(m["learning_rate"] != "grid" for m in raw["finetune"]["models"].values())
+    assert _grid_readers_check(stage_graph(REPO), raw) == []
+    for stage, entry in stage_graph(REPO).items():  # no stage names a grid outright (a member's grid is in its entry)
+        assert not [key for key in entry["params"] if "grid" in key.split(".")], stage
+
+
+def test_a_members_grid_edit_reruns_only_that_members_stages(tmp_path):
+    """With member scratch tuned on a grid (as a profile may set it), the stages whose declared params cover its grid
+    are scratch's four fine-tunings and stages downstream of them (which rerun anyway on their new outputs): not the
+    other members' fine-tunings, the variants or the teacher's logits. DVC resolves the stages from the edited
+    params.yaml, as ``dvc status`` would."""
+    from tests.conftest import committed_params
+    from tests.params_declared import readers_of, stage_graph
+
+    raw = committed_params()
+    raw["finetune"]["models"]["scratch"].update(learning_rate="grid", epochs=None, low_resource_epochs=None,
+                                                grid={"learning_rates": [3.0e-4, 1.0e-3], "epochs": [8],
+                                                      "low_resource_epochs": [8]})
+    from stages.params.root import validate_params
+
+    validate_params(raw)  # the edit is one a user can make
+    (tmp_path / ".dvc").mkdir()
+    (tmp_path / ".dvc" / "config").write_text("[core]\n    no_scm = true\n    analytics = false\n")
+    (tmp_path / "dvc.yaml").write_text((REPO / "dvc.yaml").read_text(encoding="utf-8"), encoding="utf-8")
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False), encoding="utf-8")
+    graph = stage_graph(tmp_path)
+    assert _grid_readers_check(graph, raw) == []
+    readers = readers_of(graph, "finetune.models.scratch.grid")
+    assert {s for s in readers if s.startswith("finetune@")} == {f"finetune@scratch-{t}" for t in raw["finetune"]["tasks"]}
+    assert "variants" not in readers and not any(s.startswith(("teacher_logits", "distill_task")) for s in readers)

@@ -369,10 +369,10 @@ def apply_run_overrides(params: dict[str, Any], args: argparse.Namespace) -> dic
     for member in ft["models"].values():
         for key in ("epochs", "low_resource_epochs"):
             member[key] = _cap(member.get(key), args.epochs)
+            if member.get("grid"):  # a member tuned on a grid carries its own
+                member["grid"][key] = sorted({_cap(v, args.epochs) for v in member["grid"][key]})
     ft["low_resource_epochs"] = _cap(ft["low_resource_epochs"], args.epochs)
     ft["low_resource_train_examples"] = _cap(ft["low_resource_train_examples"], args.max_train_examples)
-    for key in ("epochs", "low_resource_epochs"):
-        ft["grid"][key] = sorted({_cap(v, args.epochs) for v in ft["grid"][key]})
     return params
 
 
@@ -491,13 +491,14 @@ def finetune_pair(task: str, data: Path, params: dict[str, Any], members: dict[s
     from bert_pipeline.train.runtime import make_runtime
 
     ft = params["finetune"]
-    grid = Grid(*(tuple(ft["grid"][key]) for key in ("learning_rates", "epochs", "low_resource_epochs")))
     loop = {key: ft[key] for key in ("data_seed", "warmup_ratio", "weight_decay", "max_grad_norm",
                                      "early_stopping_patience", "evals_per_epoch", "eval_batch_size")}
     runtime = make_runtime(ft["precision"])
     record: dict[str, Any] = {}
     for name, spec in members.items():
         started = time.perf_counter()
+        own = ft["models"][name].get("grid")  # learning_rate: grid -> the member's own grid
+        grid = Grid(*(tuple(own[key]) for key in ("learning_rates", "epochs", "low_resource_epochs"))) if own else None
         try:
             outcome = finetune_task(
                 data / "tasks" / task, spec, ft["tasks"][task], seeds=ft["seeds"][:1],

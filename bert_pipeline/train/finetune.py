@@ -335,7 +335,7 @@ def finetune_task(
              task_dir.name, kind, len(train), len(features), len(heldout["validation"]), len(heldout["test"]), seeds)
 
     if member.learning_rate is None and grid is None:
-        raise FinetuneError(f"{member.path}: no learning rate and no grid to choose one from (finetune.grid)")
+        raise FinetuneError(f"{member.path}: no learning rate and no grid to choose one from")
 
     def one_run(seed: int, feats: list[dict[str, Any]], rate: float, epochs: int, prefix: str = ""):
         model = build_model(kind, member.path, member.init, member.size, member.pooling, label_names,

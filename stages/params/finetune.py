@@ -1,4 +1,5 @@
-"""Schema of ``finetune`` (the family members, the tasks' settings, the grid) and the stage's view."""
+"""Schema of ``finetune`` (the family members, each with its own grid where it is tuned on one, the tasks'
+settings) and the stage's view."""
 
 from __future__ import annotations
 
@@ -22,6 +23,17 @@ class MemberTaskSettings(Section):
     max_train_examples: Annotated[int, annotated_types.Ge(1)] | Literal["all"] | None = None
 
 
+class FinetuneGrid(Section):
+    """``finetune.models.M.grid`` (or ``finetune.user_model.grid``): what member M, whose ``learning_rate`` is
+    ``grid``, is tuned on (the fair comparison of pre-trained and random weights, which can suit different rates):
+    each learning rate with each epochs cap, ``epochs`` for the full runs and ``low_resource_epochs`` for the
+    low-resource runs, chosen on validation (:class:`bert_pipeline.train.finetune.Grid`)."""
+
+    learning_rates: list[Annotated[float, annotated_types.Gt(0.0), annotated_types.Lt(1.0)]] = Field(min_length=1)
+    epochs: list[Annotated[int, annotated_types.Ge(1)]] = Field(min_length=1)
+    low_resource_epochs: list[Annotated[int, annotated_types.Ge(1)]] = Field(min_length=1)
+
+
 class FinetuneModel(Section):
     """One model of the fine-tuning family. ``path``: a ``save_pretrained`` folder (tokenizer beside) or a hub
     name. ``init: pretrained`` loads its weights; ``init: random`` keeps only its architecture and tokenizer
@@ -30,8 +42,10 @@ class FinetuneModel(Section):
     (:class:`MemberTaskSettings`; :meth:`FinetuneParams.settings_for` merges them). ``epochs`` and
     ``low_resource_epochs`` override the task's ``epochs`` and ``finetune.low_resource_epochs`` for this model
     (tiny models need more passes than real BERTs; null = no override). ``learning_rate: grid``: the learning
-    rate and epochs caps are chosen on the validation split from ``finetune.grid`` (then ``epochs`` and
-    ``low_resource_epochs`` must be null)."""
+    rate and epochs caps are chosen on the validation split from the member's own ``grid`` (:class:`FinetuneGrid`;
+    then ``epochs`` and ``low_resource_epochs`` must be null). The grid lives in the member that is tuned on it, so
+    the DVC stages that declare a member's entry (``finetune@{member}-{task}``) are the only ones a grid edit
+    reruns; a member with a numeric ``learning_rate`` has no ``grid``."""
 
     path: str = Field(min_length=1)
     init: Literal["pretrained", "random"] = "pretrained"
@@ -41,6 +55,7 @@ class FinetuneModel(Section):
     epochs: Annotated[int, annotated_types.Ge(1)] | None = None
     low_resource_epochs: Annotated[int, annotated_types.Ge(1)] | None = None
     tasks: dict[str, MemberTaskSettings] = {}
+    grid: FinetuneGrid | None = None
 
 
 class FinetuneTask(Section):
@@ -61,20 +76,16 @@ class FinetuneTask(Section):
     max_answer_length: Annotated[int, annotated_types.Ge(1)] | None = None
 
 
-class FinetuneGrid(Section):
-    """``finetune.grid``: one grid for every member whose ``learning_rate`` is ``grid`` (the fair comparison of
-    pre-trained and random weights, which can suit different rates): each learning rate with each epochs cap,
-    ``epochs`` for the full runs and ``low_resource_epochs`` for the low-resource runs, chosen on validation
-    (:class:`bert_pipeline.train.finetune.Grid`)."""
-
-    learning_rates: list[Annotated[float, annotated_types.Gt(0.0), annotated_types.Lt(1.0)]] = Field(min_length=1)
-    epochs: list[Annotated[int, annotated_types.Ge(1)]] = Field(min_length=1)
-    low_resource_epochs: list[Annotated[int, annotated_types.Ge(1)]] = Field(min_length=1)
+# The ``finetune`` keys every member's fine-tuning reads (stages.finetune.train_member), beside its own entry and
+# its tasks' settings; ``num_threads`` is the finetune stage's process setting, not the training's.
+SHARED_KEYS = frozenset({"seeds", "data_seed", "precision", "warmup_ratio", "weight_decay", "max_grad_norm",
+                         "early_stopping_patience", "evals_per_epoch", "eval_batch_size",
+                         "low_resource_train_examples", "low_resource_epochs", "low_resource_tasks"})
 
 
 class FinetuneParams(Section):
-    """``finetune``: AdamW with linear warmup/decay, early stopping on the validation metric, seeds, and the grid
-    that members with ``learning_rate: grid`` are tuned on."""
+    """``finetune``: AdamW with linear warmup/decay, early stopping on the validation metric, seeds, the family
+    members (a member with ``learning_rate: grid`` carries its own grid) and the tasks' settings."""
 
     seeds: list[int] = Field(min_length=1)
     data_seed: int
@@ -89,20 +100,33 @@ class FinetuneParams(Section):
     low_resource_train_examples: Annotated[int, annotated_types.Ge(1)]
     low_resource_epochs: Annotated[int, annotated_types.Ge(1)] | None
     low_resource_tasks: list[str]
-    grid: FinetuneGrid
     user_model: FinetuneModel
     models: dict[str, FinetuneModel] = Field(min_length=1)
     tasks: dict[str, FinetuneTask] = Field(min_length=1)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_shared_grid(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "grid" in data:  # the layout before the grid moved into its member
+            raise ValueError("finetune.grid: unknown key; a grid belongs to the member tuned on it: "
+                             "finetune.models.NAME.grid beside its learning_rate: grid")
+        return data
 
     @model_validator(mode="after")
     def _grid_members(self) -> FinetuneParams:
         entries = {f"models.{name}": member for name, member in self.models.items()}
         for where, member in {**entries, "user_model": self.user_model}.items():
             if member.learning_rate == "grid":
+                if member.grid is None:
+                    raise ValueError(f"finetune.{where}.grid: missing with learning_rate grid (expected a mapping "
+                                     f"with keys learning_rates, epochs, low_resource_epochs)")
                 for key in ("epochs", "low_resource_epochs"):
                     if getattr(member, key) is not None:
                         raise ValueError(f"finetune.{where}.{key}: expected null with learning_rate grid (the "
-                                         f"caps come from finetune.grid.{key}), got {getattr(member, key)}")
+                                         f"caps come from finetune.{where}.grid.{key}), got {getattr(member, key)}")
+            elif member.grid is not None:
+                raise ValueError(f"finetune.{where}.grid: expected no grid with learning_rate "
+                                 f"{member.learning_rate:g} (set learning_rate: grid to tune on it)")
             for task, own in member.tasks.items():
                 if task not in self.tasks:
                     raise ValueError(f"finetune.{where}.tasks.{task}: not a key of finetune.tasks "
@@ -122,11 +146,11 @@ class FinetuneParams(Section):
         max_train_examples, where each of those four came from: {key: params key})``. The task must be a key of
         ``tasks``."""
         own = member.tasks.get(task, MemberTaskSettings())
-        source = {"learning_rate": "finetune.grid" if member.learning_rate == "grid" else where,
+        source = {"learning_rate": f"{where}.grid" if member.learning_rate == "grid" else where,
                   "epochs": where if member.epochs is not None else f"finetune.tasks.{task}",
                   "batch_size": f"finetune.tasks.{task}", "max_train_examples": f"finetune.tasks.{task}"}
         if member.learning_rate == "grid":
-            source["epochs"] = "finetune.grid"
+            source["epochs"] = f"{where}.grid"
         updates: dict[str, Any] = {}
         settings = self.tasks[task].model_dump()
         for key, value in own.model_dump().items():
@@ -139,6 +163,15 @@ class FinetuneParams(Section):
                 settings[key] = None if value == "all" else value
         return member.model_copy(update=updates), settings, source
 
+    def member_training(self, member_key: str, tasks: list[str]) -> dict[str, Any]:
+        """Everything member ``finetune.models.{member_key}``'s fine-tuning on ``tasks`` reads, as plain JSON
+        values: the loop's shared keys (:data:`SHARED_KEYS`), the member's entry (its grid included) and each
+        task's settings. What a stage that fine-tunes one member itself (``budget_curve``, ``variants``)
+        fingerprints its resumable work by and declares in ``dvc.yaml``: another member's entry or grid is not in
+        it."""
+        return {**self.model_dump(mode="json", include=SHARED_KEYS),
+                "models": {member_key: self.models[member_key].model_dump(mode="json")},
+                "tasks": {task: self.tasks[task].model_dump(mode="json") for task in tasks}}
 
     def member_task(self, member_key: str, task: str) -> dict[str, Any]:
         """``finetune.tasks.{task}`` as member ``finetune.models.{member_key}`` trains it (its own batch size and
