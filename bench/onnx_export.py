@@ -32,7 +32,7 @@ from bert_pipeline.data.wordpiece import build_bert_tokenizer, save_tokenizer, s
 from bert_pipeline.evaluation.predictor import model_kind  # noqa: E402
 from bert_pipeline.mlops.onnx_export import export_folder  # noqa: E402
 from bert_pipeline.model.configs import build_config  # noqa: E402
-from bert_pipeline.model.heads import MeanPoolingBertForSequenceClassification  # noqa: E402
+from bert_pipeline.model.heads import MEAN_POOLING_CLASSES  # noqa: E402
 from stages.params.root import load_params  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -66,7 +66,7 @@ def build_heads(root: Path, size: str, seed: int = 0) -> list[Path]:
     from transformers import BertForQuestionAnswering, BertForTokenClassification
 
     folders = []
-    for name, cls, labels in (("sentiment", MeanPoolingBertForSequenceClassification, ["negative", "positive"]),
+    for name, cls, labels in (("sentiment", MEAN_POOLING_CLASSES["bert"], ["negative", "positive"]),
                               ("ner", BertForTokenClassification, NER_LABELS), ("qa", BertForQuestionAnswering, None)):
         torch.manual_seed(seed)
         config = build_config(size, len(vocab))

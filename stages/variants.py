@@ -47,6 +47,7 @@ from bert_pipeline.errors import PipelineError
 from bert_pipeline.evaluation.report import parse_finetune_metrics
 from bert_pipeline.evaluation.variants import albert_embedding_size, average, recipe_of, variants_record
 from bert_pipeline.io import atomic_dir, atomic_write_text, write_json
+from bert_pipeline.model.families import FAMILIES
 from stages import require_inputs
 from stages.headline import write_headline
 from stages.params.base import load_view
@@ -94,7 +95,7 @@ def family_settings(family: str, params: VariantsView) -> dict[str, Any]:
     data = CreatePretrainingDataParams.model_validate({**params.create_pretraining_data.model_dump(), **data_update})
     pre = params.pretrain
     model_update = dict(recipe.model)
-    if family == "albert":
+    if FAMILIES[family].factorised:  # ALBERT's factorised embedding, a sixth of the width
         hidden = int(pre.model.config.get("hidden_size") or SIZES[pre.model.size]["hidden_size"])
         model_update["embedding_size"] = albert_embedding_size(hidden)
     dumped = pre.model_dump()

@@ -106,13 +106,13 @@ def tiny_finetune(raw: dict[str, Any], **changes: Any) -> dict[str, Any]:
 def family_params(family: str) -> dict[str, Any]:
     """The committed params with ``pretrain.model.family`` set to ``family`` and the objective and vocabulary model
     the schema's cross-checks expect for it (RoBERTa: BPE and no NSP; ALBERT: Unigram and SOP)."""
-    from bert_pipeline.model.sizes import FAMILY_OBJECTIVES, FAMILY_VOCABULARIES
+    from bert_pipeline.model.families import FAMILIES
 
     params = committed_params()
     params["pretrain"]["model"]["family"] = family
-    if params["create_pretraining_data"]["objective"] not in FAMILY_OBJECTIVES[family]:
-        params["create_pretraining_data"]["objective"] = FAMILY_OBJECTIVES[family][0]
-    params["train_tokenizer"]["model"] = FAMILY_VOCABULARIES[family]
+    if params["create_pretraining_data"]["objective"] not in FAMILIES[family].objectives:
+        params["create_pretraining_data"]["objective"] = FAMILIES[family].objectives[0]
+    params["train_tokenizer"]["model"] = FAMILIES[family].vocabulary
     return params
 
 

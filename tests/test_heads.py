@@ -140,7 +140,7 @@ def test_mean_pooling_ignores_padding_and_cls_head_differs(tokenizer):
     cfg = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
                      intermediate_size=64, num_labels=2)
     torch.manual_seed(0)
-    model = heads.MeanPoolingBertForSequenceClassification(cfg).eval()
+    model = heads.MEAN_POOLING_CLASSES["bert"](cfg).eval()
     short = tokenizer(["the cat"], return_tensors="pt")
     padded = tokenizer(["the cat"], padding="max_length", max_length=12, return_tensors="pt")
     with torch.no_grad():

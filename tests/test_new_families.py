@@ -22,7 +22,7 @@ from bert_pipeline.data.masking import IGNORE_INDEX
 from bert_pipeline.model import configs
 from bert_pipeline.model.distillation import build_student, layer_map, load_teacher
 from bert_pipeline.model.families import FAMILIES, encoder_of, family_of
-from bert_pipeline.model.heads import MeanPoolingDebertaV2ForSequenceClassification, load_sequence_classifier
+from bert_pipeline.model.heads import MEAN_POOLING_CLASSES, load_sequence_classifier
 from bert_pipeline.model.objectives import masked_lm_forward
 from bert_pipeline.train import finetune_data, finetune_loop
 from bert_pipeline.train.pretrain import build_pretraining_model
@@ -211,7 +211,7 @@ def test_one_fine_tuning_step_through_the_pipeline(family, kind, pooling, tmp_pa
     assert family_of(model.config).name == family
     if kinds.is_sequence_kind(kind) and pooling == "mean":
         expected = ModernBertForSequenceClassification if family == "modernbert" else \
-            MeanPoolingDebertaV2ForSequenceClassification
+            MEAN_POOLING_CLASSES["deberta"]
         assert type(model) is expected and model.config.classifier_pooling == "mean"
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     settings = finetune_loop.TrainSettings(learning_rate=1e-2, epochs=1, batch_size=len(features), warmup_ratio=0.0)

@@ -25,7 +25,7 @@ from bert_pipeline.errors import PipelineError
 from bert_pipeline.evaluation.predictor import answer, load_predictor
 from bert_pipeline.evaluation.report import onnx_section
 from bert_pipeline.mlops import onnx_export as ox
-from bert_pipeline.model.heads import MeanPoolingBertForSequenceClassification
+from bert_pipeline.model.heads import MEAN_POOLING_CLASSES
 from bert_pipeline.train.runtime import make_runtime
 from stages.evaluate import REPORT_SOURCES
 from tests.conftest import REPO, run_stage, write_params
@@ -51,11 +51,11 @@ WINDOW = {"max_seq_length": 32, "doc_stride": 8}
 def save_random(path, head, tokenizer=None, seed=0, **config):
     """A tiny ``head`` model with random weights drawn wide (``initializer_range`` 0.5, against BERT's 0.02), so
     its logits differ between inputs by far more than the parity tolerance; mean pooling for
-    :class:`MeanPoolingBertForSequenceClassification` (the pipeline's sentence head for its own models)."""
+    ``MEAN_POOLING_CLASSES["bert"]`` (the pipeline's sentence head for its own models)."""
     torch.manual_seed(seed)
     tok = tokenizer or tiny_tokenizer()
     model = head(_config(tok, initializer_range=0.5, **config))
-    if head is MeanPoolingBertForSequenceClassification:
+    if head is MEAN_POOLING_CLASSES["bert"]:
         model.config.classifier_pooling = "mean"
     model.save_pretrained(path)
     tok.save_pretrained(path)
@@ -65,7 +65,7 @@ def save_random(path, head, tokenizer=None, seed=0, **config):
 HEADS = {
     "cls": (lambda p: save_random(p, BertForSequenceClassification, num_labels=3), [{"text": t} for t in TEXTS],
             ("logits",)),
-    "mean-pool": (lambda p: save_random(p, MeanPoolingBertForSequenceClassification, num_labels=3),
+    "mean-pool": (lambda p: save_random(p, MEAN_POOLING_CLASSES["bert"], num_labels=3),
                   [{"text": t} for t in TEXTS], ("logits",)),
     "ner": (lambda p: save_random(p, BertForTokenClassification, num_labels=5), [{"tokens": s} for s in SENTENCES],
             ("logits",)),

@@ -24,7 +24,7 @@ from bert_pipeline.data import task_builders, task_features
 from bert_pipeline.data.masking import IGNORE_INDEX
 from bert_pipeline.errors import PipelineError
 from bert_pipeline.model import distillation
-from bert_pipeline.model.heads import MeanPoolingBertForSequenceClassification
+from bert_pipeline.model.heads import MEAN_POOLING_CLASSES
 from bert_pipeline.train import task_distill
 from bert_pipeline.train.finetune_data import subsample_indices
 from bert_pipeline.train.runtime import make_runtime
@@ -167,7 +167,7 @@ def _save_teacher(folder: Path, kind: str, layers: int = 2, seed: int = 0) -> No
     torch.manual_seed(seed)
     if kind == "classification":
         cfg = tiny_config(vocab_size=len(tok), num_hidden_layers=layers, num_labels=2, classifier_pooling="mean")
-        model = MeanPoolingBertForSequenceClassification(cfg)
+        model = MEAN_POOLING_CLASSES["bert"](cfg)
     elif kind == "ner":
         model = BertForTokenClassification(tiny_config(vocab_size=len(tok), num_hidden_layers=layers, num_labels=5))
     else:
@@ -219,7 +219,7 @@ def test_student_takes_every_other_teacher_layer_and_the_task_head(tmp_path, kin
     _save_teacher(tmp_path / "teacher", kind, layers=4, seed=5)
     cls = {"classification": AutoModelForSequenceClassification, "ner": AutoModelForTokenClassification,
            "qa": AutoModelForQuestionAnswering}[kind]
-    teacher = MeanPoolingBertForSequenceClassification.from_pretrained(tmp_path / "teacher") \
+    teacher = MEAN_POOLING_CLASSES["bert"].from_pretrained(tmp_path / "teacher") \
         if kind == "classification" else cls.from_pretrained(tmp_path / "teacher")
     student, mapping = distillation.build_student(teacher, 2)
     assert mapping == [0, 2]

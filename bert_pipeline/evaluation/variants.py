@@ -1,7 +1,8 @@
 """The BERT variants compared on our data: BERT, RoBERTa and ALBERT pre-trained at the same size and token budget
 from the same corpus, each fine-tuned on the same tasks, beside the figures their papers published.
 
-What each variant changed (the recipes :data:`RECIPES` applies, everything else shared):
+What each variant changed (the recipes :data:`RECIPES` applies, each from its family's entry of
+:data:`bert_pipeline.model.families.FAMILIES`; everything else shared):
 
 - BERT (Devlin et al. 2019, section 3.1): WordPiece vocabulary, MLM + next-sentence prediction (pairs of whole
   sentences, whatever the pipeline's packing), static masking.
@@ -11,14 +12,14 @@ What each variant changed (the recipes :data:`RECIPES` applies, everything else 
   layers sharing one set of weights, sentence-order prediction instead of NSP (whole sentences, as BERT's pairs),
   a SentencePiece-style Unigram vocabulary.
 - ModernBERT (Warner et al. 2024) and DeBERTa (He et al. 2021; v3's attention settings, He et al. 2023): their
-  architectures on the pipeline's own WordPiece vocabulary (:data:`bert_pipeline.model.sizes.FAMILY_VOCABULARIES`:
+  architectures on the pipeline's own WordPiece vocabulary (:attr:`bert_pipeline.model.families.Family.vocabulary`:
   the comparison with BERT is about the architecture, not ModernBERT's 50k BPE or DeBERTa-v3's 128k SentencePiece
   vocabulary), MLM only (neither class has a pair head), the pipeline's packing as RoBERTa's recipe, dynamic
   masking: all three MLM-only families then see the same kind of data, and both papers pre-train on masks drawn
   afresh (ModernBERT at a 30% rate, which we do not copy: the rate stays the pipeline's). DeBERTa-v3 itself
   pre-trains with replaced token detection (ELECTRA-style); the pipeline trains its architecture with MLM.
 
-The published columns (:data:`PUBLISHED`) are the Base models' figures as the seeds quote them (GLUE average,
+The published columns (:data:`PUBLISHED`, from the family entries) are the Base models' figures as the seeds quote them (GLUE average,
 parameters, relative inference speed against BERT-Base); they are never mixed with ours: the report prints them in
 their own columns, labelled as published. DistilBERT (Sanh et al. 2019) has a published row; our counterpart is
 the pipeline's own distilled student (its own recipe and budget, said so in the table).
@@ -30,79 +31,20 @@ record (:func:`variants_record`).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from bert_pipeline.errors import PipelineError
 from bert_pipeline.evaluation.report import markdown_table
-
-
-@dataclass(frozen=True)
-class Recipe:
-    """What one variant changes in the shared settings.
-
-    ``tokenizer``: the ``train_tokenizer.model`` (``wordpiece``, ``bpe``, ``unigram``); ``objective`` and
-    ``masking``: the ``create_pretraining_data`` keys; ``model``: overrides of ``pretrain.model`` (``family`` and,
-    for ALBERT, ``share_layers`` and ``embedding_size``); ``lowercase``: forced tokenizer casing (byte-level BPE is
-    cased), or None to keep the pipeline's; ``packing``: the ``create_pretraining_data.packing``, or None to keep
-    the pipeline's: a pair objective (NSP, SOP) needs ``sentences`` (``stream`` cuts sentences, so no pair is left
-    to split), while the MLM-only families see the pipeline's own packing.
-    """
-
-    tokenizer: str
-    objective: str
-    masking: str
-    model: Mapping[str, Any]
-    lowercase: bool | None = None
-    packing: str | None = None
-
+from bert_pipeline.model.families import BASE_FAMILY, FAMILIES, Published, Recipe
 
 # ALBERT-Base factorises a 768 hidden size through E = 128 (Lan et al. 2020, Table 1): a sixth of the width; for
 # the small sizes we keep the same ratio, rounded up to 16 (the stage computes it from the size's hidden size).
 ALBERT_EMBEDDING_RATIO = 6
-RECIPES: dict[str, Recipe] = {
-    "bert": Recipe("wordpiece", "nsp", "static", {"family": "bert"}, packing="sentences"),
-    "roberta": Recipe("bpe", "none", "dynamic", {"family": "roberta"}, lowercase=False),
-    "albert": Recipe("unigram", "sop", "static", {"family": "albert", "share_layers": True}, packing="sentences"),
-    "modernbert": Recipe("wordpiece", "none", "dynamic", {"family": "modernbert"}),
-    "deberta": Recipe("wordpiece", "none", "dynamic", {"family": "deberta"}),
-}
-
-
-@dataclass(frozen=True)
-class Published:
-    """A Base model's published figures: GLUE average (points), parameters (millions), inference speed relative to
-    BERT-Base (x); None where no source gives the figure (the cell stays empty rather than hold a guess).
-    ``source``: where the figures come from (empty: as the seeds quote them)."""
-
-    name: str
-    glue: float | None
-    parameters_m: float | None
-    speed: float | None
-    source: str = ""
-
-
-PUBLISHED: dict[str, Published] = {
-    "bert": Published("BERT-Base", 79.6, 110, 1.0),
-    "roberta": Published("RoBERTa-Base", 83.7, 125, 1.0),
-    "albert": Published("ALBERT-Base", 80.1, 12, 1.7),
-    # GLUE average 88.4 as reported in Warner et al. 2024 (arXiv 2412.13663), Table 1, and in the evaluation table of
-    # the answerdotai/ModernBERT-base model card (checked against copies of the card; the paper text was not at hand);
-    # 149M parameters: the same card ("22 layers, 149 million parameters"). No speed: neither source gives one
-    # relative to BERT-Base.
-    "modernbert": Published("ModernBERT-base", 88.4, 149, None,
-                            "GLUE as reported in Warner et al. 2024, Table 1, and the answerdotai/ModernBERT-base "
-                            "model card; parameters: the same card"),
-    # microsoft/deberta-v3-base model card: "86M backbone parameters with a vocabulary containing 128K tokens which
-    # introduces 98M parameters in the Embedding layer" (184M). He et al. 2023 (DeBERTaV3) give a GLUE average for
-    # the Large model (91.37); no Base GLUE average from He et al. could be checked, so the cell stays empty (other
-    # papers' re-runs of DeBERTa-v3-base on GLUE, such as Warner et al. 2024's Table 1, are not He et al.'s figure
-    # and were not checked either), as does speed (not reported against BERT-Base).
-    "deberta": Published("DeBERTa-v3-base", None, 184, None,
-                         "He et al. 2023, DeBERTaV3; microsoft/deberta-v3-base model card (86M backbone + 98M "
-                         "embedding parameters)"),
-    "distilled": Published("DistilBERT", 77.0, 66, 1.6),
-}
+# each family's recipe, from its entry of the family table
+RECIPES: dict[str, Recipe] = {name: family.recipe for name, family in FAMILIES.items()}
+# each family's published figures from its entry of the family table, and DistilBERT's beside our distilled student
+PUBLISHED: dict[str, Published] = {**{name: family.published for name, family in FAMILIES.items()},
+                                   "distilled": Published("DistilBERT", 77.0, 66, 1.6)}
 
 
 def albert_embedding_size(hidden_size: int) -> int:
@@ -216,7 +158,7 @@ def variants_section(record: Mapping[str, Any] | None, timing: Mapping[str, Any]
         return ""
     tasks = list(record["tasks"])
     times = {t["family"]: t for t in (timing or {}).get("families", ())}
-    base_speed = (times.get("bert") or {}).get("examples_per_second")
+    base_speed = (times.get(BASE_FAMILY) or {}).get("examples_per_second")
     header = ["model", "parameters", "steps", "peak LR", "tokens seen", "held-out MLM loss", "held-out MLM acc",
               *tasks, "average", "relative speed", "pre-training CPU min", "published: model", "published: GLUE",
               "published: parameters", "published: speed"]

@@ -37,6 +37,7 @@ import yaml
 from huggingface_hub import ModelCardData
 
 from bert_pipeline.errors import PipelineError
+from bert_pipeline.model.families import family_of, is_family_model_type
 
 CARD_FILE = "README.md"
 LICENSE = "apache-2.0"
@@ -99,6 +100,12 @@ class Architecture:
                    pick("attention_heads"), pick("intermediate_size"), pick("vocab_size"),
                    pick("max_position_embeddings"), int(parameters), size)
 
+    @property
+    def vocabulary_unit(self) -> str:
+        """What the vocabulary size counts: its family's :attr:`~bert_pipeline.model.families.Family.vocabulary_unit`
+        (BERT's WordPiece tokens), plain ``tokens`` for a model type outside the table."""
+        return family_of(self.model_type).vocabulary_unit if is_family_model_type(self.model_type) else "tokens"
+
     def rows(self) -> list[tuple[str, str]]:
         """The model-description table rows."""
         def show(value: int | None, unit: str = "") -> str:
@@ -108,7 +115,7 @@ class Architecture:
         return rows + [
             ("layers", show(self.layers)), ("hidden size", show(self.hidden_size)),
             ("attention heads", show(self.attention_heads)), ("feed-forward size", show(self.intermediate_size)),
-            ("vocabulary", show(self.vocab_size, " WordPiece tokens" if self.model_type == "bert" else " tokens")),
+            ("vocabulary", show(self.vocab_size, f" {self.vocabulary_unit}")),
             ("max positions", show(self.max_position_embeddings)), ("parameters", f"{self.parameters:,}"),
         ]
 

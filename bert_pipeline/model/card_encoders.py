@@ -29,17 +29,16 @@ from bert_pipeline.model.card import (
     sources_text,
     table,
 )
+from bert_pipeline.model.families import BASE_FAMILY, FAMILIES
 
 PAIR_OBJECTIVE = {"nsp": "masked LM + next-sentence prediction (Devlin et al. 2019)",
                   "sop": "masked LM + sentence-order prediction (Lan et al. 2020)",
                   "none": "masked LM only, packed sequences (Liu et al. 2019)"}
 
-# The encoder families' names as their papers write them (bert_pipeline.model.families holds the classes).
-# keyed by config model_type (bert_pipeline.model.families)
-FAMILY_NAMES = {"bert": "BERT", "roberta": "RoBERTa", "albert": "ALBERT", "modernbert": "ModernBERT",
-                "deberta-v2": "DeBERTa"}
-CLASS_PREFIXES = {"bert": "Bert", "roberta": "Roberta", "albert": "Albert", "modernbert": "ModernBert",
-                  "deberta-v2": "DebertaV2"}
+# The encoder families' names as their papers write them and their classes' prefixes, keyed by config model_type
+# (each family's entry of bert_pipeline.model.families).
+FAMILY_NAMES = {family.model_type: family.card_name for family in FAMILIES.values()}
+CLASS_PREFIXES = {family.model_type: family.class_prefix for family in FAMILIES.values()}
 
 # what the instances' objective makes of the recipe (create_pretraining_data.objective)
 RECIPE_NAMES = {"nsp": "BERT's recipe: MLM + next-sentence prediction", "sop": "ALBERT's MLM + sentence-order prediction",
@@ -142,6 +141,7 @@ def pretrained_card(*, quality: Mapping[str, Any], settings: Mapping[str, Any], 
     ev, first = quality.get("eval", {}), quality.get("first_eval", {})
     role = "pre-trained teacher (from scratch)" if scratch else f"continued pre-training of `{init}` (domain-adaptive)"
     family = FAMILY_NAMES.get(architecture.model_type, architecture.model_type)
+    base_prefix = FAMILIES[BASE_FAMILY].class_prefix  # a model type outside the table: the base family's classes
     shape = f"{family}-{architecture.size}" if architecture.size else family
     title = (f"{shape} pre-trained from scratch: the pipeline's teacher" if scratch
              else f"{shape} pre-trained further from {init} on the pipeline's corpus")
@@ -155,7 +155,7 @@ def pretrained_card(*, quality: Mapping[str, Any], settings: Mapping[str, Any], 
                        "steps": quality.get("steps"), "objective": objective},
     )
     description = (
-        f"A {family} encoder with its {head} (`{CLASS_PREFIXES.get(architecture.model_type, 'Bert')}"
+        f"A {family} encoder with its {head} (`{CLASS_PREFIXES.get(architecture.model_type, base_prefix)}"
         f"For{'PreTraining' if objective != 'none' else 'MaskedLM'}`), "
         + ("pre-trained from random weights" if scratch else f"pre-trained further from `{init}`")
         + f" by this repository's DVC pipeline (stage `pretrain`). It is the family's teacher: `{cites.distilled}` "
@@ -207,7 +207,7 @@ def distilled_card(*, metrics: Mapping[str, Any], settings: Mapping[str, Any], d
     tokens = metrics.get("tokens_seen")
     data = ModelCardData(
         language=LANGUAGE, license=LICENSE, library_name=LIBRARY, pipeline_tag=FILL_MASK,
-        tags=["bert", "masked-lm", "distillation", "bert-pipeline"],
+        tags=[BASE_FAMILY, "masked-lm", "distillation", "bert-pipeline"],
         datasets=sorted((corpus or {}).get("per_source", {})) or None, metrics=["accuracy", "perplexity"],
         base_model=teacher,
         bert_pipeline={"role": "student", "teacher": teacher, "parameters": architecture.parameters,

@@ -34,6 +34,7 @@ from bert_pipeline.model.card import (
     sources_text,
     table,
 )
+from bert_pipeline.model.families import BASE_FAMILY
 
 
 # ------------------------------------------------------------------------------------------------ fine-tuned
@@ -182,7 +183,7 @@ def finetuned_card(*, name: str, task: str, record: Mapping[str, Any], task_info
         results.append(EvalResult(task_type=PIPELINE_TAG[kind], task_name=task, dataset_type=task,
                                   dataset_name=dataset_name, dataset_split="test", metric_type=mtype,
                                   metric_name=mname, metric_value=test[metric]["mean"]))
-    tags = ["bert", PIPELINE_TAG[kind], "bert-pipeline"]
+    tags = [BASE_FAMILY, PIPELINE_TAG[kind], "bert-pipeline"]
     tags += ["silver-labels"] if record.get("silver") else []
     tags += ["cloze"] if task_info.get("cloze") else []
     data = ModelCardData(

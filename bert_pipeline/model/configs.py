@@ -21,8 +21,9 @@ from typing import Any
 
 import torch
 from torch import nn
-from transformers import BertConfig, PretrainedConfig, PreTrainedModel
+from transformers import PretrainedConfig, PreTrainedModel
 
+from bert_pipeline.model.families import BASE_FAMILY
 from bert_pipeline.model.sizes import SIZES, glu_intermediate_size
 
 log = logging.getLogger(__name__)
@@ -38,7 +39,7 @@ def build_config(
     max_seq_length: int | None = None,
     pad_token_id: int = 0,
     key: str = "pretrain.model",
-    family: str = "bert",
+    family: str = BASE_FAMILY,
     embedding_size: int | None = None,
     share_layers: bool = False,
     cls_token_id: int | None = None,
@@ -75,11 +76,7 @@ def build_config(
     except ValueError as exc:
         raise ModelConfigError(f"{key}.family: {exc}") from None
     overrides = dict(overrides or {})
-    known = set(spec.config_class().to_dict())
-    if spec.name == "modernbert":  # BERT's dropout / LayerNorm names, mapped to ModernBERT's (family_config)
-        from bert_pipeline.model.families import MODERNBERT_FIELDS
-
-        known |= set(MODERNBERT_FIELDS)
+    known = set(spec.config_class().to_dict()) | set(spec.field_names)  # BERT's names the family maps to its own
     unknown = sorted(k for k in overrides if k not in known)
     if unknown:
         raise ModelConfigError(f"{key}.config.{unknown[0]}: not a {spec.config_class.__name__} field")
@@ -89,16 +86,13 @@ def build_config(
             f"of {vocab_size} tokens (leave it out: vocab_size comes from the tokenizer)"
         )
     fields = {**SIZES[size], "pad_token_id": pad_token_id, **overrides, "vocab_size": vocab_size}
-    if spec.name == "modernbert" and "intermediate_size" not in overrides:
+    if spec.glu_ffn and "intermediate_size" not in overrides:
         fields["intermediate_size"] = glu_intermediate_size(int(fields["hidden_size"]))
-    if spec.name == "bert" and embedding_size is None and not share_layers:
-        config = BertConfig(**fields)
-    else:
-        try:
-            config = family_config(spec.name, fields, embedding_size=embedding_size, share_layers=share_layers,
-                                   cls_token_id=cls_token_id, sep_token_id=sep_token_id)
-        except ValueError as exc:
-            raise ModelConfigError(str(exc)) from None
+    try:
+        config = family_config(spec.name, fields, embedding_size=embedding_size, share_layers=share_layers,
+                               cls_token_id=cls_token_id, sep_token_id=sep_token_id)
+    except ValueError as exc:
+        raise ModelConfigError(str(exc)) from None
     if config.hidden_size % config.num_attention_heads:
         raise ModelConfigError(
             f"{key}: hidden_size {config.hidden_size} is not a multiple of num_attention_heads "
@@ -125,7 +119,7 @@ def check_max_seq_length(config: PretrainedConfig, max_seq_length: int | None, k
         raise ModelConfigError(f"{key}: max_seq_length {max_seq_length} exceeds the model's {table}")
 
 
-def check_vocab(config: BertConfig, vocab_size: int, where: str) -> None:
+def check_vocab(config: PretrainedConfig, vocab_size: int, where: str) -> None:
     """Raise :class:`ModelConfigError` when a model's embedding table does not match the tokenizer."""
     if config.vocab_size != vocab_size:
         raise ModelConfigError(
@@ -314,7 +308,7 @@ def count_parameters(model: nn.Module, exclude_embeddings: bool = False) -> int:
     return total
 
 
-def training_flops_per_step(config: BertConfig, batch: int, seq_len: int, predicted: int, full_decoder: bool) -> float:
+def training_flops_per_step(config: PretrainedConfig, batch: int, seq_len: int, predicted: int, full_decoder: bool) -> float:
     """Model FLOPs of one training step (forward + backward = 3x forward), counting matmuls only.
 
     Encoder per layer and token: QKV/output projections 8 H^2, FFN 4 H I (ModernBERT's GeGLU 6 H I), attention
@@ -328,7 +322,10 @@ def training_flops_per_step(config: BertConfig, batch: int, seq_len: int, predic
     """
     h, i, layers, v = config.hidden_size, config.intermediate_size, config.num_hidden_layers, config.vocab_size
     tokens = batch * seq_len
-    ffn = (6 if config.model_type == "modernbert" else 4) * h * i  # ModernBERT's GeGLU: H -> 2I, I -> H
+    from bert_pipeline.model.families import family_of, is_family_model_type
+
+    glu = is_family_model_type(config.model_type) and family_of(config).glu_ffn
+    ffn = (6 if glu else 4) * h * i  # a GeGLU (ModernBERT's): H -> 2I, I -> H
     encoder = layers * tokens * (8 * h * h + ffn + 4 * seq_len * h)
     head_positions = tokens if full_decoder else predicted
     head = head_positions * (2 * h * h + 2 * h * v)

@@ -83,10 +83,6 @@ def layer_map(teacher_layers: int, student_layers: int, selection: str = "unifor
     return [(i * teacher_layers) // student_layers for i in range(student_layers)]
 
 
-# ALBERT keeps its layers in groups (one group when every layer shares weights, else one per layer).
-_ALBERT_LAYER_PREFIX = "encoder.albert_layer_groups."
-
-
 def _remap_key(key: str, mapping: dict[int, int], prefix: str) -> str | None:
     """Rename a teacher state-dict key for the student; None for a teacher layer the student does not take."""
     at = key.find(prefix)
@@ -127,17 +123,17 @@ def build_student(teacher: nn.Module, student_layers: int, selection: str = "uni
     mapping = layer_map(teacher_layers, student_layers, selection)
     config = copy.deepcopy(teacher.config)
     config.num_hidden_layers = student_layers
-    prefix = family_of(config).layer_prefix
+    family = family_of(config)
+    prefix = family.layer_prefix
     if getattr(config, "layer_types", None) is not None:  # ModernBERT: each layer's attention kind follows it
         config.layer_types = [teacher.config.layer_types[t] for t in mapping]
-    if config.model_type == "albert":
-        prefix = _ALBERT_LAYER_PREFIX
+    if family.factorised:  # ALBERT keeps its layers in groups (one when every layer shares weights, else one each)
         if config.num_hidden_groups == 1:  # shared layers: the student runs the same one layer fewer times
             mapping = [0] * student_layers
         else:  # one group per layer (Lan et al. 2020, §3.1 sharing off): groups follow the layers
             config.num_hidden_groups = student_layers
     student = type(teacher)(config)
-    by_teacher = {0: 0} if prefix == _ALBERT_LAYER_PREFIX and config.num_hidden_groups == 1 else {
+    by_teacher = {0: 0} if family.factorised and config.num_hidden_groups == 1 else {
         t: s for s, t in enumerate(mapping)}
     state = {}
     for key, value in teacher.state_dict().items():
@@ -432,14 +428,15 @@ def load_teacher(folder: Path) -> nn.Module:
     from transformers import AutoConfig
 
     from bert_pipeline.model.configs import attention_implementation
-    from bert_pipeline.model.families import PRETRAINING_CLASSES
+    from bert_pipeline.model.families import BASE_FAMILY, FAMILIES, PRETRAINING_CLASSES
 
     if not (folder / "config.json").is_file():
         raise PipelineError(f"{folder}: no config.json: expected the pretrain stage's model (run `dvc repro pretrain`)")
     config = AutoConfig.from_pretrained(str(folder))
-    arch = (config.architectures or ["BertForPreTraining"])[0]
+    arch = (config.architectures or [FAMILIES[BASE_FAMILY].pretraining_class.__name__])[0]
     if arch not in PRETRAINING_CLASSES or PRETRAINING_CLASSES[arch][0].model_type != config.model_type:
         raise PipelineError(f"{folder}: expected a pre-training teacher ({', '.join(PRETRAINING_CLASSES)}), got {arch}")
-    cls = PRETRAINING_CLASSES[arch][1]
+    family, with_pair_head = PRETRAINING_CLASSES[arch]
+    cls = family.model_class(with_pair_head)
     teacher = cls.from_pretrained(str(folder), attn_implementation=attention_implementation(cls))
     return teacher.eval()

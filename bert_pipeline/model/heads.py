@@ -13,17 +13,12 @@ from typing import Any, NamedTuple
 
 import numpy as np
 import torch
-from transformers import (
-    AlbertForSequenceClassification,
-    AutoModelForSequenceClassification,
-    BertForSequenceClassification,
-    DebertaV2ForSequenceClassification,
-    RobertaForSequenceClassification,
-)
+from transformers import AutoModelForSequenceClassification
 from transformers.modeling_outputs import SequenceClassifierOutput
 
 from bert_pipeline.data.masking import IGNORE_INDEX
 from bert_pipeline.data.tokenizer import with_prefix_space
+from bert_pipeline.model.families import FAMILIES, Family, family_of, is_family_model_type
 
 log = logging.getLogger(__name__)
 
@@ -293,14 +288,12 @@ class _MeanPooling:
     (``attention_mask`` 1) instead of the ``[CLS]`` pooler (as Sentence-BERT, Reimers & Gurevych 2019, §3). Same
     weights as the family's standard class; ``config.classifier_pooling = "mean"`` records the choice so
     :func:`load_sequence_classifier` restores it. One label (``num_labels == 1``, regression): MSE loss, as the
-    standard class with ``problem_type="regression"``. RoBERTa's head (dense, tanh, projection) reads position 0 of
-    its input, so the mean vector is given as a one-position sequence; so does DeBERTa's ``ContextPooler`` (dropout,
-    dense, GELU), then its dropout and classifier, as its stock class runs them on ``[CLS]``. ModernBERT needs no
-    subclass: its config's own ``classifier_pooling`` (``cls`` | ``mean``) chooses."""
+    standard class with ``problem_type="regression"``. The family's own classifier runs on the mean vector
+    (:attr:`bert_pipeline.model.families.Family.pooled_classifier`: RoBERTa's head and DeBERTa's ``ContextPooler``
+    read position 0, so the vector is given as a one-position sequence). A family whose stock class pools by its
+    config's own ``classifier_pooling`` (ModernBERT) needs no subclass."""
 
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, labels=None, **kwargs):
-        from bert_pipeline.model.families import family_of
-
         family = family_of(self.config)
         types = {"token_type_ids": token_type_ids} if family.token_types else {}
         out = getattr(self, family.encoder)(input_ids=input_ids, attention_mask=attention_mask, **types)
@@ -309,12 +302,7 @@ class _MeanPooling:
             attention_mask = torch.ones(hidden.shape[:2], dtype=hidden.dtype, device=hidden.device)
         mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
         pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1.0)
-        if family.name == "deberta":  # ContextPooler on the mean vector, then dropout and Linear
-            logits = self.classifier(self.dropout(self.pooler(pooled.unsqueeze(1))))
-        elif isinstance(self.classifier, torch.nn.Linear):  # BERT, ALBERT: dropout then Linear
-            logits = self.classifier(self.dropout(pooled))
-        else:  # RoBERTa's classification head
-            logits = self.classifier(pooled.unsqueeze(1))
+        logits = family.pooled_classifier(self, pooled)  # (batch, num_labels)
         loss = None
         if labels is not None and self.num_labels == 1:  # regression (problem_type "regression"): MSE, as HF's
             loss = torch.nn.functional.mse_loss(logits.view(-1), labels.view(-1).to(logits.dtype))
@@ -323,29 +311,20 @@ class _MeanPooling:
         return SequenceClassifierOutput(loss=loss, logits=logits)
 
 
-class MeanPoolingBertForSequenceClassification(_MeanPooling, BertForSequenceClassification):
-    """``BertForSequenceClassification`` with mean pooling (:class:`_MeanPooling`)."""
+def _mean_pooling_class(family: Family) -> type:
+    """``MeanPooling{stock class}``: the family's stock ``*ForSequenceClassification`` with :class:`_MeanPooling`'s
+    forward (the saved config's ``architectures`` names it; :func:`load_sequence_classifier` picks it again by
+    ``classifier_pooling``)."""
+    stock = family.sequence_class
+    return type(f"MeanPooling{stock.__name__}", (_MeanPooling, stock),
+                {"__module__": __name__, "__doc__": f"``{stock.__name__}`` with mean pooling (:class:`_MeanPooling`)."})
 
 
-class MeanPoolingRobertaForSequenceClassification(_MeanPooling, RobertaForSequenceClassification):
-    """``RobertaForSequenceClassification`` with mean pooling (:class:`_MeanPooling`)."""
-
-
-class MeanPoolingAlbertForSequenceClassification(_MeanPooling, AlbertForSequenceClassification):
-    """``AlbertForSequenceClassification`` with mean pooling (:class:`_MeanPooling`)."""
-
-
-class MeanPoolingDebertaV2ForSequenceClassification(_MeanPooling, DebertaV2ForSequenceClassification):
-    """``DebertaV2ForSequenceClassification`` with mean pooling (:class:`_MeanPooling`)."""
-
-
-# keyed by family name (bert_pipeline.model.families: DeBERTa's model_type is deberta-v2)
-MEAN_POOLING_CLASSES = {"bert": MeanPoolingBertForSequenceClassification,
-                        "roberta": MeanPoolingRobertaForSequenceClassification,
-                        "albert": MeanPoolingAlbertForSequenceClassification,
-                        "deberta": MeanPoolingDebertaV2ForSequenceClassification}
+# keyed by family name (bert_pipeline.model.families: DeBERTa's model_type is deberta-v2), one per family entry
+MEAN_POOLING_CLASSES = {name: _mean_pooling_class(family) for name, family in FAMILIES.items()
+                        if family.pooled_classifier is not None}
 # families whose stock sequence classifier pools by its config's ``classifier_pooling`` (cls | mean) itself
-NATIVE_POOLING = frozenset({"modernbert"})
+NATIVE_POOLING = frozenset(name for name, family in FAMILIES.items() if family.pooled_classifier is None)
 
 
 def sequence_classifier_class(pooling: str, model_type: str):
@@ -357,8 +336,6 @@ def sequence_classifier_class(pooling: str, model_type: str):
     Raises:
         ValueError: ``mean`` for a model of another family.
     """
-    from bert_pipeline.model.families import family_of, is_family_model_type
-
     if pooling not in ("cls", "mean"):
         raise ValueError(f"pooling: expected cls or mean, got {pooling!r}")
     name = family_of(model_type).name if model_type in MEAN_POOLING_CLASSES or is_family_model_type(model_type) \

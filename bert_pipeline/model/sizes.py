@@ -20,26 +20,6 @@ SIZES: dict[str, dict[str, int]] = {
 }
 
 
-# The pre-training objectives each encoder family takes (bert_pipeline.model.families holds the rest of the table):
-# RoBERTa dropped NSP (Liu et al. 2019, §4.2); ALBERT replaced it with SOP (Lan et al. 2020, §3.1).
-FAMILY_OBJECTIVES: dict[str, tuple[str, ...]] = {
-    "bert": ("nsp", "sop", "none"),
-    "roberta": ("none",),
-    "albert": ("sop", "none"),
-    # ModernBERT and DeBERTa: MLM only (Warner et al. 2024, §2.2; He et al. 2021, §4); their *ForMaskedLM classes
-    # have no pooled output and no two-way head, which a pair objective would need.
-    "modernbert": ("none",),
-    "deberta": ("none",),
-}
-# The vocabulary each family's paper trains (the train_tokenizer stage's ``model``): WordPiece (Devlin et al. 2019),
-# byte-level BPE (Liu et al. 2019, §4.4), a SentencePiece-style Unigram model (Lan et al. 2020, §4.1).
-# ModernBERT's paper trains a 50k BPE (Warner et al. 2024, §2.1.2) and DeBERTa-v3 a 128k SentencePiece vocabulary (He
-# et al. 2023); the pipeline keeps its WordPiece for both, so that their comparison with BERT is about the
-# architecture, not the vocabulary.
-FAMILY_VOCABULARIES: dict[str, str] = {"bert": "wordpiece", "roberta": "bpe", "albert": "unigram",
-                                       "modernbert": "wordpiece", "deberta": "wordpiece"}
-
-
 def glu_intermediate_size(hidden_size: int, multiple: int = 64) -> int:
     """The GeGLU intermediate size I that keeps BERT's feed-forward parameter count at width H: ModernBERT's ``Wi``
     maps H -> 2I and ``Wo`` I -> H (3HI weights) against BERT's H -> 4H -> H (8H^2), so I = 8H/3 (Shazeer 2020,

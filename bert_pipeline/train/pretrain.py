@@ -23,6 +23,7 @@ import torch
 from bert_pipeline.data.masking import IGNORE_INDEX, PAIR_LABELS, collator_from_info, load_info
 from bert_pipeline.errors import PipelineError
 from bert_pipeline.model import configs
+from bert_pipeline.model.families import BASE_FAMILY
 from bert_pipeline.model.objectives import MaskedPositionPretrainer
 from bert_pipeline.train.checkpoint import CheckpointManager
 from bert_pipeline.train.loop import Phase, TrainConfig, TrainingError, TrainResult, phase_boundaries, train
@@ -219,7 +220,7 @@ def open_pretraining_data(data_dir: Path, tokenizer: Any, *, init: str, phases: 
 
 
 def build_pretraining_model(init: str, *, size: str, config: dict[str, Any], tokenizer: Any, max_seq_length: int,
-                            with_pair_head: bool, seed: int, family: str = "bert", embedding_size: int | None = None,
+                            with_pair_head: bool, seed: int, family: str = BASE_FAMILY, embedding_size: int | None = None,
                             share_layers: bool = False) -> Any:
     """A new model of ``size`` (``init == "scratch"``, ``config`` fields overridden) or the checkpoint ``init``, as
     the family's pre-training class (:mod:`bert_pipeline.model.families`): ``BertForPreTraining`` /

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 import annotated_types
 from pydantic import model_validator
 
-from bert_pipeline.model.sizes import FAMILY_OBJECTIVES
+from bert_pipeline.model.families import BASE_FAMILY, FAMILIES
 from stages.params.base import Section, SizeName, View
 from stages.params.create_pretraining_data import (
     CreatePretrainingDataParams,
@@ -16,6 +16,9 @@ from stages.params.create_pretraining_data import (
     PretrainPhase,
     tokenizer_path,
 )
+
+# The params' family names: the keys of the family table, never a second list (a new entry is a new allowed value).
+FamilyName = Literal[tuple(FAMILIES)]  # type: ignore[valid-type]
 
 
 class PretrainModelParams(Section):
@@ -34,15 +37,16 @@ class PretrainModelParams(Section):
 
     size: SizeName
     config: dict[str, Any]
-    family: Literal["bert", "roberta", "albert", "modernbert", "deberta"] = "bert"
+    family: FamilyName = BASE_FAMILY
     embedding_size: Annotated[int, annotated_types.Ge(1)] | None = None
     share_layers: bool = False
 
     @model_validator(mode="after")
-    def _albert_fields(self) -> PretrainModelParams:
-        if self.family != "albert" and (self.embedding_size is not None or self.share_layers):
+    def _factorised_fields(self) -> PretrainModelParams:
+        if not FAMILIES[self.family].factorised and (self.embedding_size is not None or self.share_layers):
             key = "embedding_size" if self.embedding_size is not None else "share_layers"
-            raise ValueError(f"pretrain.model.{key}: ALBERT's (family albert); family {self.family!r} takes "
+            owners = "; ".join(f"{f.card_name}'s (family {f.name})" for f in FAMILIES.values() if f.factorised)
+            raise ValueError(f"pretrain.model.{key}: {owners}; family {self.family!r} takes "
                              f"{'null' if key == 'embedding_size' else 'false'}")
         return self
 
@@ -123,9 +127,9 @@ def check_objective(pretrain: PretrainParams, objective: str) -> None:
     """Raise ``ValueError`` (the schema's one line) when ``create_pretraining_data.objective`` does not fit
     ``pretrain.model.family`` of a model pre-trained from scratch."""
     family = pretrain.model.family
-    if pretrain.init == "scratch" and objective not in FAMILY_OBJECTIVES[family]:
-        allowed = FAMILY_OBJECTIVES[family]
-        paired = [name for name, objectives in FAMILY_OBJECTIVES.items() if objective in objectives]
+    if pretrain.init == "scratch" and objective not in FAMILIES[family].objectives:
+        allowed = FAMILIES[family].objectives
+        paired = [name for name, entry in FAMILIES.items() if objective in entry.objectives]
         raise ValueError(f"create_pretraining_data.objective: {objective!r} does not fit pretrain.model.family "
                          f"{family!r} (expected one of {', '.join(allowed)}); set one of those as the objective"
                          + (f", or pretrain.model.family to one that takes {objective}: {', '.join(paired)}"

@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import model_validator
 
-from bert_pipeline.model.sizes import FAMILY_VOCABULARIES
+from bert_pipeline.model.families import FAMILIES
 from stages.params.base import DEFAULT_PARAMS, ParamsError, Section, read_params, validate_as
 from stages.params.budget_curve import BudgetCurveParams
 from stages.params.create_pretraining_data import CreatePretrainingDataParams
@@ -53,11 +53,11 @@ class Params(Section):
     def _cross_checks(self) -> Params:
         check_objective(self.pretrain, self.create_pretraining_data.objective)
         family = self.pretrain.model.family
-        vocabulary = FAMILY_VOCABULARIES[family]
+        vocabulary = FAMILIES[family].vocabulary
         if self.pretrain.init == "scratch" and self.train_tokenizer.model != vocabulary:
             raise ValueError(f"train_tokenizer.model: {self.train_tokenizer.model!r} does not fit pretrain.model.family "
                              f"{family!r} (expected {vocabulary!r}, the family's vocabulary: "
-                             "bert_pipeline.model.sizes.FAMILY_VOCABULARIES)")
+                             "bert_pipeline.model.families.FAMILIES)")
         if self.task_distill.student in self.finetune.models:
             raise ValueError(f"task_distill.student: {self.task_distill.student!r} is already a key of "
                              "finetune.models; give the student a name of its own")

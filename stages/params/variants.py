@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated
 
 import annotated_types
 from pydantic import Field, model_validator
@@ -10,7 +10,7 @@ from pydantic import Field, model_validator
 from stages.params.base import Section, SpeedSeqLength, View
 from stages.params.create_pretraining_data import CreatePretrainingDataParams
 from stages.params.finetune import FinetuneParams
-from stages.params.pretrain import PretrainParams
+from stages.params.pretrain import FamilyName, PretrainParams
 from stages.params.train_tokenizer import TrainTokenizerParams
 
 
@@ -34,7 +34,7 @@ class VariantsParams(Section):
     without an entry pre-trains at ``pretrain``'s), keys among ``families``.
     """
 
-    families: list[Literal["bert", "roberta", "albert", "modernbert", "deberta"]]
+    families: list[FamilyName]
     member: str = Field(min_length=1)
     tasks: list[str] = Field(min_length=1)
     scratch: bool
