@@ -36,7 +36,8 @@ def _docstrings(tree: ast.AST) -> set[int]:
 def family_names_in(source: str) -> list[tuple[int, str]]:
     """``(line, what)`` for each place ``source`` names a family in code: a string literal (not a docstring) that is
     a family's name or ``model_type`` (any case), or an identifier, attribute or import of one of its
-    ``transformers`` model or config classes (``RobertaForMaskedLM``, ``DebertaV2Config``)."""
+    ``transformers`` model or config classes (``RobertaForMaskedLM``, ``DebertaV2Config``), or a class defined
+    after one (``MeanPoolingBertForSequenceClassification``)."""
     tree = ast.parse(source)
     docs = _docstrings(tree)
     found = []
@@ -45,7 +46,7 @@ def family_names_in(source: str) -> list[tuple[int, str]]:
                 and node.value.lower() in _NAMES):
             found.append((node.lineno, f"the string {node.value!r}"))
         name = (node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute)
-                else node.name if isinstance(node, ast.alias) else None)
+                else node.name if isinstance(node, ast.alias | ast.ClassDef) else None)
         if name and _CLASS.match(name.rpartition(".")[2]):
             found.append((getattr(node, "lineno", 0), f"the class {name}"))
     return sorted(found)
@@ -56,7 +57,8 @@ def test_the_scan_finds_what_it_is_for():
             'x = "deberta-v2" if kind == "ModernBERT" else "bertology"\ny = transformers.RobertaForMaskedLM\n'
             'class MeanPoolingBertForSequenceClassification: ...\n')
     assert family_names_in(code) == [(2, "the class AlbertConfig"), (3, "the string 'ModernBERT'"),
-                                     (3, "the string 'deberta-v2'"), (4, "the class RobertaForMaskedLM")]
+                                     (3, "the string 'deberta-v2'"), (4, "the class RobertaForMaskedLM"),
+                                     (5, "the class MeanPoolingBertForSequenceClassification")]
 
 
 def test_no_module_but_the_table_names_a_family():
