@@ -50,13 +50,12 @@ def sentence(rng: random.Random, lo: int, hi: int) -> list[str]:
 def examples(kind: str, n: int, seed: int = 0) -> list[dict]:
     """``n`` synthetic check inputs for a ``kind`` head (lengths like the pipeline's task data)."""
     rng = random.Random(seed)
-    if kind == "sequence-classification":
-        return [{"text": " ".join(sentence(rng, 4, 50))} for _ in range(n)]
-    if kind == "token-classification":
-        return [{"tokens": sentence(rng, 5, 50)} for _ in range(n)]
-    return [{"question": " ".join(sentence(rng, 4, 10)[:-1]) + " ?",
-             "context": " ".join(sentence(rng, 250, 300) if i % 3 == 0 else sentence(rng, 60, 90))}
-            for i in range(n)]
+    make = {"sequence-classification": lambda i: {"text": " ".join(sentence(rng, 4, 50))},
+            "token-classification": lambda i: {"tokens": sentence(rng, 5, 50)},
+            "question-answering": lambda i: {
+                "question": " ".join(sentence(rng, 4, 10)[:-1]) + " ?",
+                "context": " ".join(sentence(rng, 250, 300) if i % 3 == 0 else sentence(rng, 60, 90))}}[kind]
+    return [make(i) for i in range(n)]
 
 
 def build_heads(root: Path, size: str, seed: int = 0) -> list[Path]:

@@ -329,33 +329,28 @@ def predict_lines(args: argparse.Namespace, texts: list[str]) -> list[dict]:
         PipelineError: a QA model without ``--context``, ``--context`` for another model, or a folder that is not a
             fine-tuned model.
     """
-    from bert_pipeline.evaluation.predictor import answer, classify, entities, load_predictor, reads_pairs
+    from bert_pipeline.evaluation.predictor import load_predictor
+    from bert_pipeline.tasks import ServeRequest
 
     pred = load_predictor(args.model_dir)
-    if getattr(args, "text_pair", None) is None and reads_pairs(pred):
+    task = pred.task
+    if getattr(args, "text_pair", None) is None and task.needs_pair:
         raise PipelineError(f"{args.model_dir}: a sentence-pair classifier needs --text-pair \"SECOND TEXT\" "
                             "(each input is the first text of a pair)")
-    if args.context is not None and pred.kind != "question-answering":
+    if args.context is not None and not task.reads_context:
         raise PipelineError(f"--context: {args.model_dir} is a {pred.kind} model, which reads texts only; "
                             "--context is for a question-answering model (leave it out)")
     pair = getattr(args, "text_pair", None)
-    if pair is not None and pred.kind != "sequence-classification":
+    if pair is not None and not task.accepts_pair:
         raise PipelineError(f"--text-pair: {args.model_dir} is a {pred.kind} model; --text-pair is for a "
                             "sentence-pair classifier (leave it out)")
     if pair is not None and not pair.strip():
         raise PipelineError("predict: --text-pair is empty: expected the second text of each pair")
-    if pred.kind == "sequence-classification":
-        pairs = [pair] * len(texts) if pair is not None else None
-        found = classify(pred, texts, max_seq_length=args.max_seq_length, text_pairs=pairs)
-        return [{"text": t, **({"text_pair": pair} if pair is not None else {}), **r}
-                for t, r in zip(texts, found, strict=True)]
-    if pred.kind == "token-classification":
-        found = entities(pred, texts, args.max_seq_length, args.doc_stride)
-        return [{"text": t, "entities": e} for t, e in zip(texts, found, strict=True)]
-    if not args.context:
-        raise PipelineError(f"{args.model_dir}: a question-answering model needs --context \"PASSAGE\"")
-    return [{"question": q, **answer(pred, q, args.context, args.max_seq_length, args.doc_stride, args.n_best,
-                                     args.max_answer_length)} for q in texts]
+    request = ServeRequest(text_pair=pair, context=args.context, max_seq_length=args.max_seq_length,
+                           doc_stride=args.doc_stride, n_best=args.n_best, max_answer_length=args.max_answer_length)
+    found = task.serve(pred, texts, request)
+    return [{task.input_key: t, **({"text_pair": pair} if pair is not None else {}), **r}
+            for t, r in zip(texts, found, strict=True)]
 
 
 def read_texts(args: argparse.Namespace, stdin: Any = None) -> list[str]:
@@ -418,8 +413,9 @@ SAMPLE_INPUTS: dict[str, list[dict[str, Any]]] = {
 }
 
 
-def read_check_inputs(path: Path, kind: str) -> list[dict[str, Any]]:
-    """The check inputs of ``path`` for a ``kind`` model (see the module docstring); blank lines skipped.
+def read_check_inputs(path: Path, task: Any) -> list[dict[str, Any]]:
+    """The check inputs of ``path`` for a model of the task kind ``task`` (see the module docstring); blank lines
+    skipped.
 
     Raises:
         PipelineError: unreadable file, a line that is not the JSON object it must be, or no inputs.
@@ -433,30 +429,29 @@ def read_check_inputs(path: Path, kind: str) -> list[dict[str, Any]]:
         text = line.strip()
         if not text:
             continue
-        if text.startswith("{") or kind == "question-answering":
+        if text.startswith("{") or task.reads_context:
             try:
                 record = json.loads(text)
             except json.JSONDecodeError:
                 record = None
             if not isinstance(record, dict):
-                raise PipelineError(f"{path}:{number}: expected a JSON object (a {kind} model's check input, e.g. "
+                raise PipelineError(f"{path}:{number}: expected a JSON object (a {task.head} model's check input, e.g. "
                                     '{"question": "...", "context": "..."} for QA)')
             out.append(record)
         else:
-            out.append({"text": text} if kind == "sequence-classification" else {"tokens": text.split()})
+            out.append(task.plain_input(text))
     if not out:
         raise PipelineError(f"--check-texts {path}: no inputs (one per line)")
     return out
 
 
 def run_export(args: argparse.Namespace) -> None:
-    from bert_pipeline.evaluation.predictor import model_kind
+    from bert_pipeline.evaluation.predictor import task_of
     from bert_pipeline.mlops.onnx_export import FACTS_FILE, export_folder
 
-    kind = model_kind(args.model_dir)
-    examples = read_check_inputs(args.check_texts, kind) if args.check_texts else SAMPLE_INPUTS[kind]
-    cfg = json.loads((Path(args.model_dir) / "config.json").read_text(encoding="utf-8"))
-    if cfg.get("task_kind") == "pair_classification" and not args.check_texts:  # a pair classifier reads two texts
+    task = task_of(args.model_dir)
+    examples = read_check_inputs(args.check_texts, task) if args.check_texts else SAMPLE_INPUTS[task.head]
+    if task.needs_pair and not args.check_texts:  # a pair classifier reads two texts
         examples = [{**ex, "text_pair": _LONG if i % 2 else "The committee met in London."}
                     for i, ex in enumerate(examples)]
     out_dir = args.out_dir or ONNX_DIR / Path(args.model_dir).resolve().name

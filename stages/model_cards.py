@@ -27,6 +27,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from bert_pipeline import tasks
 from bert_pipeline.console import run_main
 from bert_pipeline.errors import PipelineError
 from bert_pipeline.io import atomic_dir
@@ -157,11 +158,13 @@ def finetuned_card(record: dict[str, Any], finetune: FinetuneParams, sources: li
     loop = {**finetune.model_dump(include=LOOP_KEYS), "precision": record["precision"]}
     folder = FINETUNED / f"{name.replace('/', '--')}-{task}"
     shape = _architecture(folder, record["parameters"], spec.size or base.facts.get("size"))
+    task_info = card.read_json_record(TASKS / task / "task.json") or {}
     return card_finetuned.finetuned_card(
-        name=name, task=task, record=record, task_info=card.read_json_record(TASKS / task / "task.json") or {},
+        name=name, task=task, record=record, task_info=task_info,
         task_settings=finetune.member_task(record.get("teacher") or name, task),
         member=spec.model_dump(exclude={"tasks"}), loop=loop, sources=sources,
-        base=base, architecture=shape, folder=released(folder), cites=CARD_CITATIONS)
+        base=base, architecture=shape, folder=released(folder), cites=CARD_CITATIONS,
+        head=tasks.get(record["kind"]).card(spec.pooling, task_info.get("label_names") or []))
 
 
 def write_release(view: ModelCardsView, out: Path) -> list[str]:

@@ -11,6 +11,7 @@ import re
 import pytest
 import yaml
 
+from bert_pipeline import tasks
 from bert_pipeline.model import card, card_encoders, card_finetuned
 from stages.model_cards import CARD_CITATIONS
 
@@ -57,7 +58,8 @@ def _finetuned(task: str, init: str = "pretrained", base: card.BaseModel | None 
         name="pretrained", task=task, record=_record(task), task_info=TASK_INFO[task],
         task_settings={"max_length": 64, "batch_size": 16, "doc_stride": 16 if task != "sentiment" else None},
         member={"path": base.path, "init": init, "learning_rate": 1e-3, "pooling": "mean"}, loop=LOOP,
-        architecture=ARCH, base=base, sources=SOURCES, folder=f"models/finetuned/pretrained-{task}", cites=CARD_CITATIONS)
+        architecture=ARCH, base=base, sources=SOURCES, folder=f"models/finetuned/pretrained-{task}", cites=CARD_CITATIONS,
+        head=tasks.get(TASK_INFO[task]["kind"]).card("mean", TASK_INFO[task].get("label_names") or []))
 
 
 def _header(text: str) -> dict:

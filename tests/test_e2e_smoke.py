@@ -332,7 +332,8 @@ def test_model_cards_outputs(smoke_run):
     """models/release/ holds every trained folder, the same weights (hard links or copies) with its card: the Hub's
     metadata, the test means, the encoder it started from, the silver caveat, the data's licences. The training
     folders carry no card, so a card change reruns no training stage."""
-    from bert_pipeline.model.card import METRIC_NAME, PIPELINE_TAG
+    from bert_pipeline import tasks
+    from bert_pipeline.model.card import METRIC_NAME
     from tests.conftest import tree_digests
 
     release = smoke_run / "models/release"
@@ -354,7 +355,7 @@ def test_model_cards_outputs(smoke_run):
         m = json.loads(path.read_text())
         folder = release / "finetuned" / path.stem
         card = card_header(folder)
-        assert card["pipeline_tag"] == PIPELINE_TAG[m["kind"]]
+        assert card["pipeline_tag"] == tasks.get(m["kind"]).pipeline_tag
         assert card_metrics(card)[METRIC_NAME[m["main_metric"]]] == m["test"][m["main_metric"]]["mean"]
         assert card["bert_pipeline"]["parameters"] == m["parameters"]
         base = {"pretrained": "models/release/pretrained", "distilled": "models/release/distilled",

@@ -1,4 +1,5 @@
-"""Task heads' processing: NER label alignment, QA windows and decoding, mean pooling; SQuAD/seqeval metrics."""
+"""Task kinds' processing (NER label alignment, QA windows and decoding, SQuAD/seqeval metrics), mean pooling, the
+paired bootstrap of a share."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from transformers import BertConfig, BertTokenizerFast
 
 from bert_pipeline.evaluation import metrics as task_metrics
 from bert_pipeline.model import heads
+from bert_pipeline.tasks import classification, ner, qa
 from tests.tiny_models import bert_tokenizer
 
 WORDS = ["the", "cat", "sat", "on", "mat", "in", "zoe", "koln", "rhine", "river", "near", "big", "dog", "##s",
@@ -29,10 +31,10 @@ def test_label_alignment_words_of_one_two_and_five_pieces(tokenizer):
     pieces = tokenizer.convert_ids_to_tokens(enc["input_ids"][0])
     assert pieces == ["[CLS]", "cat", "dog", "##s", "x", "##q", "##z", "##v", "##w", "[SEP]"]
     aligned = [-100, 3, 1, -100, 2, -100, -100, -100, -100, -100]  # the label on each word's first sub-token
-    windows = heads.tokenize_ner(tokenizer, [words], [labels], max_length=32, doc_stride=4)
+    windows = ner.tokenize_ner(tokenizer, [words], [labels], max_length=32, doc_stride=4)
     assert [f["labels"] for f in windows.features] == [aligned]
     # back to words: the first sub-token's prediction per word
-    assert heads.word_predictions(windows, [[9, 3, 1, 8, 2, 8, 8, 8, 8, 9]]) == [[3, 1, 2]]
+    assert ner.word_predictions(windows, [[9, 3, 1, 8, 2, 8, 8, 8, 8, 9]]) == [[3, 1, 2]]
 
 
 def test_long_sentence_windows_keep_every_word_and_read_each_from_its_most_centred_window(tokenizer):
@@ -40,7 +42,7 @@ def test_long_sentence_windows_keep_every_word_and_read_each_from_its_most_centr
     words past max_length as O. Every word gets its own label back, each first sub-token in some window."""
     words = [("dogs" if i % 3 else "cat") for i in range(80)]  # dogs = 2 pieces, so windows start mid-word
     labels = [i % 5 for i in range(80)]
-    windows = heads.tokenize_ner(tokenizer, [words], [labels], max_length=16, doc_stride=4)
+    windows = ner.tokenize_ner(tokenizer, [words], [labels], max_length=16, doc_stride=4)
     assert len(windows.features) > 1
     assert all(len(f["input_ids"]) <= 16 for f in windows.features)
     pieces = [tokenizer.convert_ids_to_tokens(f["input_ids"]) for f in windows.features]
@@ -50,7 +52,7 @@ def test_long_sentence_windows_keep_every_word_and_read_each_from_its_most_centr
             [labels[w] for w in word_at if w is not None]
         assert all(lab == -100 for lab, w in zip(f["labels"], word_at, strict=True) if w is None)
     # a model that predicts each position's gold label recovers all 80 words
-    assert heads.word_predictions(windows, [f["labels"] for f in windows.features]) == [labels]
+    assert ner.word_predictions(windows, [f["labels"] for f in windows.features]) == [labels]
     # a word seen in two windows is read from the one where it is more centred
     seen: dict[int, list[tuple[int, int]]] = {}
     for w, (word_at, context) in enumerate(zip(windows.word_at, windows.context, strict=True)):
@@ -63,7 +65,7 @@ def test_long_sentence_windows_keep_every_word_and_read_each_from_its_most_centr
     (ctx_a, win_a), (ctx_b, win_b) = seen[word]
     preds = [[7] * len(f["input_ids"]) for f in windows.features]
     preds[win_a if ctx_a >= ctx_b else win_b] = [1] * len(windows.features[win_a if ctx_a >= ctx_b else win_b]["input_ids"])
-    assert heads.word_predictions(windows, preds)[0][word] == 1
+    assert ner.word_predictions(windows, preds)[0][word] == 1
 
 
 def test_ner_takes_a_wordpiece_tokenizer_as_it_is(tokenizer):
@@ -73,13 +75,13 @@ def test_ner_takes_a_wordpiece_tokenizer_as_it_is(tokenizer):
 
     assert not needs_prefix_space(tokenizer.backend_tokenizer) and with_prefix_space(tokenizer) is tokenizer
     words = ["the", "cat", "sat", "on", "mat"]
-    windows = heads.tokenize_ner(tokenizer, [words], None, max_length=32, doc_stride=4)
+    windows = ner.tokenize_ner(tokenizer, [words], None, max_length=32, doc_stride=4)
     assert windows.features[0]["input_ids"] == tokenizer([words], is_split_into_words=True)["input_ids"][0]
 
 
 def test_ner_windows_refuse_a_stride_that_leaves_no_step(tokenizer):
     with pytest.raises(ValueError, match="doc_stride 14 must be below max_length 16 minus 2 special tokens"):
-        heads.tokenize_ner(tokenizer, [["cat"]], None, max_length=16, doc_stride=14)
+        ner.tokenize_ner(tokenizer, [["cat"]], None, max_length=16, doc_stride=14)
 
 
 # -------------------------------------------------------------------------------------------------- QA
@@ -95,7 +97,7 @@ def test_qa_answer_only_in_second_window_found_and_mapped_to_characters(tokenize
     # question = 8 tokens, so a 32-token window holds 21 context tokens; stride 8 -> windows start at 0 and 13.
     # The context has 28 (27) tokens with "paris" last: it lies only in the second window.
     context, answer = _qa_example(prefix, repeats)
-    feats = heads.prepare_qa_features(tokenizer, ["where is the answer"], [context], [answer], max_length=32, doc_stride=8)
+    feats = qa.prepare_qa_features(tokenizer, ["where is the answer"], [context], [answer], max_length=32, doc_stride=8)
     n_windows = len(feats["input_ids"])
     assert n_windows == 2
     assert feats["example_index"] == [0, 0]
@@ -116,22 +118,22 @@ def test_qa_answer_only_in_second_window_found_and_mapped_to_characters(tokenize
     ends[w][e] += 5.0
     starts[0][0] += 50.0  # a huge [CLS] score must not win: SQuAD v1.1 always has an answer
     ends[0][0] += 50.0
-    (text, a, b, *_), = heads.decode_qa([context], feats["example_index"], feats["offset_mapping"], starts, ends, 20, 30)
+    (text, a, b, *_), = qa.decode_qa([context], feats["example_index"], feats["offset_mapping"], starts, ends, 20, 30)
     assert (text, a, b) == ("paris", answer["answer_start"][0], answer["answer_start"][0] + 5)
 
 
 def test_qa_decoding_respects_max_answer_length_and_order(tokenizer):
     context = "the cat sat on the mat near the rhine river"
-    feats = heads.prepare_qa_features(tokenizer, ["where"], [context], None, max_length=64, doc_stride=16)
+    feats = qa.prepare_qa_features(tokenizer, ["where"], [context], None, max_length=64, doc_stride=16)
     n = len(feats["input_ids"][0])
     ctx = [k for k, o in enumerate(feats["offset_mapping"][0]) if o is not None]
     s_log, e_log = np.zeros(n), np.zeros(n)
     s_log[ctx[1]], e_log[ctx[-1]] = 10.0, 10.0  # "cat" .. "river": 9 tokens
     e_log[ctx[0]] = 9.0  # end before start: invalid
     e_log[ctx[3]] = 5.0  # "cat sat on": 3 tokens
-    (text, *_), = heads.decode_qa([context], [0], feats["offset_mapping"], [s_log], [e_log], 20, 30)
+    (text, *_), = qa.decode_qa([context], [0], feats["offset_mapping"], [s_log], [e_log], 20, 30)
     assert text == "cat sat on the mat near the rhine river"
-    (text, *_), = heads.decode_qa([context], [0], feats["offset_mapping"], [s_log], [e_log], 20, 3)
+    (text, *_), = qa.decode_qa([context], [0], feats["offset_mapping"], [s_log], [e_log], 20, 3)
     assert text == "cat sat on"
 
 
@@ -155,25 +157,25 @@ def test_mean_pooling_ignores_padding_and_cls_head_differs(tokenizer):
 
 # --------------------------------------------------------------------------------------------- metrics
 def test_squad_normalisation_em_f1_hand_worked():
-    assert task_metrics.normalize_answer("The  Eiffel-Tower!") == "eiffeltower"
-    assert task_metrics.normalize_answer("a cat, an owl and THE dog") == "cat owl and dog"
-    assert task_metrics.exact_match("the Rhine.", "Rhine") == 1.0
+    assert qa.normalize_answer("The  Eiffel-Tower!") == "eiffeltower"
+    assert qa.normalize_answer("a cat, an owl and THE dog") == "cat owl and dog"
+    assert qa.exact_match("the Rhine.", "Rhine") == 1.0
     # pred "river rhine bank" vs gold "the rhine river": overlap 2, P = 2/3, R = 2/2 -> F1 = 0.8
-    assert task_metrics.token_f1("river rhine bank", "the rhine river") == pytest.approx(0.8)
-    assert task_metrics.token_f1("paris", "london") == 0.0
+    assert qa.token_f1("river rhine bank", "the rhine river") == pytest.approx(0.8)
+    assert qa.token_f1("paris", "london") == 0.0
     # question 1: EM 1 (second gold matches), question 2: EM 0, F1 = max(0.8, 0) -> means 0.5 and 0.9
-    got = task_metrics.squad_metrics(["Rhine", "river rhine bank"], [["Danube", "the Rhine"], ["the rhine river", "x"]])
+    got = qa.squad_metrics(["Rhine", "river rhine bank"], [["Danube", "the Rhine"], ["the rhine river", "x"]])
     assert got == {"exact_match": 0.5, "f1": pytest.approx(0.9)}
 
 
 def test_classification_and_ner_metrics_hand_worked():
     # gold 0 0 1 1, pred 0 1 1 1: acc 3/4; F1(0) = 2/3, F1(1) = 0.8 -> macro 0.7333
-    got = task_metrics.classification_metrics([0, 0, 1, 1], [0, 1, 1, 1], 2)
+    got = classification.classification_metrics([0, 0, 1, 1], [0, 1, 1, 1], 2)
     assert got["accuracy"] == 0.75
     assert got["macro_f1"] == pytest.approx((2 / 3 + 0.8) / 2)
     gold = [["B-PER", "I-PER", "O", "B-LOC"], ["B-ORG", "O"]]
     pred = [["B-PER", "I-PER", "O", "B-ORG"], ["B-ORG", "O"]]
-    got = task_metrics.ner_metrics(gold, pred)  # 2 of 3 predicted entities right, 2 of 3 gold found
+    got = ner.ner_metrics(gold, pred)  # 2 of 3 predicted entities right, 2 of 3 gold found
     assert got["precision"] == pytest.approx(2 / 3)
     assert got["recall"] == pytest.approx(2 / 3)
     assert got["f1_PER"] == 1.0
@@ -205,7 +207,7 @@ def test_paired_bootstrap_share_pairs_the_draws():
     corpus-level score (entity F1) is recomputed on each draw."""
     refs = [["B-PER", "O"], ["B-LOC", "O"], ["O", "B-ORG"]]
     preds = [["B-PER", "O"], ["O", "O"], ["O", "B-ORG"]]
-    f1 = lambda gold, pred: task_metrics.ner_metrics(gold, pred)["f1"]  # noqa: E731
+    f1 = lambda gold, pred: ner.ner_metrics(gold, pred)["f1"]  # noqa: E731
     got = task_metrics.paired_bootstrap_share(refs, preds, preds, f1, resamples=200, seed=0, goal=1.0)
     assert (got.share, got.low, got.high, got.at_least) == (1.0, 1.0, 1.0, 1.0)
 
@@ -222,7 +224,7 @@ def test_paired_bootstrap_share_refuses_what_it_cannot_measure():
 def test_long_question_is_cut_and_stride_capped(tokenizer):
     question = " ".join(["the big cat sat on the mat ."] * 6)  # 48 tokens
     context, answer = _qa_example("", 3)
-    feats = heads.prepare_qa_features(tokenizer, [question], [context], [answer], max_length=32, doc_stride=16)
+    feats = qa.prepare_qa_features(tokenizer, [question], [context], [answer], max_length=32, doc_stride=16)
     assert all(len(ids) <= 32 for ids in feats["input_ids"])
     q_len = feats["input_ids"][0].index(tokenizer.sep_token_id) - 1
     assert q_len == 16  # max_length // 2

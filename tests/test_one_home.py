@@ -13,8 +13,9 @@ from transformers import (
     BertForSequenceClassification,
 )
 
-from bert_pipeline.evaluation.predictor import answer, load_predictor
-from bert_pipeline.model import heads
+from bert_pipeline.evaluation.predictor import load_predictor
+from bert_pipeline.tasks import qa
+from bert_pipeline.tasks.qa import answer
 from bert_pipeline.train import finetune, finetune_data
 from bert_pipeline.train.optim import parameter_groups
 from bert_pipeline.train.runtime import make_runtime
@@ -34,13 +35,13 @@ def test_served_answers_are_the_scored_answers(tmp_path, seed):
     scores the test split in fine-tuning and the one `predict`/`mlflow models serve` use give the same spans."""
     pred = load_predictor(save_reader(tmp_path / "qa", seed=seed))
     task = {"max_length": 16, "doc_stride": 4, "n_best": 5, "max_answer_length": 4}
-    feats = heads.prepare_qa_features(pred.tokenizer, QUESTIONS, CONTEXTS, None, task["max_length"], task["doc_stride"])
+    feats = qa.prepare_qa_features(pred.tokenizer, QUESTIONS, CONTEXTS, None, task["max_length"], task["doc_stride"])
     assert len(feats["input_ids"]) > len(CONTEXTS)  # the long contexts really are windowed
     windows = [{k: feats[k][i] for k in ("input_ids", "attention_mask", "token_type_ids") if k in feats}
                for i in range(len(feats["input_ids"]))]
     collate = finetune_data.collator("qa", pred.tokenizer)
     logits = finetune.forward_all(pred.model, windows, collate, 2, make_runtime("fp32", cpu=True))
-    scored = heads.decode_qa(CONTEXTS, feats["example_index"], feats["offset_mapping"], [s for s, _ in logits],
+    scored = qa.decode_qa(CONTEXTS, feats["example_index"], feats["offset_mapping"], [s for s, _ in logits],
                              [e for _, e in logits], task["n_best"], task["max_answer_length"])
     served = [answer(pred, q, c, task["max_length"], task["doc_stride"], task["n_best"], task["max_answer_length"])
               for q, c in zip(QUESTIONS, CONTEXTS, strict=True)]
@@ -61,18 +62,18 @@ def test_decoder_prefers_the_best_valid_span_across_windows():
     offsets = [[None, (0, 3), (4, 7), None], [None, (8, 11), (12, 15), None]]
     start = [np.array([9.0, 1.0, 0.0, 0.0]), np.array([0.0, 2.0, 0.0, 0.0])]
     end = [np.array([9.0, 0.0, 1.5, 0.0]), np.array([0.0, 0.0, 2.5, 0.0])]
-    (span,) = heads.decode_qa([context], [0, 0], offsets, start, end, n_best=4, max_answer_length=2)
+    (span,) = qa.decode_qa([context], [0, 0], offsets, start, end, n_best=4, max_answer_length=2)
     assert (span.text, span.start, span.end) == ("ccc ddd", 8, 15)
     assert span.score == pytest.approx(4.5)
-    (short,) = heads.decode_qa([context], [0, 0], offsets, start, end, n_best=4, max_answer_length=1)
+    (short,) = qa.decode_qa([context], [0, 0], offsets, start, end, n_best=4, max_answer_length=1)
     assert (short.text, short.score) == ("ddd", pytest.approx(2.5))
     # the winner's probability in its window (context tokens and [CLS], position 0): softmax(start) * softmax(end)
     allowed = [0, 1, 2]  # [CLS] and the two context tokens of window 1
     p_start = np.exp(2.0) / np.exp(start[1][allowed]).sum()
     p_end = np.exp(2.5) / np.exp(end[1][allowed]).sum()
     assert span.probability == pytest.approx(p_start * p_end)
-    (none,) = heads.decode_qa([context], [0], [[None, None]], [np.zeros(2)], [np.zeros(2)], 4, 2)
-    assert none == heads.QaSpan("", 0, 0, None)
+    (none,) = qa.decode_qa([context], [0], [[None, None]], [np.zeros(2)], [np.zeros(2)], 4, 2)
+    assert none == qa.QaSpan("", 0, 0, None)
 
 
 def _tiny_config(**extra) -> BertConfig:

@@ -21,11 +21,13 @@ from transformers import (
     BertForTokenClassification,
 )
 
+from bert_pipeline import tasks
 from bert_pipeline.errors import PipelineError
-from bert_pipeline.evaluation.predictor import answer, load_predictor
+from bert_pipeline.evaluation.predictor import load_predictor
 from bert_pipeline.evaluation.report import onnx_section
 from bert_pipeline.mlops import onnx_export as ox
 from bert_pipeline.model.heads import MEAN_POOLING_CLASSES
+from bert_pipeline.tasks.qa import answer
 from bert_pipeline.train.runtime import make_runtime
 from stages.evaluate import REPORT_SOURCES
 from tests.conftest import REPO, run_stage, write_params
@@ -107,7 +109,7 @@ def test_export_matches_pytorch_at_batch_1_and_3_of_varying_length(exported, nam
     session = ox.onnx_session(out / "model.onnx")
     ref = ox.window_logits(ox.torch_forward(pred, make_runtime("fp32", cpu=True)), pred, enc, batch_size=1)
     for batch_size in (1, 3):  # batch 3: padded to the longest window of each batch
-        got = ox.window_logits(ox.onnx_forward(session, pred.kind), pred, enc, batch_size)
+        got = ox.window_logits(ox.onnx_forward(session, pred.task), pred, enc, batch_size)
         for key in outputs:
             assert max(float(np.abs(a - b).max()) for a, b in zip(ref[key], got[key], strict=True)) < 1e-4
         assert ox.predictions(enc, got) == ox.predictions(enc, ref)
@@ -128,7 +130,7 @@ def test_the_check_compares_outputs_that_differ(exported):
         src, out, _ = exported[name]
         pred = load_predictor(src)
         enc = ox.encode_examples(pred, HEADS[name][1], **WINDOW)
-        logits = ox.window_logits(ox.onnx_forward(ox.onnx_session(out / "model.onnx"), pred.kind), pred, enc, 2)
+        logits = ox.window_logits(ox.onnx_forward(ox.onnx_session(out / "model.onnx"), pred.task), pred, enc, 2)
         first = HEADS[name][2][0]
         rows = [x.reshape(-1)[:2] for x in logits[first]]
         assert max(float(np.abs(r - rows[0]).max()) for r in rows) > 0.1, name  # 1000x the tolerance
@@ -138,12 +140,12 @@ def test_the_check_compares_outputs_that_differ(exported):
 @pytest.mark.parametrize("name", ["qa", "qa-segments"])
 def test_qa_answers_decoded_from_onnx_logits_are_the_served_answers(exported, name):
     """onnxruntime#14153: wrong QA answers from an export. Here the start/end logits of ONNX Runtime, decoded by
-    the one decoder (heads.decode_qa), give the answers `predict` serves with PyTorch, a long context included."""
+    the one decoder (tasks.qa.decode_qa), give the answers `predict` serves with PyTorch, a long context included."""
     src, out, _ = exported[name]
     pred = load_predictor(src)
     enc = ox.encode_examples(pred, QA, **WINDOW)
     assert sum(i == 1 for i in enc.example_index) >= 3  # the long context spans several windows
-    logits = ox.window_logits(ox.onnx_forward(ox.onnx_session(out / "model.onnx"), pred.kind), pred, enc, 3)
+    logits = ox.window_logits(ox.onnx_forward(ox.onnx_session(out / "model.onnx"), pred.task), pred, enc, 3)
     from_onnx = ox.predictions(enc, logits, n_best=5, max_answer_length=4)
     served = [answer(pred, ex["question"], ex["context"], WINDOW["max_seq_length"], WINDOW["doc_stride"], 5, 4)
               for ex in QA]
@@ -171,7 +173,7 @@ def test_an_encoder_without_its_head_is_refused(exported, tmp_path):
                           output_names=["last_hidden_state"], dynamo=False, opset_version=18)
     session = ox.onnx_session(tmp_path / "encoder.onnx")
     with pytest.raises(PipelineError, match=r"outputs \[\('last_hidden_state', 3\).*a question-answering head"):
-        ox.check_outputs(session, "question-answering", tmp_path / "encoder.onnx")
+        ox.check_outputs(session, tasks.get("qa"), tmp_path / "encoder.onnx")
 
 
 def test_same_folder_same_onnx_bytes(exported, tmp_path):

@@ -14,8 +14,9 @@ from transformers import BertModel
 
 from bert_pipeline.data import kinds, task_builders, task_features, task_loaders
 from bert_pipeline.errors import PipelineError
-from bert_pipeline.evaluation.metrics import regression_metrics
 from bert_pipeline.evaluation.predictor import load_predictor
+from bert_pipeline.tasks.regression import regression_metrics
+from bert_pipeline.tasks.sequence import encode_sequences
 from stages import finetune
 from stages.cli import main
 from stages.params.root import validate_params
@@ -34,7 +35,7 @@ def _tokenizer():
 
 def test_pair_encoding_gives_token_types_zero_then_one():
     tok = _tokenizer()
-    enc = kinds.encode_sequences(tok, ["council voted"], ["rain fell in the city"], max_length=32)
+    enc = encode_sequences(tok, ["council voted"], ["rain fell in the city"], max_length=32)
     ids, types = enc["input_ids"][0], enc["token_type_ids"][0]
     sep = ids.index(tok.sep_token_id)
     assert ids[0] == tok.cls_token_id
@@ -42,7 +43,7 @@ def test_pair_encoding_gives_token_types_zero_then_one():
     assert sep == 3
     assert types[sep + 1:] == [1] * (len(ids) - sep - 1)  # rain fell ... [SEP]
     assert ids[-1] == tok.sep_token_id
-    single = kinds.encode_sequences(tok, ["council voted"], None, max_length=32)
+    single = encode_sequences(tok, ["council voted"], None, max_length=32)
     assert set(single["token_type_ids"][0]) == {0}
 
 

@@ -166,7 +166,7 @@ def test_qa_score_is_hugging_face_pipelines_probability():
     import numpy as np
     from transformers.pipelines.document_question_answering import select_starts_ends
 
-    from bert_pipeline.model.heads import decode_qa
+    from bert_pipeline.tasks.qa import decode_qa
 
     rng = np.random.default_rng(0)
     offsets = [None, None, None, None, (0, 3), (4, 7), (8, 11), (12, 15), (16, 19), None]  # [CLS] q q [SEP] ctx [SEP]

@@ -20,6 +20,7 @@ from transformers import (
     BertForTokenClassification,
 )
 
+from bert_pipeline import tasks
 from bert_pipeline.data import task_builders, task_features
 from bert_pipeline.data.masking import IGNORE_INDEX
 from bert_pipeline.errors import PipelineError
@@ -55,7 +56,7 @@ def _kl_by_hand(student: list[float], teacher: list[float], temperature: float) 
 def test_soft_target_loss_is_kl_times_t_squared_by_hand(temperature):
     student = [[1.0, 0.0, -1.0], [0.3, 0.2, 0.1]]
     teacher = [[0.0, 2.0, 0.5], [-1.0, 1.0, 3.0]]
-    got = distillation.soft_target_loss("classification", torch.tensor(student), torch.tensor(teacher), None,
+    got = tasks.get("classification").soft_target_loss(torch.tensor(student), torch.tensor(teacher), None,
                                         temperature)
     want = temperature**2 * np.mean([_kl_by_hand(s, t, temperature) for s, t in zip(student, teacher, strict=True)])
     assert got.item() == pytest.approx(want, rel=1e-5)
@@ -67,10 +68,10 @@ def test_soft_target_loss_is_zero_for_identical_models_of_every_kind():
     logits = torch.randn(2, 5, 4)
     mask = torch.tensor([[1, 0, 1, 1, 0], [1, 1, 0, 0, 0]], dtype=torch.bool)
     start, end = torch.randn(2, 5), torch.randn(2, 5)
-    assert distillation.soft_target_loss("classification", logits[:, 0], logits[:, 0].clone(), None, 2.0).item() == \
+    assert tasks.get("classification").soft_target_loss(logits[:, 0], logits[:, 0].clone(), None, 2.0).item() == \
         pytest.approx(0.0, abs=1e-7)
-    assert distillation.soft_target_loss("ner", logits, logits.clone(), mask, 2.0).item() == pytest.approx(0, abs=1e-7)
-    assert distillation.soft_target_loss("qa", (start, end), (start.clone(), end.clone()), mask, 2.0).item() == \
+    assert tasks.get("ner").soft_target_loss(logits, logits.clone(), mask, 2.0).item() == pytest.approx(0, abs=1e-7)
+    assert tasks.get("qa").soft_target_loss((start, end), (start.clone(), end.clone()), mask, 2.0).item() == \
         pytest.approx(0.0, abs=1e-7)
 
 
@@ -78,17 +79,17 @@ def test_ner_and_qa_soft_targets_read_only_their_positions():
     torch.manual_seed(1)
     student, teacher = torch.randn(2, 4, 3), torch.randn(2, 4, 3)
     mask = torch.tensor([[1, 1, 0, 0], [0, 1, 1, 0]], dtype=torch.bool)
-    base = distillation.soft_target_loss("ner", student, teacher, mask, 2.0)
+    base = tasks.get("ner").soft_target_loss(student, teacher, mask, 2.0)
     moved = teacher.clone()
     moved[~mask] += 10.0  # unscored positions (later sub-tokens, special tokens, padding) do not count
-    assert distillation.soft_target_loss("ner", student, moved, mask, 2.0).item() == pytest.approx(base.item())
+    assert tasks.get("ner").soft_target_loss(student, moved, mask, 2.0).item() == pytest.approx(base.item())
     rows = [(0, 0), (0, 1), (1, 1), (1, 2)]
     want = 4.0 * np.mean([_kl_by_hand(student[i, j].tolist(), teacher[i, j].tolist(), 2.0) for i, j in rows])
     assert base.item() == pytest.approx(want, rel=1e-5)
     # QA: a distribution over each window's real positions, start and end averaged
     s_start, s_end, t_start, t_end = (torch.randn(1, 4) for _ in range(4))
     qa_mask = torch.tensor([[1, 1, 1, 0]], dtype=torch.bool)
-    got = distillation.soft_target_loss("qa", (s_start, s_end), (t_start, t_end), qa_mask, 2.0)
+    got = tasks.get("qa").soft_target_loss((s_start, s_end), (t_start, t_end), qa_mask, 2.0)
     want = 4.0 * (_kl_by_hand(s_start[0, :3].tolist(), t_start[0, :3].tolist(), 2.0)
                   + _kl_by_hand(s_end[0, :3].tolist(), t_end[0, :3].tolist(), 2.0)) / 2
     assert got.item() == pytest.approx(want, rel=1e-4)
@@ -97,18 +98,18 @@ def test_ner_and_qa_soft_targets_read_only_their_positions():
 def test_task_loss_skips_teacher_only_examples_and_weights_add_up():
     logits = torch.tensor([[2.0, -1.0], [0.0, 1.0]], requires_grad=True)
     none = torch.tensor([IGNORE_INDEX, IGNORE_INDEX])
-    zero = distillation.hard_target_loss("classification", logits, none)
+    zero = tasks.get("classification").hard_target_loss(logits, none)
     assert zero.item() == 0.0
     zero.backward()  # a batch of teacher-only examples still back-propagates (the soft term)
     labels = torch.tensor([0, IGNORE_INDEX])
-    hard = distillation.hard_target_loss("classification", logits, labels).item()
+    hard = tasks.get("classification").hard_target_loss(logits, labels).item()
     assert hard == pytest.approx(-math.log(math.exp(2) / (math.exp(2) + math.exp(-1))), rel=1e-5)
     teacher = torch.tensor([[0.0, 0.0], [1.0, 0.0]])
-    out = distillation.task_distillation_loss("classification", logits, teacher, labels, None, temperature=2.0,
+    out = task_distill.task_distillation_loss(tasks.get("classification"), logits, teacher, labels, None, temperature=2.0,
                                               alpha_ce=0.3, alpha_task=0.7)
     assert out.total.item() == pytest.approx(0.3 * out.soft.item() + 0.7 * hard, rel=1e-6)
     with pytest.raises(ValueError, match="alpha_ce, alpha_task"):
-        distillation.task_distillation_loss("classification", logits, teacher, labels, None, temperature=2.0,
+        task_distill.task_distillation_loss(tasks.get("classification"), logits, teacher, labels, None, temperature=2.0,
                                             alpha_ce=0.0, alpha_task=0.0)
 
 

@@ -16,9 +16,10 @@ import numpy as np
 import pytest
 from tokenizers import Tokenizer
 
-from bert_pipeline.data.masking import VocabInfo
+from bert_pipeline.data.masking import IGNORE_INDEX, VocabInfo
 from bert_pipeline.data.tokenizer import load_tokenizer
-from bert_pipeline.model.heads import IGNORE_INDEX, decode_qa, prepare_qa_features, tokenize_ner
+from bert_pipeline.tasks.ner import tokenize_ner
+from bert_pipeline.tasks.qa import decode_qa, prepare_qa_features
 from stages.params.base import ParamsError
 from stages.params.root import load_params
 from stages.params.train_tokenizer import TrainTokenizerParams
@@ -282,7 +283,8 @@ def test_ner_served_on_text_gets_the_prefix_space_it_was_trained_with(folders, t
     import torch
     from transformers import RobertaConfig, RobertaForTokenClassification
 
-    from bert_pipeline.evaluation.predictor import entities, load_predictor, tagging_windows
+    from bert_pipeline.evaluation.predictor import load_predictor
+    from bert_pipeline.tasks.ner import entities, tagging_windows
 
     tok = load_tokenizer(folders["bpe"])
     labels = ["O", "B-PER", "I-PER"]

@@ -35,9 +35,8 @@ from transformers import DataCollatorWithPadding
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bert_pipeline.evaluation.metrics import ner_metrics  # noqa: E402
 from bert_pipeline.evaluation.predictor import load_predictor  # noqa: E402
-from bert_pipeline.model import heads  # noqa: E402
+from bert_pipeline.tasks.ner import ner_metrics, tokenize_ner, word_predictions  # noqa: E402
 from bert_pipeline.train.finetune import forward_all  # noqa: E402
 from bert_pipeline.train.finetune_data import load_task  # noqa: E402
 from bert_pipeline.train.runtime import make_runtime  # noqa: E402
@@ -124,11 +123,11 @@ def main() -> None:
     words_all, gold_tags = list(ds["tokens"]), [[names[t] for t in tags] for tags in ds["ner_tags"]]
     pred = load_predictor(args.model)
     runtime = make_runtime("fp32", cpu=True)
-    windows = heads.tokenize_ner(pred.tokenizer, words_all, None, args.max_length, args.doc_stride)
+    windows = tokenize_ner(pred.tokenizer, words_all, None, args.max_length, args.doc_stride)
     logits = forward_all(pred.model, windows.features, DataCollatorWithPadding(pred.tokenizer, return_tensors="pt"),
                          64, runtime)
     id2label = pred.model.config.id2label
-    per_word = heads.word_predictions(windows, [np.argmax(x, -1) for x in logits])
+    per_word = word_predictions(windows, [np.argmax(x, -1) for x in logits])
     pred_tags = [[id2label[int(p)] for p in sent] for sent in per_word]
     classes: dict[str, Counter[str]] = defaultdict(Counter)
     spurious: Counter[str] = Counter()

@@ -21,7 +21,7 @@ four back as they were, ``skip_special_tokens=True`` drops them, and ``<mask>`` 
 ``Ġ``, as at the start of any RoBERTa input. The prefix space is given where words stand alone but belong to running text:
 
 - pre-split words (NER, ``is_split_into_words=True``; Hugging Face documents ``add_prefix_space=True`` as required
-  there for RoBERTa's tokenizer): :func:`bert_pipeline.model.heads.tokenize_ner` takes
+  there for RoBERTa's tokenizer): :func:`bert_pipeline.tasks.ner.tokenize_ner` takes
   :func:`bert_pipeline.data.tokenizer.with_prefix_space`, a copy that prepends a space to every word, so each word,
   the first of a sentence included, gets the pieces it has after a space in running text; the NER predictor tags
   text with the same copy, so a text's first word gets the pieces NER was trained on;

@@ -21,7 +21,7 @@ from typing import Any
 from bert_pipeline.errors import PipelineError
 from bert_pipeline.evaluation.budget_curve import budget_curve_section
 from bert_pipeline.evaluation.figures import FigureSources, ReportFigure, family_figures
-from bert_pipeline.evaluation.predictor import class_probabilities, load_predictor
+from bert_pipeline.evaluation.predictor import load_predictor
 from bert_pipeline.evaluation.provenance import report_card
 from bert_pipeline.evaluation.report import (
     DistillationPair,
@@ -48,6 +48,7 @@ from bert_pipeline.evaluation.retrieval import retrieval_section
 from bert_pipeline.evaluation.speed import measure_speed, size_on_disk_mb
 from bert_pipeline.evaluation.variants import variants_section
 from bert_pipeline.model.configs import count_parameters
+from bert_pipeline.tasks.sequence import class_probabilities
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ the arg-max label (sentence classification), the per-token arg-max (NER), the de
 
 Inputs are encoded as fine-tuning scores the test split (:mod:`bert_pipeline.model.heads`: NER and QA windows of
 ``max_length`` tokens overlapping by ``doc_stride``), and both backends' QA logits go through the one n-best
-decoder, :func:`bert_pipeline.model.heads.decode_qa`, that scores the test split and serves ``predict``. The
+decoder, :func:`bert_pipeline.tasks.qa.decode_qa`, that scores the test split and serves ``predict``. The
 answer decoded from ONNX logits is what is compared, not the logits alone: the QA exports users report as
 "wrong answers" (onnxruntime#14153) exported the bare encoder (``last_hidden_state``) and arg-maxed it, which an
 output check would pass. Here the outputs must be the head's (``logits`` or ``start_logits``/``end_logits``, of
@@ -31,7 +31,7 @@ import shutil
 import sys
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,10 +39,11 @@ import numpy as np
 import torch
 
 from bert_pipeline.errors import PipelineError
-from bert_pipeline.evaluation.predictor import MODEL_INPUTS, Predictor, load_predictor, max_length
+from bert_pipeline.evaluation.predictor import Predictor, load_predictor
 from bert_pipeline.evaluation.speed import median_seconds
 from bert_pipeline.io import atomic_dir, sha256_file, write_json
-from bert_pipeline.model.heads import decode_qa, prepare_qa_features, tokenize_ner
+from bert_pipeline.tasks.base import INPUT_KEYS as MODEL_INPUTS
+from bert_pipeline.tasks.base import EncodedInputs, TaskKind, max_length
 from bert_pipeline.train.runtime import Runtime, make_runtime
 
 log = logging.getLogger(__name__)
@@ -54,17 +55,6 @@ FACTS_FILE = "onnx_export.json"
 COPIED_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt",
                 "added_tokens.json")
 EXPORTERS = ("torchscript", "dynamo")
-# Per head: output names and, per output, its dynamic axes (all outputs of a head have the same rank).
-OUTPUTS: dict[str, tuple[str, ...]] = {
-    "sequence-classification": ("logits",),
-    "token-classification": ("logits",),
-    "question-answering": ("start_logits", "end_logits"),
-}
-OUTPUT_AXES: dict[str, dict[int, str]] = {
-    "sequence-classification": {0: "batch"},
-    "token-classification": {0: "batch", 1: "sequence"},
-    "question-answering": {0: "batch", 1: "sequence"},
-}
 INPUT_AXES = {0: "batch", 1: "sequence"}
 # Two example inputs of different lengths, so the traced graph sees a padded batch (batch and sequence > 1: the
 # torch.export exporter specialises a dimension of size 1).
@@ -74,7 +64,7 @@ EXAMPLE_TEXTS = ("an example sentence for tracing the graph", "short")
 # -------------------------------------------------------------------------------------------------- export
 def input_names(pred: Predictor) -> list[str]:
     """The model inputs the folder's tokenizer produces and the model's ``forward`` takes, in
-    :data:`~bert_pipeline.evaluation.predictor.MODEL_INPUTS` order (a tokenizer without ``token_type_ids`` gives a
+    :data:`~bert_pipeline.tasks.base.INPUT_KEYS` order (a tokenizer without ``token_type_ids`` gives a
     graph without them, as PyTorch then runs with its default zeros)."""
     params = inspect.signature(pred.model.forward).parameters
     produced = set(pred.tokenizer.model_input_names)
@@ -114,18 +104,18 @@ def export_onnx(pred: Predictor, path: Path, cpu_runtime: Runtime, *, opset: int
     selectable for when the TorchScript exporter is removed from torch.
 
     Returns:
-        the output names (:data:`OUTPUTS` of the head).
+        the output names (the head's: :attr:`bert_pipeline.tasks.base.TaskKind.onnx_outputs`).
     Raises:
         PipelineError: unknown exporter, or the export failed (its first line).
     """
     if exporter not in EXPORTERS:
         raise PipelineError(f"exporter {exporter!r}: expected one of {', '.join(EXPORTERS)}")
     names = input_names(pred)
-    outputs = list(OUTPUTS[pred.kind])
+    outputs = list(pred.task.onnx_outputs)
     model = cpu_runtime.place(pred.model.float())
     example = pred.tokenizer(list(EXAMPLE_TEXTS), padding=True, return_tensors="pt")
     kwargs = {name: example[name] for name in names}
-    axes = {name: INPUT_AXES for name in names} | {name: OUTPUT_AXES[pred.kind] for name in outputs}
+    axes = {name: INPUT_AXES for name in names} | {name: pred.task.onnx_output_axes for name in outputs}
     extra: dict[str, Any] = {"dynamic_axes": axes} if exporter == "torchscript" else {
         "dynamic_shapes": {name: {0: torch.export.Dim("batch"), 1: torch.export.Dim("sequence")} for name in names},
         "external_data": False}
@@ -159,39 +149,23 @@ def onnx_session(path: Path, threads: int = 1):
         raise PipelineError(f"{path}: not a loadable ONNX model ({first})") from None
 
 
-def check_outputs(session, kind: str, path: Path) -> None:
-    """Refuse a graph whose outputs are not the head's: names :data:`OUTPUTS` and rank 2 (``(batch, labels)``,
+def check_outputs(session, kind: TaskKind, path: Path) -> None:
+    """Refuse a graph whose outputs are not the ``kind`` head's: its output names and rank 2 (``(batch, labels)``,
     ``(batch, sequence)`` for QA) or 3 (``(batch, sequence, labels)`` for NER). An export of the bare encoder
     (``last_hidden_state``, rank 3) is how QA exports gave wrong answers in onnxruntime#14153.
 
     Raises:
         PipelineError: names or ranks differ.
     """
-    want_rank = 3 if kind == "token-classification" else 2
     got = [(o.name, len(o.shape)) for o in session.get_outputs()]
-    want = [(name, want_rank) for name in OUTPUTS[kind]]
+    want = [(name, kind.onnx_output_rank) for name in kind.onnx_outputs]
     if got != want:
-        raise PipelineError(f"{path}: outputs {got} (name, rank); a {kind} head gives {want}")
+        raise PipelineError(f"{path}: outputs {got} (name, rank); a {kind.head} head gives {want}")
 
 
 # ------------------------------------------------------------------------------------------------ encoding
-@dataclass
-class Encoded:
-    """Check inputs as model windows: ``features`` (per window the model inputs, lists of ints); ``examples``:
-    how many inputs they came from; QA only: ``contexts``, ``example_index`` and ``offset_mapping``
-    (:func:`~bert_pipeline.model.heads.prepare_qa_features`)."""
-
-    kind: str
-    features: list[dict[str, list[int]]]
-    examples: int
-    contexts: list[str] = field(default_factory=list)
-    example_index: list[int] = field(default_factory=list)
-    offset_mapping: list[Any] = field(default_factory=list)
-
-
-# The columns of the task data contract (ARCHITECTURE.md) each head reads.
-INPUT_COLUMNS = {"sequence-classification": ("text",), "token-classification": ("tokens",),
-                 "question-answering": ("question", "context")}
+Encoded = EncodedInputs
+"""Check inputs as model windows (the task kind's :meth:`~bert_pipeline.tasks.base.TaskKind.encode_inputs`)."""
 
 
 def encode_examples(pred: Predictor, examples: Sequence[Mapping[str, Any]], max_seq_length: int,
@@ -204,7 +178,7 @@ def encode_examples(pred: Predictor, examples: Sequence[Mapping[str, Any]], max_
     Raises:
         PipelineError: no examples, an example without the head's columns, or windows that leave no room.
     """
-    columns = INPUT_COLUMNS[pred.kind]
+    columns = pred.task.input_columns
     if not examples:
         raise PipelineError(f"{pred.model_dir}: no check inputs (a {pred.kind} model reads {', '.join(columns)})")
     for i, ex in enumerate(examples):
@@ -214,31 +188,11 @@ def encode_examples(pred: Predictor, examples: Sequence[Mapping[str, Any]], max_
                                 f"{', '.join(missing)} missing (got {', '.join(sorted(ex)) or 'nothing'})")
     tok, length = pred.tokenizer, max_length(pred, max_seq_length)
     names = input_names(pred)
-    if pred.kind == "sequence-classification":
-        pairs = [str(ex["text_pair"]) for ex in examples] if any("text_pair" in ex for ex in examples) else None
-        if pairs is not None and not all("text_pair" in ex for ex in examples):
-            raise PipelineError("check inputs: some have text_pair and some do not; a pair classifier reads "
-                                "text and text_pair in every input")
-        # pairs as fine-tuning encodes them (bert_pipeline.data.kinds.encode_sequences): token_type_ids 0 then 1
-        enc = (tok([str(ex["text"]) for ex in examples], pairs, truncation="longest_first", max_length=length)
-               if pairs is not None else tok([str(ex["text"]) for ex in examples], truncation=True, max_length=length))
-        features = [{k: enc[k][i] for k in names} for i in range(len(examples))]
-        return Encoded(pred.kind, features, len(examples))
     stride = 128 if doc_stride is None else doc_stride
     try:
-        if pred.kind == "token-classification":
-            room = length - tok.num_special_tokens_to_add(pair=False)
-            windows = tokenize_ner(tok, [list(ex["tokens"]) for ex in examples], None, length,
-                                   min(stride, max(room - 1, 0)))
-            features = [{k: f[k] for k in names} for f in windows.features]
-            return Encoded(pred.kind, features, len(examples))
-        contexts = [str(ex["context"]) for ex in examples]
-        feats = prepare_qa_features(tok, [str(ex["question"]) for ex in examples], contexts, None, length, stride)
+        return pred.task.encode_inputs(tok, examples, names, length, stride)
     except ValueError as exc:
         raise PipelineError(f"max_seq_length {length}, doc_stride {stride}: {exc}") from None
-    features = [{k: feats[k][i] for k in names} for i in range(len(feats["input_ids"]))]
-    return Encoded(pred.kind, features, len(examples), contexts, list(feats["example_index"]),
-                   list(feats["offset_mapping"]))
 
 
 # ------------------------------------------------------------------------------------------------- running
@@ -247,19 +201,19 @@ Forward = Callable[[dict[str, np.ndarray]], list[np.ndarray]]
 
 def torch_forward(pred: Predictor, runtime: Runtime) -> Forward:
     """A batch of int64 arrays ``(batch, seq)`` -> the head's outputs from PyTorch on ``runtime``'s device, fp32
-    (float32 numpy, in :data:`OUTPUTS` order). The model is placed on that device."""
+    (float32 numpy, in the kind's ``onnx_outputs`` order). The model is placed on that device."""
     model = runtime.place(pred.model)
 
     def run(batch: dict[str, np.ndarray]) -> list[np.ndarray]:
         with torch.inference_mode():
             out = model(**runtime.to_device({k: torch.from_numpy(v) for k, v in batch.items()}))
-        return [getattr(out, name).float().cpu().numpy() for name in OUTPUTS[pred.kind]]
+        return [getattr(out, name).float().cpu().numpy() for name in pred.task.onnx_outputs]
     return run
 
 
-def onnx_forward(session, kind: str) -> Forward:
-    """Like :func:`torch_forward`, from an ONNX Runtime session."""
-    names = list(OUTPUTS[kind])
+def onnx_forward(session, kind: TaskKind) -> Forward:
+    """Like :func:`torch_forward`, from an ONNX Runtime session of a ``kind`` head."""
+    names = list(kind.onnx_outputs)
     return lambda batch: session.run(names, batch)
 
 
@@ -267,7 +221,7 @@ def window_logits(forward: Forward, pred: Predictor, enc: Encoded, batch_size: i
     """Per output name, per window its logits cut to the window's own length (``(labels,)`` for a sentence;
     ``(tokens, labels)`` or ``(tokens,)`` per window otherwise). Windows run in their order, ``batch_size`` at a
     time, each batch padded to its longest window (so the graph sees several batch sizes and lengths)."""
-    names = OUTPUTS[pred.kind]
+    names = pred.task.onnx_outputs
     out: dict[str, list[np.ndarray]] = {name: [] for name in names}
     for i in range(0, len(enc.features), batch_size):
         chunk = enc.features[i:i + batch_size]
@@ -276,7 +230,7 @@ def window_logits(forward: Forward, pred: Predictor, enc: Encoded, batch_size: i
         for name, logits in zip(names, forward(batch), strict=True):
             for j, feature in enumerate(chunk):
                 n = len(feature["input_ids"])
-                out[name].append(logits[j] if pred.kind == "sequence-classification" else logits[j, :n])
+                out[name].append(logits[j] if pred.task.per_example else logits[j, :n])
     return out
 
 
@@ -284,14 +238,8 @@ def predictions(enc: Encoded, logits: Mapping[str, Sequence[np.ndarray]], n_best
                 max_answer_length: int = 30) -> list[Any]:
     """What the head predicts from ``logits`` (:func:`window_logits`): per sentence its arg-max label id; per real
     token of every window its arg-max label id (NER, windows in order); per example the decoded answer text (QA,
-    through :func:`~bert_pipeline.model.heads.decode_qa`, the decoder of fine-tuning's scoring and ``predict``)."""
-    if enc.kind == "sequence-classification":
-        return [int(np.argmax(x)) for x in logits["logits"]]
-    if enc.kind == "token-classification":
-        return [int(p) for x in logits["logits"] for p in np.argmax(x, axis=-1)]
-    spans = decode_qa(enc.contexts, enc.example_index, enc.offset_mapping, logits["start_logits"],
-                      logits["end_logits"], n_best, max_answer_length)
-    return [span.text for span in spans]
+    through :func:`~bert_pipeline.tasks.qa.decode_qa`, the decoder of fine-tuning's scoring and ``predict``)."""
+    return enc.kind.window_predictions(enc, logits, n_best, max_answer_length)
 
 
 @dataclass(frozen=True)
@@ -328,7 +276,7 @@ def check_parity(pred: Predictor, session, enc: Encoded, runtime: Runtime, batch
     ``max_abs_diff`` is rounded to 3 significant digits (run-to-run float noise stays out of the metrics file).
     """
     ref = window_logits(torch_forward(pred, runtime), pred, enc, batch_size)
-    got = window_logits(onnx_forward(session, pred.kind), pred, enc, batch_size)
+    got = window_logits(onnx_forward(session, pred.task), pred, enc, batch_size)
     diffs = {name: float(f"{max(float(np.max(np.abs(a - b))) for a, b in zip(ref[name], got[name], strict=True)):.3g}")
              for name in ref}
     mine = predictions(enc, ref, n_best, max_answer_length)
@@ -374,7 +322,7 @@ def compare_latency(pred: Predictor, onnx_path: Path, enc: Encoded, cpu_runtime:
     """
     session = onnx_session(onnx_path, threads)
     singles = [{k: np.asarray([v], dtype=np.int64) for k, v in f.items()} for f in enc.features[:max(examples, 1)]]
-    run_torch, run_onnx = torch_forward(pred, cpu_runtime), onnx_forward(session, pred.kind)
+    run_torch, run_onnx = torch_forward(pred, cpu_runtime), onnx_forward(session, pred.task)
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
@@ -395,6 +343,7 @@ class ExportReport:
     source: str
     kind: str
     opset: int
+    output_axes: dict[int, str]
     exporter: str
     inputs: list[str]
     outputs: list[str]
@@ -412,7 +361,7 @@ class ExportReport:
         return {"source": self.source, "kind": self.kind, "file": ONNX_FILE, "opset": self.opset,
                 "exporter": self.exporter, "inputs": self.inputs, "outputs": self.outputs,
                 "dynamic_axes": {name: list(INPUT_AXES.values()) for name in self.inputs}
-                | {name: list(OUTPUT_AXES[self.kind].values()) for name in self.outputs},
+                | {name: list(self.output_axes.values()) for name in self.outputs},
                 "versions": {"torch": torch.__version__.split("+")[0], "onnx": onnx.__version__,
                              "onnxruntime": onnxruntime.__version__},
                 "sha256": self.onnx_sha256, "bytes": self.onnx_bytes, "parity": self.parity.as_dict()}
@@ -450,7 +399,7 @@ def export_folder(model_dir: Path, out_dir: Path, examples: Sequence[Mapping[str
             path = tmp / ONNX_FILE
             outputs = export_onnx(pred, path, cpu_runtime, opset=opset, exporter=exporter)
             session = onnx_session(path, threads)
-            check_outputs(session, pred.kind, path)
+            check_outputs(session, pred.task, path)
             parity = check_parity(pred, session, enc, runtime, batch_size, n_best, max_answer_length)
             worst = max(parity.max_abs_diff, key=parity.max_abs_diff.get)
             if tolerance is not None and parity.max_abs_diff[worst] > tolerance:
@@ -462,8 +411,8 @@ def export_folder(model_dir: Path, out_dir: Path, examples: Sequence[Mapping[str
             for name in COPIED_FILES:
                 if (Path(model_dir) / name).is_file():
                     shutil.copyfile(Path(model_dir) / name, tmp / name)
-            report = ExportReport(Path(model_dir).as_posix(), pred.kind, opset, exporter, input_names(pred), outputs,
-                                  sha256_file(path), path.stat().st_size, parity, latency)
+            report = ExportReport(Path(model_dir).as_posix(), pred.kind, opset, pred.task.onnx_output_axes, exporter,
+                                  input_names(pred), outputs, sha256_file(path), path.stat().st_size, parity, latency)
             write_json(tmp / FACTS_FILE, report.facts())
     finally:
         torch.set_num_threads(before)
@@ -473,6 +422,6 @@ def export_folder(model_dir: Path, out_dir: Path, examples: Sequence[Mapping[str
                     json.dumps(parity.max_abs_diff))
     log.info("%s -> %s: max |logit diff| %s, agreement %.4f over %d %s; b=1 %.2f ms PyTorch, %.2f ms ONNX Runtime",
              model_dir, out_dir, json.dumps(parity.max_abs_diff), parity.agreement, parity.compared,
-             {"sequence-classification": "sentences", "token-classification": "tokens"}.get(pred.kind, "answers"),
+             pred.task.prediction_unit,
              latency.pytorch_ms, latency.onnxruntime_ms)
     return report

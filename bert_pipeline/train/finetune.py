@@ -13,19 +13,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from datasets import Dataset, DatasetDict
-from transformers import DataCollatorWithPadding
 
-from bert_pipeline.data import kinds
-from bert_pipeline.evaluation import metrics as task_metrics
-from bert_pipeline.model import heads
+from bert_pipeline import tasks
+from bert_pipeline.tasks import HeldoutScorer
 from bert_pipeline.train.finetune_data import (
-    WINDOW_KEYS,
     FinetuneError,
     collator,
-    encode_sequence_split,
     encode_train,
     load_task,
     subsample,
@@ -69,64 +64,14 @@ def forward_all(model, features: list[dict[str, list[int]]], collate, batch_size
     return out
 
 
-@dataclass(frozen=True)
-class HeldoutScorer:
-    """A held-out split's gold ``references`` (one per example), a ``predict`` function ``model -> predictions``
-    (one per example, in the split's order) and ``score`` ``(references, predictions) -> metrics``. Calling it with a
-    model gives the split's metrics; the parts serve per-example analyses such as a paired bootstrap
-    (:func:`bert_pipeline.evaluation.metrics.paired_bootstrap_share`).
-
-    Per kind: regression a float per example (Pearson, Spearman, MSE); classification the label id (accuracy, F1);
-    NER the word-level BIO tag list (entity-level F1, seqeval); QA the answer text against the reference answers (exact
-    match, F1)."""
-
-    references: list[Any]
-    predict: Callable[[Any], list[Any]]
-    score: Callable[[Sequence[Any], Sequence[Any]], dict[str, float]]
-
-    def __call__(self, model) -> dict[str, float]:
-        return self.score(self.references, self.predict(model))
-
-
 def make_evaluator(kind: str, tokenizer, ds: Dataset, task: dict[str, Any], label_names: Sequence[str] | None,
                    batch_size: int, runtime: Runtime) -> HeldoutScorer:
-    """A :class:`HeldoutScorer` on ``ds``, called as ``model -> metrics`` (features are encoded once; the model runs
-    on ``runtime``)."""
-    collate = DataCollatorWithPadding(tokenizer, return_tensors="pt")
-    if kind == kinds.REGRESSION or kinds.is_sequence_kind(kind):
-        enc = encode_sequence_split(kind, tokenizer, ds, task["max_length"])
-        feats = [{k: enc[k][i] for k in enc} for i in range(len(ds))]
-        if kind == kinds.REGRESSION:
-            return HeldoutScorer([float(x) for x in ds["label"]],
-                                 lambda model: [float(x[0]) for x in forward_all(model, feats, collate, batch_size,
-                                                                                 runtime)],
-                                 task_metrics.regression_metrics)
-        return HeldoutScorer(list(ds["label"]),
-                             lambda model: [int(np.argmax(x)) for x in forward_all(model, feats, collate, batch_size,
-                                                                                   runtime)],
-                             lambda gold, pred: task_metrics.classification_metrics(gold, pred, len(label_names)))
-    if kind == "ner":
-        # every gold word is scored: long sentences are windowed, each word read from its most centred window
-        windows = heads.tokenize_ner(tokenizer, list(ds["tokens"]), None, task["max_length"], task["doc_stride"])
+    """A :class:`~bert_pipeline.tasks.base.HeldoutScorer` on ``ds``, called as ``model -> metrics`` (the kind's:
+    :meth:`~bert_pipeline.tasks.base.TaskKind.scorer`; features encoded once, the model run on ``runtime``)."""
 
-        def predict_tags(model):
-            logits = forward_all(model, windows.features, collate, batch_size, runtime)
-            words = heads.word_predictions(windows, [np.argmax(x, -1) for x in logits])
-            return [[label_names[p] for p in sent] for sent in words]
-        return HeldoutScorer([[label_names[t] for t in tags] for tags in list(ds["ner_tags"])], predict_tags,
-                             task_metrics.ner_metrics)
-    enc = heads.prepare_qa_features(tokenizer, list(ds["question"]), list(ds["context"]), None, task["max_length"], task["doc_stride"])
-    feats = [{k: enc[k][i] for k in ("input_ids", "attention_mask", "token_type_ids") if k in enc}
-             for i in range(len(enc["input_ids"]))]
-    contexts = list(ds["context"])
-
-    def predict_answers(model):
-        out = forward_all(model, feats, collate, batch_size, runtime)
-        preds = heads.decode_qa(contexts, enc["example_index"], enc["offset_mapping"], [o[0] for o in out],
-                                [o[1] for o in out], task["n_best"], task["max_answer_length"])
-        return [p[0] for p in preds]
-    return HeldoutScorer([a["text"] for a in list(ds["answers"])], predict_answers,
-                         lambda refs, preds: task_metrics.squad_metrics(preds, refs))
+    def forward(model, features, collate):
+        return forward_all(model, features, collate, batch_size, runtime)
+    return tasks.get(kind).scorer(tokenizer, ds, task, label_names, forward)
 
 
 def heldout_evaluators(task_dir: Path, dd: DatasetDict, info: dict[str, Any], tokenizer, task: dict[str, Any],
@@ -322,7 +267,7 @@ def finetune_task(
 
     dd, info = load_task(task_dir)
     kind, label_names, main = info["kind"], info.get("label_names"), info["main_metric"]
-    missing = [k for k in WINDOW_KEYS.get(kind, ()) if task.get(k) is None]
+    missing = [k for k in tasks.get(kind).window_keys if task.get(k) is None]
     if missing:
         raise FinetuneError(f"finetune.tasks.{task_dir.name}.{missing[0]}: required for a {kind.upper()} task, got null")
     tokenizer = load_tokenizer(member.path)

@@ -1,6 +1,6 @@
 """Fine-tuning's task data: the task folder (:func:`load_task`), the seeded subsets (:func:`subsample`),
-model-ready features (:func:`encode_train`: NER and QA in windows of ``max_length`` / ``doc_stride``), the
-collator and length-grouped batches; :class:`FinetuneError`, the one-line failure every fine-tuning module raises.
+model-ready features (:func:`encode_train`, the kind's: :mod:`bert_pipeline.tasks`), the collator and
+length-grouped batches; :class:`FinetuneError`, the one-line failure every fine-tuning module raises.
 
 The loop that trains on these features: :mod:`bert_pipeline.train.finetune_loop`; the runs over seeds and their
 evaluation: :mod:`bert_pipeline.train.finetune`.
@@ -15,17 +15,8 @@ from typing import Any
 
 import numpy as np
 from datasets import Dataset, DatasetDict, load_from_disk
-from transformers import DataCollatorForTokenClassification, DataCollatorWithPadding
 
-from bert_pipeline.data import kinds
-from bert_pipeline.model import heads
-
-QA_KEYS = ("doc_stride", "n_best", "max_answer_length")
-WINDOW_KEYS = {"qa": QA_KEYS, "ner": ("doc_stride",)}
-"""Task knobs a kind needs (null in the schema for the other kinds)."""
-"""The task knobs extractive QA needs (windows and n-best decoding)."""
-
-MODEL_KEYS = ("input_ids", "attention_mask", "token_type_ids", "labels", "start_positions", "end_positions")
+from bert_pipeline import tasks
 
 
 class FinetuneError(RuntimeError):
@@ -69,36 +60,19 @@ def subsample(ds: Dataset, n: int | None, seed: int) -> Dataset:
 
 # ---------------------------------------------------------------------------------------------- encoding
 def encode_train(kind: str, tokenizer, ds: Dataset, task: dict[str, Any]) -> list[dict[str, list[int]]]:
-    """Model-ready training features, one dict per example (NER and QA: per window of a long sentence/context).
+    """Model-ready training features of a task of ``kind``, one dict per example or window
+    (:meth:`bert_pipeline.tasks.base.TaskKind.encode_train`).
 
     Raises:
         ValueError: windows that ``task``'s ``max_length`` / ``doc_stride`` cannot build.
     """
-    if kinds.is_sequence_kind(kind):
-        enc = encode_sequence_split(kind, tokenizer, ds, task["max_length"])
-        enc["labels"] = [float(x) for x in ds["label"]] if kind == kinds.REGRESSION else list(ds["label"])
-    elif kind == "ner":
-        return heads.tokenize_ner(tokenizer, list(ds["tokens"]), list(ds["ner_tags"]), task["max_length"],
-                                  task["doc_stride"]).features
-    else:
-        enc = heads.prepare_qa_features(tokenizer, list(ds["question"]), list(ds["context"]), list(ds["answers"]),
-                                        task["max_length"], task["doc_stride"])
-    keys = [k for k in MODEL_KEYS if k in enc]
-    return [{k: enc[k][i] for k in keys} for i in range(len(enc["input_ids"]))]
-
-
-def encode_sequence_split(kind: str, tokenizer, ds: Dataset, max_length: int):
-    """One split of a sequence kind encoded (:func:`bert_pipeline.data.kinds.encode_sequences`): pairs when
-    :func:`bert_pipeline.data.kinds.has_pair` says so, else single texts."""
-    pairs = list(ds["text_pair"]) if kinds.has_pair(kind, ds.column_names) else None
-    return kinds.encode_sequences(tokenizer, list(ds["text"]), pairs, max_length)
+    return tasks.get(kind).encode_train(tokenizer, ds, task)
 
 
 def collator(kind: str, tokenizer):
-    """Pads a list of features into a batch of tensors ``(batch, seq_len)``; NER labels padded with -100."""
-    if kind == "ner":
-        return DataCollatorForTokenClassification(tokenizer, return_tensors="pt")
-    return DataCollatorWithPadding(tokenizer, return_tensors="pt")
+    """Pads a list of features into a batch of tensors ``(batch, seq_len)`` (:meth:`bert_pipeline.tasks.base.
+    TaskKind.collator`: per-token labels padded with -100)."""
+    return tasks.get(kind).collator(tokenizer)
 
 
 def length_grouped_batches(lengths: Sequence[int], batch_size: int, rng: np.random.Generator,

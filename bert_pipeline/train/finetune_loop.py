@@ -25,15 +25,9 @@ from typing import Any
 import numpy as np
 import torch
 from tqdm.auto import tqdm
-from transformers import (
-    AutoConfig,
-    AutoModelForQuestionAnswering,
-    AutoModelForTokenClassification,
-    get_linear_schedule_with_warmup,
-)
+from transformers import AutoConfig, get_linear_schedule_with_warmup
 
-from bert_pipeline.data import kinds
-from bert_pipeline.model import heads
+from bert_pipeline import tasks
 from bert_pipeline.model.configs import build_config, load_weights
 from bert_pipeline.train.finetune_data import FinetuneError, length_grouped_batches
 from bert_pipeline.train.optim import make_optimizer
@@ -74,34 +68,23 @@ def build_model(
     kind: str, path: str, init: str, size: str | None, pooling: str, label_names: Sequence[str] | None,
     vocab_size: int, seed: int,
 ):
-    """The model for ``kind`` (:data:`bert_pipeline.data.kinds.KINDS`) from ``path``; regression: one output,
-    ``problem_type="regression"`` (MSE loss), ``label_names`` None.
+    """The model for ``kind`` (:data:`bert_pipeline.tasks.KINDS`) from ``path``: the kind's head config
+    (:meth:`~bert_pipeline.tasks.base.TaskKind.label_config`) and class (:meth:`~bert_pipeline.tasks.base.TaskKind.
+    model_class`); regression: one output, ``problem_type="regression"`` (MSE loss), ``label_names`` None.
 
     ``init == "pretrained"``: its weights, new head. ``"random"``: its config (or the named ``size``, with
     ``vocab_size``) with every weight drawn afresh under ``seed`` (the no-pre-training baseline).
     """
     torch.manual_seed(seed)
-    label_kw: dict[str, Any] = {}
-    if kind == kinds.REGRESSION:
-        label_kw = {"num_labels": 1, "problem_type": kinds.PROBLEM_TYPE[kind]}
-    elif label_names is not None:
-        label_kw = {"num_labels": len(label_names), "id2label": dict(enumerate(label_names)),
-                    "label2id": {n: i for i, n in enumerate(label_names)}}
+    task_kind = tasks.get(kind)
+    label_kw = task_kind.label_config(label_names)
     if init == "random" and size is not None:
         config = build_config(size, vocab_size, key="finetune.models")
         for key, value in label_kw.items():
             setattr(config, key, value)
     else:
         config = AutoConfig.from_pretrained(path, **label_kw)
-    if kinds.is_sequence_kind(kind):
-        config.classifier_pooling = pooling
-        if kind != kinds.CLASSIFICATION:  # serving reads it (pairs in, or a value out); classifiers' configs unchanged
-            config.task_kind = kind
-        cls = heads.sequence_classifier_class(pooling, config.model_type)
-    elif kind == "ner":
-        cls = AutoModelForTokenClassification
-    else:
-        cls = AutoModelForQuestionAnswering
+    cls = task_kind.model_class(config, pooling)
     if init == "random":
         return cls.from_config(config) if hasattr(cls, "from_config") else cls(config)
     return load_weights(cls, path, config=config)[0]

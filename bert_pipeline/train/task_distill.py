@@ -12,7 +12,7 @@
 3. :func:`distill_task` builds the student from some of the teacher's layers, its lowest or every other one
    (:func:`bert_pipeline.model.distillation.build_student`, task head included) and trains it, once per seed, with
    ``alpha_ce * KL(teacher || student at T) * T^2 + alpha_task * task loss``
-   (:func:`bert_pipeline.model.distillation.task_distillation_loss`) in the fine-tuning loop
+   (:func:`task_distillation_loss`, each kind's soft and hard terms) in the fine-tuning loop
    (:func:`bert_pipeline.train.finetune_loop.fit`: early stopping on validation, test read once after).
 """
 
@@ -29,10 +29,11 @@ import numpy as np
 import torch
 from datasets import Dataset
 
-from bert_pipeline.data import kinds
+from bert_pipeline import tasks
 from bert_pipeline.data.masking import IGNORE_INDEX
 from bert_pipeline.errors import SettingError
 from bert_pipeline.model import distillation
+from bert_pipeline.tasks.base import LABEL_KEYS
 from bert_pipeline.train.finetune import (
     FinetuneOutcome,
     forward_all,
@@ -56,7 +57,6 @@ log = logging.getLogger(__name__)
 
 LOGITS_FILE = "logits.npy"
 INDEX_FILE = "teacher_logits.json"
-LABEL_KEYS = ("labels", "start_positions", "end_positions")
 
 
 # ------------------------------------------------------------------------------------------ the transfer set
@@ -106,13 +106,14 @@ def transfer_features(kind: str, tokenizer, train: Dataset, rows: TransferSet, t
     Raises:
         ValueError: windows that ``task``'s ``max_length`` / ``doc_stride`` cannot build.
     """
-    out = TransferFeatures([], [] if kind == "ner" else None)
+    task_kind = tasks.get(kind)
+    out = TransferFeatures([], [] if task_kind.position_mask else None)
     for part, blank in ((rows.labelled, False), (rows.teacher_only, True)):
         if not part:
             continue
         for feature in encode_train(kind, tokenizer, train.select(part), task):
-            if out.scored is not None:  # gold labels sit exactly at each word's first sub-token
-                out.scored.append([label != IGNORE_INDEX for label in feature["labels"]])
+            if out.scored is not None:  # read before a teacher-only row's labels are blanked
+                out.scored.append(task_kind.scored_positions(feature))
             if blank:
                 feature = {key: ([IGNORE_INDEX] * len(value) if isinstance(value, list) else IGNORE_INDEX)
                            if key in LABEL_KEYS else value for key, value in feature.items()}
@@ -144,9 +145,7 @@ def compute_teacher_logits(teacher, tokenizer, kind: str, features: TransferFeat
 
     pad = DataCollatorWithPadding(tokenizer, return_tensors="pt")
     out = forward_all(runtime.place(teacher), features.features, pad, batch_size, runtime)
-    if kind == "qa":
-        return [np.stack([start, end], axis=-1).astype(np.float32) for start, end in out]
-    return [np.asarray(x, dtype=np.float32) for x in out]
+    return tasks.get(kind).teacher_logits(out)
 
 
 def save_teacher_logits(folder: Path, logits: Sequence[np.ndarray], record: dict[str, Any]) -> None:
@@ -179,7 +178,7 @@ def load_teacher_logits(folder: Path) -> TeacherLogits:
         raise FinetuneError(f"{array}: {flat.shape[0]} rows, but {INDEX_FILE} lists {sum(lengths)}; rerun "
                             f"`dvc repro teacher_logits@{folder.name}`")
     cuts = np.cumsum([0, *lengths])
-    single = record["kind"] in kinds.LABELLED_KINDS
+    single = tasks.get(record["kind"]).per_example
     return TeacherLogits([flat[a] if single else flat[a:b] for a, b in zip(cuts[:-1], cuts[1:], strict=True)], record)
 
 
@@ -216,52 +215,50 @@ def label_task(task_dir: Path, teacher_dir: Path, task: dict[str, Any], *, teach
 
 
 # ----------------------------------------------------------------------------------------- the objective
-def teacher_batch(kind: str, cached: Sequence[np.ndarray], scored: Sequence[Sequence[bool]] | None,
-                  indices: Sequence[int], seq_len: int) -> tuple[Any, torch.Tensor | None]:
-    """The cached teacher logits of a batch's features as tensors padded to ``seq_len`` (right padding, as the
-    collators pad), and NER's scored-position mask ``(batch, seq_len)`` bool (None for the other kinds).
+@dataclass
+class TaskDistillationLoss:
+    """``total = alpha_ce * soft + alpha_task * hard`` and its unweighted terms (scalar tensors)."""
 
-    Returns:
-        classification ``(batch, num_labels)``; NER ``(batch, seq_len, num_labels)``; QA a ``(start, end)`` pair of
-        ``(batch, seq_len)``; float32.
+    total: torch.Tensor
+    soft: torch.Tensor
+    hard: torch.Tensor
+
+
+def task_distillation_loss(kind: tasks.TaskKind, student_logits: Any, teacher_logits: Any, labels: Any,
+                           mask: torch.Tensor | None, *, temperature: float, alpha_ce: float,
+                           alpha_task: float) -> TaskDistillationLoss:
+    """Task-specific distillation (Sanh et al. 2019, §4.2; Hinton et al. 2015):
+    ``alpha_ce * soft_target_loss + alpha_task * hard_target_loss``, each term the kind's
+    (:meth:`~bert_pipeline.tasks.base.TaskKind.soft_target_loss`, :meth:`~bert_pipeline.tasks.base.TaskKind.
+    hard_target_loss`, which give the shapes per kind).
+
+    Raises:
+        ValueError: a negative weight, both weights 0, ``temperature`` <= 0 or a kind without a distribution to
+            match (regression).
     """
-    if kind in kinds.LABELLED_KINDS:
-        return torch.from_numpy(np.stack([cached[i] for i in indices])), None
-    width = cached[indices[0]].shape[-1]
-    out = np.zeros((len(indices), seq_len, width), dtype=np.float32)
-    for j, i in enumerate(indices):
-        out[j, :cached[i].shape[0]] = cached[i]
-    logits = torch.from_numpy(out)
-    if kind == "qa":
-        return (logits[..., 0], logits[..., 1]), None
-    mask = np.zeros((len(indices), seq_len), dtype=bool)
-    for j, i in enumerate(indices):
-        mask[j, :len(scored[i])] = scored[i]
-    return logits, torch.from_numpy(mask)
+    if min(alpha_ce, alpha_task) < 0 or max(alpha_ce, alpha_task) <= 0:
+        raise ValueError(f"alpha_ce, alpha_task: expected >= 0 and not both 0, got {(alpha_ce, alpha_task)}")
+    soft = kind.soft_target_loss(student_logits, teacher_logits, mask, temperature)
+    hard = kind.hard_target_loss(student_logits, labels)
+    return TaskDistillationLoss(total=alpha_ce * soft + alpha_task * hard, soft=soft.detach(), hard=hard.detach())
 
 
 def distillation_objective(kind: str, cached: Sequence[np.ndarray], scored: Sequence[Sequence[bool]] | None, *,
                            temperature: float, alpha_ce: float, alpha_task: float) -> Callable[..., torch.Tensor]:
     """The loss hook of :func:`bert_pipeline.train.finetune_loop.fit` for task-specific distillation: the student's
     logits on the batch against the cached teacher logits of the same features
-    (:func:`bert_pipeline.model.distillation.task_distillation_loss`)."""
+    (:func:`task_distillation_loss`; the kind lays out the batch's teacher logits,
+    :meth:`~bert_pipeline.tasks.base.TaskKind.teacher_batch`, and the student's,
+    :meth:`~bert_pipeline.tasks.base.TaskKind.student_terms`)."""
+    task_kind = tasks.get(kind)
 
     def loss_fn(model, batch: dict[str, torch.Tensor], indices: list[int]) -> torch.Tensor:
         inputs = {k: v for k, v in batch.items() if k not in LABEL_KEYS}
         out = model(**inputs)
-        seq_len = batch["input_ids"].shape[1]
-        teacher, mask = teacher_batch(kind, cached, scored, indices, seq_len)
-        device = batch["input_ids"].device
-        if kind == "qa":
-            student = (out.start_logits, out.end_logits)
-            teacher = tuple(t.to(device) for t in teacher)
-            labels = (batch["start_positions"], batch["end_positions"])
-            mask = batch["attention_mask"].bool()
-        else:
-            student, teacher, labels = out.logits, teacher.to(device), batch["labels"]
-            mask = mask.to(device) if mask is not None else None
-        return distillation.task_distillation_loss(kind, student, teacher, labels, mask, temperature=temperature,
-                                                   alpha_ce=alpha_ce, alpha_task=alpha_task).total
+        teacher, mask = task_kind.teacher_batch(cached, scored, indices, batch["input_ids"].shape[1])
+        student, teacher, labels, mask = task_kind.student_terms(out, batch, teacher, mask)
+        return task_distillation_loss(task_kind, student, teacher, labels, mask, temperature=temperature,
+                                      alpha_ce=alpha_ce, alpha_task=alpha_task).total
 
     return loss_fn
 
@@ -324,7 +321,7 @@ def distill_task(
     tokenizer = teacher.tokenizer
     with task_windows(task_dir):
         features = transfer_features(kind, tokenizer, dd["train"], rows, task)
-    lengths = [1 if kind in kinds.LABELLED_KINDS else len(f["input_ids"]) for f in features.features]
+    lengths = [1 if tasks.get(kind).per_example else len(f["input_ids"]) for f in features.features]
     if lengths != cache.record["lengths"]:
         raise FinetuneError(f"{logits_dir}: the cached teacher logits do not match the transfer set's features "
                             f"({len(cache.logits)} cached, {len(lengths)} now); rerun `dvc repro teacher_logits@"

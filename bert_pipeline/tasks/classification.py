@@ -1,0 +1,50 @@
+"""``classification``: one text (``text``), a class label (``label``, ClassLabel); ``[CLS]`` (or mean) -> Linear,
+cross-entropy (Devlin et al. 2019, §4.1); scored by accuracy (main) and macro-F1."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from bert_pipeline.tasks.sequence import SequenceKind
+
+
+def classification_metrics(labels: Sequence[int], preds: Sequence[int], num_labels: int) -> dict[str, float]:
+    """Accuracy and macro-F1 (unweighted mean of per-class F1 over the ``num_labels`` classes; a class absent
+    from both gold and predictions is skipped).
+
+    Returns:
+        ``{"accuracy", "macro_f1"}``.
+    Raises:
+        ValueError: empty or unequal inputs.
+    """
+    if not labels or len(labels) != len(preds):
+        raise ValueError(f"need equal, non-empty label and prediction lists, got {len(labels)} and {len(preds)}")
+    correct = sum(int(a == b) for a, b in zip(labels, preds, strict=True))
+    f1s = []
+    for c in range(num_labels):
+        tp = sum(1 for a, b in zip(labels, preds, strict=True) if a == c and b == c)
+        fp = sum(1 for a, b in zip(labels, preds, strict=True) if a != c and b == c)
+        fn = sum(1 for a, b in zip(labels, preds, strict=True) if a == c and b != c)
+        if tp + fp + fn == 0:
+            continue
+        f1s.append(2 * tp / (2 * tp + fp + fn))
+    return {"accuracy": correct / len(labels), "macro_f1": sum(f1s) / len(f1s) if f1s else 0.0}
+
+
+class ClassificationKind(SequenceKind):
+    """Single-label classification of one text: the label id with the highest logit."""
+
+    name = "classification"
+    main_metric = "accuracy"
+    transformers_flavour = True
+
+    def prediction(self, output: np.ndarray) -> int:
+        return int(np.argmax(output))
+
+    def metrics(self, references, predictions, label_names=None) -> dict[str, float]:
+        return classification_metrics(references, predictions, len(label_names))
+
+
+KIND = ClassificationKind()

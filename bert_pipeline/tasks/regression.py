@@ -1,0 +1,74 @@
+"""``regression``: one text (and optionally ``text_pair``) with a float ``label``; ``[CLS]`` -> Linear with one
+output, mean squared error (Hugging Face ``problem_type="regression"``), scored by Pearson (main) and Spearman
+correlation and MSE (as GLUE scores STS-B, Wang et al. 2019). Task-specific distillation does not serve it: one
+float has no distribution to match."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from datasets import Dataset
+
+from bert_pipeline.tasks.sequence import SequenceKind
+
+
+def regression_metrics(labels: Sequence[float], preds: Sequence[float]) -> dict[str, float]:
+    """Pearson and Spearman correlation (``scipy.stats``) and mean squared error of float predictions, as GLUE
+    scores STS-B (Wang et al. 2019). A constant prediction or target has no correlation: 0.0 is reported.
+
+    Returns:
+        ``{"pearson", "spearman", "mse"}``.
+    Raises:
+        ValueError: empty or unequal inputs.
+    """
+    from scipy.stats import pearsonr, spearmanr
+
+    if not labels or len(labels) != len(preds):
+        raise ValueError(f"need equal, non-empty label and prediction lists, got {len(labels)} and {len(preds)}")
+    y, p = np.asarray(labels, dtype=np.float64), np.asarray(preds, dtype=np.float64)
+    constant = len(y) < 2 or np.ptp(y) == 0 or np.ptp(p) == 0
+    pearson = 0.0 if constant else float(pearsonr(y, p)[0])
+    spearman = 0.0 if constant else float(spearmanr(y, p)[0])
+    return {"pearson": pearson, "spearman": spearman, "mse": float(np.mean((y - p) ** 2))}
+
+
+class RegressionKind(SequenceKind):
+    """One float per example; pairs when the data has a ``text_pair`` column."""
+
+    name = "regression"
+    main_metric = "pearson"
+    problem_type = "regression"
+    distillable = False
+    transformers_flavour = False  # a value out: the flavour's pipeline gives labels
+    objective_text = "mean squared error"
+    predict_note = "the predicted value"
+
+    def has_pair(self, columns: Sequence[str] = ()) -> bool:
+        return "text_pair" in columns
+
+    def labels(self, ds: Dataset) -> list[Any]:
+        return [float(x) for x in ds["label"]]
+
+    def label_config(self, label_names):
+        return {"num_labels": 1, "problem_type": self.problem_type}
+
+    def model_class(self, config, pooling: str):
+        config.task_kind = self.name  # serving reads it: one value out
+        return super().model_class(config, pooling)
+
+    def prediction(self, output: np.ndarray) -> float:
+        return float(output[0])
+
+    def metrics(self, references, predictions, label_names=None) -> dict[str, float]:
+        return regression_metrics(references, predictions)
+
+    def _inputs_text(self) -> str:
+        return " of a text"
+
+    def _outputs_text(self, label_names) -> str:
+        return "one float (regression)"
+
+
+KIND = RegressionKind()
