@@ -22,11 +22,11 @@ from bert_pipeline.model.distillation import (
     cosine_loss,
     default_student_layers,
     distillation_loss,
-    kl_loss,
     layer_map,
     mlm_loss,
     resolve_student_layers,
 )
+from bert_pipeline.model.losses import kl_loss
 from bert_pipeline.train.runtime import make_runtime
 from tests.conftest import params_error
 

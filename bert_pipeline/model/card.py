@@ -56,32 +56,6 @@ PRECISION = {"fp32": "fp32", "bf16": "bf16 autocast", "fp16": "fp16 autocast wit
 _FRONT_MATTER = re.compile(r"\A---\n(.*?)\n---\n", re.DOTALL)
 
 
-@dataclass(frozen=True)
-class HeadCard:
-    """What a fine-tuned model's card says of its head, given by its task kind
-    (:meth:`bert_pipeline.tasks.base.TaskKind.card`).
-
-    Attributes:
-        pipeline_tag: the Hub's ``pipeline_tag`` (``text-classification``, ``token-classification``, ...).
-        head: one sentence on what the head computes.
-        auto_class: the ``transformers`` class that loads the folder.
-        pooled: True for a sequence head, whose pooling (``cls`` or ``mean``) decides how it loads.
-        objective: the fine-tuning loss in words.
-        predict_example: the arguments of an example ``bert-pipeline predict`` call after the folder.
-        predict_note: what ``predict`` prints for this head.
-        evaluation_note: a sentence on how the metric is computed, or None.
-    """
-
-    pipeline_tag: str
-    head: str
-    auto_class: str
-    pooled: bool
-    objective: str
-    predict_example: str
-    predict_note: str
-    evaluation_note: str | None = None
-
-
 # config.json field names of a shape figure: BERT's first, then other families' (DistilBERT, GPT-2, BART)
 _CONFIG_KEYS = {
     "layers": ("num_hidden_layers", "n_layers", "num_layers"),

@@ -25,7 +25,6 @@ from bert_pipeline.model.card import (
     Architecture,
     BaseModel,
     CardCitations,
-    HeadCard,
     limits_text,
     num,
     pct,
@@ -91,7 +90,7 @@ def _caveat(info: Mapping[str, Any], record: Mapping[str, Any]) -> str:
     return ""
 
 
-def _finetuned_load(folder: str, head: HeadCard, pooling: str | None) -> str:
+def _finetuned_load(folder: str, head: Any, pooling: str | None) -> str:
     if pooling == "mean":
         code = ("from transformers import AutoTokenizer\n\nfrom bert_pipeline.model.heads import load_sequence_classifier\n\n"
                 f'tokenizer = AutoTokenizer.from_pretrained("{folder}")\n'
@@ -108,7 +107,7 @@ def _finetuned_load(folder: str, head: HeadCard, pooling: str | None) -> str:
 def finetuned_card(*, name: str, task: str, record: Mapping[str, Any], task_info: Mapping[str, Any],
                    task_settings: Mapping[str, Any], member: Mapping[str, Any], loop: Mapping[str, Any],
                    architecture: Architecture, base: BaseModel, sources: Sequence[Mapping[str, Any]] = (),
-                   folder: str, cites: CardCitations, head: HeadCard) -> str:
+                   folder: str, cites: CardCitations, head: Any) -> str:
     """The card of a fine-tuned ``{model}-{task}`` folder.
 
     Args:
@@ -124,7 +123,8 @@ def finetuned_card(*, name: str, task: str, record: Mapping[str, Any], task_info
             card when ``member["init"] == "random"``: the scratch baseline starts from no weights).
         sources: ``SOURCES.json``'s ``sources``; folder: the output folder's repository-relative name; cites: the
             files and folders the card names.
-        head: what the card says of the task kind's head (:meth:`bert_pipeline.tasks.base.TaskKind.card`).
+        head: what the card says of the task kind's head (a :class:`bert_pipeline.tasks.base.HeadCard`, from
+            :meth:`bert_pipeline.tasks.base.TaskKind.card`; read by attribute).
 
     Returns:
         The card's text, ending in a newline.

@@ -29,6 +29,7 @@ from torch.nn import functional
 from bert_pipeline.data.masking import IGNORE_INDEX
 from bert_pipeline.errors import PipelineError, SettingError
 from bert_pipeline.model.families import family_of
+from bert_pipeline.model.losses import kl_loss
 from bert_pipeline.model.objectives import masked_lm_forward, top1_hits
 
 log = logging.getLogger(__name__)
@@ -148,22 +149,6 @@ def build_student(teacher: nn.Module, student_layers: int, selection: str = "uni
 
 
 # ------------------------------------------------------------------------------------------------- losses
-def kl_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor, temperature: float) -> torch.Tensor:
-    """Soft-target loss ``KL(softmax(t/T) || softmax(s/T)) * T^2`` averaged over positions (Hinton et al. 2015, §2;
-    Sanh et al. 2019, §2).
-
-    Args:
-        student_logits, teacher_logits: ``(n_positions, vocab_size)`` float logits at the MLM positions.
-        temperature: ``T`` > 0; the ``T^2`` factor keeps gradient magnitudes comparable across temperatures.
-
-    Returns:
-        A scalar float32 tensor; 0 when the student's logits equal the teacher's.
-    """
-    s = functional.log_softmax(student_logits.float() / temperature, dim=-1)
-    t = functional.log_softmax(teacher_logits.float() / temperature, dim=-1)
-    return functional.kl_div(s, t, reduction="batchmean", log_target=True) * temperature**2
-
-
 def mlm_loss(student_logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """Hard-target MLM cross-entropy, mean over positions (Devlin et al. 2019, §3.1).
 

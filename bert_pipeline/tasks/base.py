@@ -59,7 +59,7 @@ class TaskKind:
     implement the methods; an instance is stateless (the registry, :data:`bert_pipeline.tasks.KINDS`, holds one).
 
     Attributes:
-        name: the kind's name in ``task.json`` and ``params.yaml`` (``prepare_tasks.user_tasks[].kind``).
+        name: the kind's name (a task folder's ``task.json`` ``kind``, and what a user task declares).
         main_metric: what early stopping, the report and the registry rank by (higher is better).
         pipeline_tag: the Hugging Face Hub ``pipeline_tag`` of a fine-tuned model.
         auto_class: the ``transformers`` ``AutoModelFor*`` class name that loads a fine-tuned folder.
@@ -266,14 +266,37 @@ class TaskKind:
         return None
 
     def card(self, pooling: str | None, label_names: Sequence[str]):
-        """What a fine-tuned model's card says of this kind's head
-        (:class:`bert_pipeline.model.card.HeadCard`, for :func:`bert_pipeline.model.card_finetuned.finetuned_card`)."""
-        from bert_pipeline.model.card import HeadCard
-
+        """What a fine-tuned model's card says of this kind's head (:class:`HeadCard`, for
+        :func:`bert_pipeline.model.card_finetuned.finetuned_card`)."""
         return HeadCard(pipeline_tag=self.pipeline_tag, head=self.head_text(pooling, label_names),
                         auto_class=self.auto_class, pooled=self.pooled, objective=self.objective_text,
                         predict_example=self.predict_example, predict_note=self.predict_note,
                         evaluation_note=self.evaluation_note())
+
+
+@dataclass(frozen=True)
+class HeadCard:
+    """What a fine-tuned model's card says of its head, given by its task kind (:meth:`TaskKind.card`).
+
+    Attributes:
+        pipeline_tag: the Hub's ``pipeline_tag`` (``text-classification``, ``token-classification``, ...).
+        head: one sentence on what the head computes.
+        auto_class: the ``transformers`` class that loads the folder.
+        pooled: True for a sequence head, whose pooling (``cls`` or ``mean``) decides how it loads.
+        objective: the fine-tuning loss in words.
+        predict_example: the arguments of an example ``bert-pipeline predict`` call after the folder.
+        predict_note: what ``predict`` prints for this head.
+        evaluation_note: a sentence on how the metric is computed, or None.
+    """
+
+    pipeline_tag: str
+    head: str
+    auto_class: str
+    pooled: bool
+    objective: str
+    predict_example: str
+    predict_note: str
+    evaluation_note: str | None = None
 
 
 @dataclass

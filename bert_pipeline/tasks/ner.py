@@ -14,7 +14,7 @@ from datasets import Dataset
 from bert_pipeline.data.masking import IGNORE_INDEX
 from bert_pipeline.data.tokenizer import with_prefix_space
 from bert_pipeline.errors import PipelineError
-from bert_pipeline.model.distillation import kl_loss
+from bert_pipeline.model.losses import kl_loss
 from bert_pipeline.tasks.base import (
     EncodedInputs,
     Forward,

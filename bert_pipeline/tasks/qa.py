@@ -17,7 +17,7 @@ import torch
 from datasets import Dataset
 
 from bert_pipeline.errors import PipelineError
-from bert_pipeline.model.distillation import kl_loss
+from bert_pipeline.model.losses import kl_loss
 from bert_pipeline.tasks.base import (
     INPUT_KEYS,
     EncodedInputs,

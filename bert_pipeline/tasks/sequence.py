@@ -11,7 +11,7 @@ import numpy as np
 import torch
 from datasets import Dataset
 
-from bert_pipeline.model.distillation import kl_loss
+from bert_pipeline.model.losses import kl_loss
 from bert_pipeline.tasks.base import (
     EncodedInputs,
     Forward,
