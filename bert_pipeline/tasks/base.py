@@ -12,11 +12,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
-from datasets import Dataset
+
+if TYPE_CHECKING:  # torch and datasets load when a method needs them: asking a kind for its facts stays cheap
+    import torch
+    from datasets import Dataset
 
 MODEL_KEYS = ("input_ids", "attention_mask", "token_type_ids", "labels", "start_positions", "end_positions")
 """The feature keys a model's forward takes (inputs and the labels its own loss reads)."""
@@ -149,6 +151,8 @@ class TaskKind:
                       indices: Sequence[int], seq_len: int) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The cached teacher logits of a batch's features as one float32 tensor, padded right to ``seq_len`` for
         the per-token kinds, and the scored-position mask ``(batch, seq_len)`` bool where the kind has one."""
+        import torch
+
         if self.per_example:
             return torch.from_numpy(np.stack([cached[i] for i in indices])), None
         width = cached[indices[0]].shape[-1]

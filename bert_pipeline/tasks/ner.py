@@ -6,15 +6,14 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
-from datasets import Dataset
 
-from bert_pipeline.data.masking import IGNORE_INDEX
-from bert_pipeline.data.tokenizer import with_prefix_space
 from bert_pipeline.errors import PipelineError
-from bert_pipeline.model.losses import kl_loss
+
+if TYPE_CHECKING:
+    from datasets import Dataset
 from bert_pipeline.tasks.base import (
     EncodedInputs,
     Forward,
@@ -61,6 +60,9 @@ def tokenize_ner(tokenizer, tokens: list[list[str]], tags: list[list[int]] | Non
     Raises:
         ValueError: ``doc_stride`` leaves no step (it must be below ``max_length`` minus the special tokens).
     """
+    from bert_pipeline.data.masking import IGNORE_INDEX
+    from bert_pipeline.data.tokenizer import with_prefix_space
+
     room = max_length - tokenizer.num_special_tokens_to_add(pair=False)
     if room < 1 or doc_stride >= room:
         raise ValueError(f"doc_stride {doc_stride} must be below max_length {max_length} minus "
@@ -250,11 +252,15 @@ class NerKind(TaskKind):
 
     def scored_positions(self, feature: dict[str, list[int]]) -> list[bool]:
         """Gold labels sit exactly at each word's first sub-token: those positions."""
+        from bert_pipeline.data.masking import IGNORE_INDEX
+
         return [label != IGNORE_INDEX for label in feature["labels"]]
 
     def soft_target_loss(self, student_logits, teacher_logits, mask, temperature: float):
         """Logits ``(batch, seq_len, num_labels)``, one distribution per position where ``mask`` ``(batch,
         seq_len)`` bool is True (the positions the task scores: each word's first sub-token)."""
+        from bert_pipeline.model.losses import kl_loss
+
         check_temperature(temperature)
         return kl_loss(student_logits[mask], teacher_logits[mask], temperature)
 

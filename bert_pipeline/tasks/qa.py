@@ -10,14 +10,15 @@ import collections
 import re
 import string
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
-import torch
-from datasets import Dataset
 
 from bert_pipeline.errors import PipelineError
-from bert_pipeline.model.losses import kl_loss
+
+if TYPE_CHECKING:
+    import torch
+    from datasets import Dataset
 from bert_pipeline.tasks.base import (
     INPUT_KEYS,
     EncodedInputs,
@@ -250,7 +251,6 @@ def squad_metrics(predictions: Sequence[str], references: Sequence[Sequence[str]
     return {"exact_match": em / len(predictions), "f1": f1 / len(predictions)}
 
 
-@torch.no_grad()
 def answer(pred, question: str, context: str, max_seq_length: int = 384, doc_stride: int = 128,
            n_best: int = 20, max_answer_length: int = 30) -> dict:
     """The best answer span in ``context``: ``{"answer", "start", "end", "score", "logit_sum", "windows",
@@ -268,23 +268,26 @@ def answer(pred, question: str, context: str, max_seq_length: int = 384, doc_str
     Raises:
         PipelineError: the question leaves no room for the context in ``max_seq_length`` tokens.
     """
-    tok = pred.tokenizer
-    max_seq_length = max_length(pred, max_seq_length)
-    try:
-        feats = prepare_qa_features(tok, [question], [context], None, max_seq_length, doc_stride)
-    except ValueError as exc:
-        raise PipelineError(f"--max-seq-length {max_seq_length}: {exc}") from None
-    windows = [{k: feats[k][i] for k in INPUT_KEYS if k in feats} for i in range(len(feats["input_ids"]))]
-    out = pred.model(**tok.pad(windows, return_tensors="pt"))
-    lengths = [len(w["input_ids"]) for w in windows]
-    starts = [out.start_logits[i, :n].float().numpy() for i, n in enumerate(lengths)]
-    ends = [out.end_logits[i, :n].float().numpy() for i, n in enumerate(lengths)]
-    (span,) = decode_qa([context], feats["example_index"], feats["offset_mapping"], starts, ends, n_best,
-                        max_answer_length)
-    return {"answer": span.text, "start": span.start, "end": span.end,
-            "score": None if span.probability is None else round(span.probability, 4),
-            "logit_sum": None if span.score is None else round(span.score, 4), "windows": len(windows),
-            "question_truncated": feats["question_truncated"][0]}
+    import torch
+
+    with torch.no_grad():
+        tok = pred.tokenizer
+        max_seq_length = max_length(pred, max_seq_length)
+        try:
+            feats = prepare_qa_features(tok, [question], [context], None, max_seq_length, doc_stride)
+        except ValueError as exc:
+            raise PipelineError(f"--max-seq-length {max_seq_length}: {exc}") from None
+        windows = [{k: feats[k][i] for k in INPUT_KEYS if k in feats} for i in range(len(feats["input_ids"]))]
+        out = pred.model(**tok.pad(windows, return_tensors="pt"))
+        lengths = [len(w["input_ids"]) for w in windows]
+        starts = [out.start_logits[i, :n].float().numpy() for i, n in enumerate(lengths)]
+        ends = [out.end_logits[i, :n].float().numpy() for i, n in enumerate(lengths)]
+        (span,) = decode_qa([context], feats["example_index"], feats["offset_mapping"], starts, ends, n_best,
+                            max_answer_length)
+        return {"answer": span.text, "start": span.start, "end": span.end,
+                "score": None if span.probability is None else round(span.probability, 4),
+                "logit_sum": None if span.score is None else round(span.score, 4), "windows": len(windows),
+                "question_truncated": feats["question_truncated"][0]}
 
 
 class QaKind(TaskKind):
@@ -376,6 +379,8 @@ class QaKind(TaskKind):
         """A ``(start, end)`` pair of ``(batch, seq_len)`` logits, one distribution over positions per window for
         start and one for end, padding (``mask`` False) left out; the mean of the two terms (as Hugging Face's
         ``run_squad_w_distillation.py``)."""
+        from bert_pipeline.model.losses import kl_loss
+
         check_temperature(temperature)
         terms = []
         for s, t in zip(student_logits, teacher_logits, strict=True):

@@ -6,10 +6,12 @@ float has no distribution to match."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from datasets import Dataset
+
+if TYPE_CHECKING:
+    from datasets import Dataset
 
 from bert_pipeline.tasks.sequence import SequenceKind
 

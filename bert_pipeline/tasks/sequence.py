@@ -5,13 +5,13 @@ one output row per example out, from ``[CLS]`` (or mean) pooling -> Linear (Devl
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
-from datasets import Dataset
 
-from bert_pipeline.model.losses import kl_loss
+if TYPE_CHECKING:
+    import torch
+    from datasets import Dataset
 from bert_pipeline.tasks.base import (
     EncodedInputs,
     Forward,
@@ -47,7 +47,6 @@ def is_regression(pred) -> bool:
     return cfg.problem_type == "regression" or cfg.num_labels == 1
 
 
-@torch.no_grad()
 def sequence_outputs(pred, texts: Sequence[str], batch_size: int = 32, max_seq_length: int = 128,
                      text_pairs: Sequence[str] | None = None) -> torch.Tensor:
     """Raw head outputs ``(len(texts), num_labels)`` float32 in the order of ``texts``: logits, or a regression
@@ -55,19 +54,21 @@ def sequence_outputs(pred, texts: Sequence[str], batch_size: int = 32, max_seq_l
     text_pairs[i])``, encoded as fine-tuning encoded it (:func:`bert_pipeline.tasks.sequence.encode_sequences`:
     ``token_type_ids`` 0 then 1, the longer segment truncated first). Batched by length as
     :func:`class_probabilities`."""
-    lengths = [len(t) + (len(text_pairs[i]) if text_pairs is not None else 0) for i, t in enumerate(texts)]
-    order = sorted(range(len(texts)), key=lambda i: lengths[i])
-    out = torch.zeros(len(texts), pred.model.config.num_labels)
-    for i in range(0, len(order), batch_size):
-        idx = order[i:i + batch_size]
-        args = ([texts[j] for j in idx],) + (([text_pairs[j] for j in idx],) if text_pairs is not None else ())
-        enc = pred.tokenizer(*args, padding=True, truncation="longest_first" if text_pairs is not None else True,
-                             max_length=max_length(pred, max_seq_length), return_tensors="pt")
-        out[idx] = pred.model(**enc).logits.float()
-    return out
+    import torch
+
+    with torch.no_grad():
+        lengths = [len(t) + (len(text_pairs[i]) if text_pairs is not None else 0) for i, t in enumerate(texts)]
+        order = sorted(range(len(texts)), key=lambda i: lengths[i])
+        out = torch.zeros(len(texts), pred.model.config.num_labels)
+        for i in range(0, len(order), batch_size):
+            idx = order[i:i + batch_size]
+            args = ([texts[j] for j in idx],) + (([text_pairs[j] for j in idx],) if text_pairs is not None else ())
+            enc = pred.tokenizer(*args, padding=True, truncation="longest_first" if text_pairs is not None else True,
+                                 max_length=max_length(pred, max_seq_length), return_tensors="pt")
+            out[idx] = pred.model(**enc).logits.float()
+        return out
 
 
-@torch.no_grad()
 def class_probabilities(pred, texts: Sequence[str], batch_size: int = 32,
                         max_seq_length: int = 128) -> torch.Tensor:
     """Softmax class probabilities, ``(len(texts), num_labels)`` float32, in the order of ``texts``.
@@ -77,14 +78,17 @@ def class_probabilities(pred, texts: Sequence[str], batch_size: int = 32,
     padded to the longest in the batch) so little compute goes to padding; the result does not depend on the
     batching.
     """
-    order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
-    probs = torch.zeros(len(texts), pred.model.config.num_labels)
-    for i in range(0, len(order), batch_size):
-        idx = order[i:i + batch_size]
-        enc = pred.tokenizer([texts[j] for j in idx], padding=True, truncation=True,
-                             max_length=max_length(pred, max_seq_length), return_tensors="pt")
-        probs[idx] = torch.softmax(pred.model(**enc).logits.float(), dim=-1)
-    return probs
+    import torch
+
+    with torch.no_grad():
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        probs = torch.zeros(len(texts), pred.model.config.num_labels)
+        for i in range(0, len(order), batch_size):
+            idx = order[i:i + batch_size]
+            enc = pred.tokenizer([texts[j] for j in idx], padding=True, truncation=True,
+                                 max_length=max_length(pred, max_seq_length), return_tensors="pt")
+            probs[idx] = torch.softmax(pred.model(**enc).logits.float(), dim=-1)
+        return probs
 
 
 def classify(pred, texts: Sequence[str], batch_size: int = 32, max_seq_length: int = 128,
@@ -188,6 +192,8 @@ class SequenceKind(TaskKind):
 
     def soft_target_loss(self, student_logits, teacher_logits, mask, temperature: float):
         """One distribution per example: ``(batch, num_labels)`` logits (``mask`` unused)."""
+        from bert_pipeline.model.losses import kl_loss
+
         check_temperature(temperature)
         return kl_loss(student_logits, teacher_logits, temperature)
 
