@@ -16,8 +16,9 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from bert_pipeline import tasks
 from bert_pipeline.console import run_main
-from bert_pipeline.data.tasks import build_all, describe
+from bert_pipeline.data.tasks import build_all
 from bert_pipeline.io import atomic_dir, write_json
 from stages import require_inputs
 from stages.params.base import load_view
@@ -33,13 +34,14 @@ METRICS = Path("metrics/tasks.json")
 
 def main() -> None:
     require_inputs("prepare_tasks")
-    built = build_all(load_view(PrepareTasksView).prepare_tasks, RAW, CORPUS)
+    built = build_all(load_view(PrepareTasksView).prepare_tasks, RAW, CORPUS,
+                      lambda spec: tasks.get(spec.kind).load_user_task(spec))
     report: dict[str, Any] = {}
     with atomic_dir(OUT) as tmp:
         for name, (dd, info) in built.items():
             dd.save_to_disk(str(tmp / name))
             write_json(tmp / name / "task.json", info)
-            report[name] = {"kind": info["kind"], "silver": info["silver"], "splits": describe(dd, info["kind"])}
+            report[name] = {"kind": info["kind"], "silver": info["silver"], "splits": tasks.get(info["kind"]).describe(dd)}
     write_json(METRICS, report)
     log.info("wrote %s: %s", OUT, ", ".join(built))
 

@@ -12,6 +12,7 @@ import pytest
 import torch
 from transformers import BertModel
 
+from bert_pipeline import tasks
 from bert_pipeline.data import kinds, task_builders, task_features, task_loaders
 from bert_pipeline.errors import PipelineError
 from bert_pipeline.evaluation.predictor import load_predictor
@@ -126,7 +127,7 @@ def _length_rows(n: int, seed: int) -> list[dict[str, str]]:
 
 def test_user_regression_and_pair_files_load_and_bad_targets_are_one_line(tmp_path):
     path = _write_csv(tmp_path / "r.csv", _length_rows(5, 0))
-    dd, info = task_loaders.build_user_task(_user_spec(name="len", kind="regression", train=path, validation=path,
+    dd, info = tasks.get("regression").load_user_task(_user_spec(name="len", kind="regression", train=path, validation=path,
                                                 test=path, text_column="sentence", label_column="score"))
     assert dd["train"].features["label"].dtype == "float32"
     assert info == {}
@@ -136,7 +137,7 @@ def test_user_regression_and_pair_files_load_and_bad_targets_are_one_line(tmp_pa
         task_loaders.load_classification_file(bad, "sentence", "score", regression=True)
     pairs = _write_csv(tmp_path / "p.csv", [{"a": "council voted", "b": "the city", "y": "yes"},
                                             {"a": "rain fell", "b": "the film", "y": "no"}])
-    dd, info = task_loaders.build_user_task(_user_spec(name="p", kind="pair_classification", train=pairs,
+    dd, info = tasks.get("pair_classification").load_user_task(_user_spec(name="p", kind="pair_classification", train=pairs,
                                                 validation=pairs, test=pairs, text_column="a",
                                                 text_pair_column="b", label_column="y"))
     assert dd["train"]["text_pair"] == ["the city", "the film"] and info == {"label_names": ["no", "yes"]}
@@ -181,7 +182,7 @@ def test_regression_learns_a_target_computable_from_the_text(workdir, capsys):
     splits = {}
     for s, (n, seed) in {"train": (256, 0), "validation": (48, 1), "test": (64, 2)}.items():
         splits[s] = _write_csv(workdir / f"{s}.csv", _length_rows(n, seed))
-    dd, info = task_loaders.build_user_task(_user_spec(name="length", kind="regression", text_column="sentence",
+    dd, info = tasks.get("regression").load_user_task(_user_spec(name="length", kind="regression", text_column="sentence",
                                                 label_column="score", **splits))
     _save_task(workdir / "data/tasks", "length", dd, {"kind": "regression", **info})
     p = _ft_params({"length": {"max_length": 16, "epochs": 6, "batch_size": 16}})

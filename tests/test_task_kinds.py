@@ -15,10 +15,6 @@ from tests.conftest import REPO
 
 HEADS = ("sequence-classification", "token-classification", "question-answering", "sentence-pair-classification")
 CODE = ("bert_pipeline", "stages", "flows", "bench")
-# Files that still choose by a kind's name, with how many times: the data side builds and describes task sets
-# below the kinds' floor (torch-free, run by prepare_tasks). The count may only fall.
-REMAINING = {"bert_pipeline/data/task_loaders.py": 6, "bert_pipeline/data/tasks.py": 4,
-             "bert_pipeline/evaluation/report.py": 1, "stages/params/prepare_tasks.py": 1}
 
 
 def _names_a_kind(node: ast.AST) -> bool:
@@ -61,10 +57,8 @@ def test_no_branch_on_a_kind_name_outside_the_task_kinds():
             n = _kind_branches(path)
             if n:
                 found[rel] = n
-    grown = {rel: n for rel, n in found.items() if n > REMAINING.get(rel, 0)}
-    assert not grown, (f"branches on a task kind's name outside bert_pipeline/tasks/ (ask the kind instead: "
-                       f"bert_pipeline.tasks.get(name)): {grown}")
-    assert found == {rel: n for rel, n in REMAINING.items() if n}, "a file lost branches: lower REMAINING"
+    assert not found, (f"branches on a task kind's name outside bert_pipeline/tasks/ (ask the kind instead: "
+                       f"bert_pipeline.tasks.get(name)): {found}")
 
 
 def test_the_branch_counter_sees_the_forms_it_counts(tmp_path):

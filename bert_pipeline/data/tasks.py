@@ -1,5 +1,5 @@
 """Building the labelled task sets: sentiment (real labels), silver NER, cloze QA, headline match (sentence pairs),
-and user task loaders (classification, pair classification, regression, NER, QA).
+and the user tasks (each loaded by its kind, which the caller passes in).
 
 Every builder returns a ``datasets.DatasetDict`` with ``train``/``validation``/``test`` in the layouts of
 ARCHITECTURE.md: sentiment ``text``, ``label`` (ClassLabel); NER ``tokens``, ``ner_tags`` (Sequence of ClassLabel,
@@ -11,7 +11,8 @@ QA take validation and test examples only from documents that the corpus put in 
 pre-training never saw the text they are tested on.
 
 :func:`build_all` builds every task: the default sets by :mod:`bert_pipeline.data.task_builders`, user tasks by
-:mod:`bert_pipeline.data.task_loaders`, on the features and helpers of :mod:`bert_pipeline.data.task_features`. Bad
+the loader given (their kind's, :meth:`bert_pipeline.tasks.base.TaskKind.load_user_task`, which reads files with
+:mod:`bert_pipeline.data.task_loaders`), on the features and helpers of :mod:`bert_pipeline.data.task_features`. Bad
 input raises :class:`bert_pipeline.data.task_features.TaskDataError`, whose message is one line naming the file and
 the row (or line).
 """
@@ -20,10 +21,10 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from datasets import DatasetDict
 
 from bert_pipeline.data import kinds
@@ -41,8 +42,7 @@ from bert_pipeline.data.task_builders import (
     spacy_entity_finder,
     spacy_tagger,
 )
-from bert_pipeline.data.task_features import SPLITS, TaskDataError, label_counts
-from bert_pipeline.data.task_loaders import build_user_task
+from bert_pipeline.data.task_features import SPLITS, TaskDataError
 from bert_pipeline.errors import PipelineError
 
 log = logging.getLogger(__name__)
@@ -105,39 +105,17 @@ def news_headlines(csv_path: Path, doc_ids: list[str]) -> dict[str, list[str]]:
 
 
 
-def describe(dd: DatasetDict, kind: str) -> dict[str, Any]:
-    """Sizes, label counts and average lengths (words) per split."""
-    out: dict[str, Any] = {}
-    for split, ds in dd.items():
-        entry: dict[str, Any] = {"examples": len(ds)}
-        if kind in kinds.LABELLED_KINDS:
-            entry["label_counts"] = label_counts(ds, "label")
-        if kind == kinds.REGRESSION:
-            targets = np.asarray(ds["label"], dtype=np.float64)
-            entry["label_mean"] = round(float(targets.mean()), 4) if len(targets) else 0.0
-            entry["label_std"] = round(float(targets.std()), 4) if len(targets) else 0.0
-        if kinds.is_sequence_kind(kind):
-            lens = [len(t.split()) for t in ds["text"]]
-            if "text_pair" in ds.column_names:
-                entry["avg_pair_words"] = round(sum(len(t.split()) for t in ds["text_pair"]) / max(len(ds), 1), 2)
-        elif kind == "ner":
-            entry["label_counts"] = label_counts(ds, "ner_tags")
-            lens = [len(t) for t in ds["tokens"]]
-        else:
-            lens = [len(c.split()) for c in ds["context"]]
-            entry["avg_question_words"] = round(sum(len(q.split()) for q in ds["question"]) / max(len(ds), 1), 2)
-        entry["avg_words"] = round(sum(lens) / max(len(lens), 1), 2)
-        out[split] = entry
-    return out
-
-
-def build_all(p: Any, raw: Path, corpus: Path) -> dict[str, tuple[DatasetDict, dict[str, Any]]]:
+def build_all(p: Any, raw: Path, corpus: Path,
+              load_user_task: Callable[[Any], tuple[DatasetDict, dict[str, Any]]],
+              ) -> dict[str, tuple[DatasetDict, dict[str, Any]]]:
     """Build every task: ``{name: (DatasetDict, task_info)}`` where task_info becomes ``task.json``.
 
     Args:
         p: the ``prepare_tasks`` params section (seed, held-out fraction, ``sentiment``/``ner``/``qa`` settings,
             ``user_tasks``), typed by the stage's schema.
         raw: the fetched raw-data folder; corpus: the corpus folder.
+        load_user_task: one ``user_tasks`` entry -> its ``DatasetDict`` and ``task.json`` facts (the entry's kind
+            loads it).
 
     Raises:
         PipelineError: bad input (one line naming the file or key), or a task with an empty split.
@@ -181,7 +159,7 @@ def build_all(p: Any, raw: Path, corpus: Path) -> dict[str, tuple[DatasetDict, d
         for spec in p.user_tasks:
             if spec.name in built:
                 raise PipelineError(f"prepare_tasks.user_tasks: name {spec.name!r} is taken by a default task")
-            dd, info = build_user_task(spec)
+            dd, info = load_user_task(spec)
             built[spec.name] = (dd, {"kind": spec.kind, "silver": False, "source": spec.hf_dataset or spec.train, **info})
     except TaskDataError as exc:
         raise PipelineError(str(exc)) from None

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from bert_pipeline import tasks
 from bert_pipeline.errors import PipelineError
 from bert_pipeline.evaluation.provenance import render_report_card
 
@@ -557,7 +558,7 @@ def pair_regression_section(results: Sequence[FinetuneResult], models: Sequence[
             test = members[m].test
             rows.append([m, *("–" if key not in test else (f"{test[key]:.4f}" if key == "mse" else fmt_score(test[key]))
                               for key, _ in cols)])
-        what = "sentence pairs (`text`, `text_pair`)" if kind == "pair_classification" else "regression (float label)"
+        what = tasks.get(kind).report_data_text
         blocks += [f"### {task}: {what}", "", markdown_table(["model", *(label for _, label in cols)], rows), ""]
     return "\n".join(["## Sentence-pair and regression tasks", "",
                       "Test means over seeds; the main metric is also in the family table.", "", *blocks]).rstrip() + "\n"

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -89,6 +90,47 @@ class TaskKind:
 
     def __repr__(self) -> str:
         return f"TaskKind({self.name!r})"
+
+    # ----------------------------------------------------------------------------------------------- data
+    def load_user_task(self, spec: Any) -> tuple[Any, dict[str, Any]]:
+        """A user's task of this kind: a Hugging Face dataset by name (``spec.hf_dataset``, ``spec.hf_config``) or
+        one file per split (``spec.train`` / ``validation`` / ``test``, read by :meth:`read_user_files`); ``spec``
+        is one user-task entry (``name``, ``kind``, the files or dataset, the column names).
+
+        Returns:
+            the ``DatasetDict`` and the ``task.json`` facts it adds (``label_names`` where the kind has them).
+        Raises:
+            PipelineError: a missing split file, or bad rows (one line naming file and row).
+        """
+        from bert_pipeline.data.task_features import SPLITS
+        from bert_pipeline.data.task_loaders import load_hf_task
+        from bert_pipeline.errors import PipelineError
+
+        if spec.hf_dataset:
+            dd = load_hf_task(spec.hf_dataset, spec.hf_config)
+            return dd, self.hub_info(dd, spec)
+        paths = {s: getattr(spec, s) for s in SPLITS}
+        for split, p in paths.items():
+            if not p or not Path(p).exists():
+                raise PipelineError(f"prepare_tasks.user_tasks[{spec.name}].{split}: file {p!r} not found")
+        return self.read_user_files(spec, paths)
+
+    def read_user_files(self, spec: Any, paths: dict[str, str]) -> tuple[Any, dict[str, Any]]:
+        """One file per split (``paths``: split -> path) as the kind's ``DatasetDict`` and ``task.json`` facts."""
+        raise NotImplementedError
+
+    def hub_info(self, dd: Any, spec: Any) -> dict[str, Any]:
+        """The ``task.json`` facts of a hub dataset loaded for this kind (none by default)."""
+        return {}
+
+    def describe(self, dd: Any) -> dict[str, dict[str, Any]]:
+        """Per split: ``examples`` and the kind's statistics (:meth:`split_stats`): the record of a task's data
+        that ``prepare_tasks`` publishes."""
+        return {split: {"examples": len(ds), **self.split_stats(ds)} for split, ds in dd.items()}
+
+    def split_stats(self, ds: Any) -> dict[str, Any]:
+        """Label counts (or the target's mean and spread) and average lengths in words of one split."""
+        raise NotImplementedError
 
     # ------------------------------------------------------------------------------------------- encoding
     def encode_train(self, tokenizer, ds: Dataset, task: dict[str, Any]) -> list[dict[str, list[int]]]:
@@ -252,6 +294,10 @@ class TaskKind:
         """What the head predicts from per-window ``logits`` (by output name, each cut to its window's length):
         one comparable prediction per sentence, token or answer."""
         raise NotImplementedError
+
+    # ---------------------------------------------------------------------------------------------- report
+    report_data_text: str = ""
+    """What an example of the kind is, as a report's heading says (``sentence pairs (`text`, `text_pair`)``)."""
 
     # ------------------------------------------------------------------------------------------------ card
     objective_text: str = ""

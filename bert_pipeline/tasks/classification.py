@@ -40,6 +40,34 @@ class ClassificationKind(SequenceKind):
     main_metric = "accuracy"
     transformers_flavour = True
 
+    def read_user_files(self, spec, paths):
+        """CSV/JSONL files with ``spec.text_column`` and ``spec.label_column`` (and ``spec.text_pair_column`` for
+        pairs); every split names the same labels.
+
+        Raises:
+            PipelineError: a split whose labels differ from the others'.
+        """
+        from datasets import DatasetDict
+
+        from bert_pipeline.data.task_loaders import load_classification_file
+        from bert_pipeline.errors import PipelineError
+
+        pair = spec.text_pair_column if self.pairs else None
+        parts = {s: load_classification_file(p, spec.text_column, spec.label_column, pair) for s, p in paths.items()}
+        names = sorted({n for d in parts.values() for n in d.features["label"].names})
+        for s, d in parts.items():
+            if d.features["label"].names != names:
+                raise PipelineError(f"{paths[s]}: labels {d.features['label'].names} differ from the other splits' {names}")
+        return DatasetDict(parts), {"label_names": names}
+
+    def hub_info(self, dd, spec):
+        return {"label_names": dd["train"].features[spec.label_column].names}
+
+    def label_stats(self, ds):
+        from bert_pipeline.data.task_features import label_counts
+
+        return {"label_counts": label_counts(ds, "label")}
+
     def prediction(self, output: np.ndarray) -> int:
         return int(np.argmax(output))
 

@@ -199,6 +199,26 @@ class NerKind(TaskKind):
     predict_example = '"Alice Smith flew from Paris to London on Monday."'
     predict_note = "entities with character offsets, long texts tagged in overlapping windows"
 
+    def read_user_files(self, spec, paths):
+        """CoNLL files (one word per line, the BIO tag in the last column, blank lines between sentences)."""
+        from datasets import DatasetDict
+
+        from bert_pipeline.data.task_features import ner_dataset
+        from bert_pipeline.data.task_loaders import conll_label_names, load_conll
+
+        read = {s: load_conll(p) for s, p in paths.items()}
+        names = conll_label_names(*[tags for _, tags in read.values()])
+        return DatasetDict({s: ner_dataset(tok, tags, names, s) for s, (tok, tags) in read.items()}), {"label_names": names}
+
+    def hub_info(self, dd, spec):
+        return {"label_names": dd["train"].features["ner_tags"].feature.names}
+
+    def split_stats(self, ds):
+        from bert_pipeline.data.task_features import label_counts
+
+        lens = [len(t) for t in ds["tokens"]]
+        return {"label_counts": label_counts(ds, "ner_tags"), "avg_words": round(sum(lens) / max(len(lens), 1), 2)}
+
     def encode_train(self, tokenizer, ds: Dataset, task: dict[str, Any]) -> list[dict[str, list[int]]]:
         return tokenize_ner(tokenizer, list(ds["tokens"]), list(ds["ner_tags"]), task["max_length"],
                             task["doc_stride"]).features

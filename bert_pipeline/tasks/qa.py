@@ -306,6 +306,19 @@ class QaKind(TaskKind):
     predict_example = '--context "Alice Smith flew from Paris to London on Monday." "@placeholder flew to London"'
     predict_note = "the answer span, decoded by the n-best decoder that scored the test split"
 
+    def read_user_files(self, spec, paths):
+        """SQuAD v1.1 JSON files."""
+        from datasets import DatasetDict
+
+        from bert_pipeline.data.task_loaders import load_squad
+
+        return DatasetDict({s: load_squad(p) for s, p in paths.items()}), {}
+
+    def split_stats(self, ds):
+        lens = [len(c.split()) for c in ds["context"]]
+        return {"avg_question_words": round(sum(len(q.split()) for q in ds["question"]) / max(len(ds), 1), 2),
+                "avg_words": round(sum(lens) / max(len(lens), 1), 2)}
+
     def encode_train(self, tokenizer, ds: Dataset, task: dict[str, Any]) -> list[dict[str, list[int]]]:
         enc = prepare_qa_features(tokenizer, list(ds["question"]), list(ds["context"]), list(ds["answers"]),
                                   task["max_length"], task["doc_stride"])

@@ -43,12 +43,28 @@ class RegressionKind(SequenceKind):
     main_metric = "pearson"
     problem_type = "regression"
     distillable = False
+    report_data_text = "regression (float label)"
     transformers_flavour = False  # a value out: the flavour's pipeline gives labels
     objective_text = "mean squared error"
     predict_note = "the predicted value"
 
     def has_pair(self, columns: Sequence[str] = ()) -> bool:
         return "text_pair" in columns
+
+    def read_user_files(self, spec, paths):
+        """CSV/JSONL files with ``spec.text_column`` (and ``spec.text_pair_column``, if given) and a numeric
+        ``spec.label_column``."""
+        from datasets import DatasetDict
+
+        from bert_pipeline.data.task_loaders import load_classification_file
+
+        return DatasetDict({s: load_classification_file(p, spec.text_column, spec.label_column, spec.text_pair_column,
+                                                        regression=True) for s, p in paths.items()}), {}
+
+    def label_stats(self, ds):
+        targets = np.asarray(ds["label"], dtype=np.float64)
+        return {"label_mean": round(float(targets.mean()), 4) if len(targets) else 0.0,
+                "label_std": round(float(targets.std()), 4) if len(targets) else 0.0}
 
     def labels(self, ds: Dataset) -> list[Any]:
         return [float(x) for x in ds["label"]]

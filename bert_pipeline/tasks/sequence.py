@@ -134,6 +134,18 @@ class SequenceKind(TaskKind):
         """True when examples are text pairs: always for a pair kind, else when the data has ``text_pair``."""
         return self.pairs
 
+    def split_stats(self, ds):
+        entry = self.label_stats(ds)
+        lens = [len(t.split()) for t in ds["text"]]
+        if "text_pair" in ds.column_names:
+            entry["avg_pair_words"] = round(sum(len(t.split()) for t in ds["text_pair"]) / max(len(ds), 1), 2)
+        entry["avg_words"] = round(sum(lens) / max(len(lens), 1), 2)
+        return entry
+
+    def label_stats(self, ds) -> dict[str, Any]:
+        """What a split's labels look like (:meth:`split_stats`)."""
+        raise NotImplementedError
+
     def encode_split(self, tokenizer, ds: Dataset, max_length: int) -> Any:
         """One split encoded (:func:`encode_sequences`): pairs when :meth:`has_pair` says so, else single texts."""
         pairs = list(ds["text_pair"]) if self.has_pair(ds.column_names) else None

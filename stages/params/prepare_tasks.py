@@ -7,7 +7,11 @@ from typing import Annotated, Literal
 import annotated_types
 from pydantic import Field, model_validator
 
+from bert_pipeline import tasks
 from stages.params.base import Section, View
+
+TASK_KINDS = tuple(tasks.KINDS)
+"""The kinds a user task may declare: the registered ones (:data:`bert_pipeline.tasks.KINDS`)."""
 
 
 class SentimentTaskParams(Section):
@@ -61,7 +65,7 @@ class UserTask(Section):
     files."""
 
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
-    kind: Literal["classification", "pair_classification", "regression", "ner", "qa"]
+    kind: Literal[TASK_KINDS]  # type: ignore[valid-type]
     train: str | None = None
     validation: str | None = None
     test: str | None = None
@@ -73,9 +77,9 @@ class UserTask(Section):
 
     @model_validator(mode="after")
     def _pair_column(self) -> UserTask:
-        if self.kind == "pair_classification" and not self.text_pair_column and not self.hf_dataset:
+        if tasks.get(self.kind).needs_pair and not self.text_pair_column and not self.hf_dataset:
             raise ValueError(f"prepare_tasks.user_tasks[{self.name}].text_pair_column: required for a "
-                             f"pair_classification task (the second text's column), got null")
+                             f"{self.kind} task (the second text's column), got null")
         return self
 
 
