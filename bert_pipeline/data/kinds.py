@@ -10,6 +10,7 @@ a kind does (encoding, head, metric, decoding, distillation, card) is its module
   output, mean squared error (Hugging Face ``problem_type="regression"``), scored by Pearson (main) and Spearman
   correlation and MSE (as GLUE scores STS-B, Wang et al. 2019).
 - ``ner``: word-level BIO tags; ``qa``: SQuAD v1.1 extractive spans.
+- ``multi_label_classification``: one text, any number of labels (a sigmoid per label), micro-F1 (main).
 """
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ PAIR_CLASSIFICATION = "pair_classification"
 REGRESSION = "regression"
 NER = "ner"
 QA = "qa"
+MULTI_LABEL = "multi_label_classification"
 
-KINDS = (CLASSIFICATION, PAIR_CLASSIFICATION, REGRESSION, NER, QA)
+KINDS = (CLASSIFICATION, PAIR_CLASSIFICATION, REGRESSION, NER, QA, MULTI_LABEL)
 """Every task kind, in the order the report lists them."""
 
 SEQUENCE_KINDS = (CLASSIFICATION, PAIR_CLASSIFICATION, REGRESSION)
@@ -30,7 +32,7 @@ LABELLED_KINDS = (CLASSIFICATION, PAIR_CLASSIFICATION)
 """Sequence kinds with class labels (ClassLabel ``label``); regression's ``label`` is a float."""
 
 MAIN_METRIC = {CLASSIFICATION: "accuracy", PAIR_CLASSIFICATION: "accuracy", REGRESSION: "pearson", NER: "f1",
-               QA: "f1"}
+               QA: "f1", MULTI_LABEL: "micro_f1"}
 """The metric early stopping, the report and the registry rank by, per task kind."""
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import json
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,19 +28,14 @@ from bert_pipeline.data.task_features import (
 
 
 # ------------------------------------------------------------------------------------------ user tasks
-def load_classification_file(path: str | Path, text_column: str = "text", label_column: str = "label",
-                             text_pair_column: str | None = None, regression: bool = False) -> Dataset:
-    """Load a user sequence-task file: CSV (header row) or JSONL (one object a line).
-
-    Columns ``text`` (from ``text_column``), ``text_pair`` (from ``text_pair_column``, for pair tasks) and
-    ``label``: a ClassLabel with the sorted distinct values as names, or with ``regression`` a float32 target.
+def read_rows(path: Path, columns: Sequence[str]) -> tuple[list[tuple[int, list[Any]]], str]:
+    """The ``columns`` of every row of a CSV (header row) or JSONL (one object a line, by the suffix ``.jsonl`` /
+    ``.json``) file, each with its row or line number, and the unit a message names (``row`` or ``line``).
 
     Raises:
-        TaskDataError: unreadable row, missing column, empty text, a label that is not a number (regression), or
-            fewer than two classes (classification).
+        TaskDataError: invalid JSON, a line that is not an object with the columns, or a column missing from the
+            CSV header.
     """
-    path = Path(path)
-    columns = [text_column] + ([text_pair_column] if text_pair_column else []) + [label_column]
     rows: list[tuple[int, list[Any]]] = []
     if path.suffix.lower() in (".jsonl", ".json"):
         with open(path, encoding="utf-8") as fh:
@@ -61,7 +57,23 @@ def load_classification_file(path: str | Path, text_column: str = "text", label_
                     raise TaskDataError(f"{path}: column {col!r} missing (header: {', '.join(reader.fieldnames or [])})")
             for i, rec in enumerate(reader, start=2):
                 rows.append((i, [rec[c] for c in columns]))
-    unit = "line" if path.suffix.lower() in (".jsonl", ".json") else "row"
+    return rows, "line" if path.suffix.lower() in (".jsonl", ".json") else "row"
+
+
+def load_classification_file(path: str | Path, text_column: str = "text", label_column: str = "label",
+                             text_pair_column: str | None = None, regression: bool = False) -> Dataset:
+    """Load a user sequence-task file: CSV (header row) or JSONL (one object a line).
+
+    Columns ``text`` (from ``text_column``), ``text_pair`` (from ``text_pair_column``, for pair tasks) and
+    ``label``: a ClassLabel with the sorted distinct values as names, or with ``regression`` a float32 target.
+
+    Raises:
+        TaskDataError: unreadable row, missing column, empty text, a label that is not a number (regression), or
+            fewer than two classes (classification).
+    """
+    path = Path(path)
+    columns = [text_column] + ([text_pair_column] if text_pair_column else []) + [label_column]
+    rows, unit = read_rows(path, columns)
     for i, values in rows:
         for col, text in zip(columns[:-1], values[:-1], strict=True):
             if not isinstance(text, str) or not text.strip():

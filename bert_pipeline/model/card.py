@@ -45,12 +45,13 @@ LICENSE = "apache-2.0"
 LANGUAGE = ["en"]
 LIBRARY = "transformers"
 FILL_MASK = "fill-mask"
-METRIC_TYPE = {"accuracy": "accuracy", "macro_f1": "f1", "f1": "f1", "precision": "precision", "recall": "recall",
-               "exact_match": "exact_match", "pearson": "pearsonr", "spearman": "spearmanr", "mse": "mse"}
+METRIC_TYPE = {"accuracy": "accuracy", "macro_f1": "f1", "micro_f1": "f1", "subset_accuracy": "accuracy", "f1": "f1",
+               "precision": "precision", "recall": "recall", "exact_match": "exact_match", "pearson": "pearsonr",
+               "spearman": "spearmanr", "mse": "mse"}
 """Hub metric ids (https://hf.co/metrics) of the pipeline's metric names; ``f1_TYPE`` (NER per type) is ``f1``."""
-METRIC_NAME = {"accuracy": "accuracy", "macro_f1": "macro F1", "f1": "F1", "precision": "precision",
-               "recall": "recall", "exact_match": "exact match", "pearson": "Pearson r", "spearman": "Spearman rho",
-               "mse": "MSE"}
+METRIC_NAME = {"accuracy": "accuracy", "macro_f1": "macro F1", "micro_f1": "micro F1",
+               "subset_accuracy": "subset accuracy", "f1": "F1", "precision": "precision", "recall": "recall",
+               "exact_match": "exact match", "pearson": "Pearson r", "spearman": "Spearman rho", "mse": "MSE"}
 PRECISION = {"fp32": "fp32", "bf16": "bf16 autocast", "fp16": "fp16 autocast with loss scaling"}
 """Resolved precision (:attr:`bert_pipeline.train.runtime.Runtime.precision`) as the card writes it."""
 _FRONT_MATTER = re.compile(r"\A---\n(.*?)\n---\n", re.DOTALL)

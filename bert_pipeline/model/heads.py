@@ -24,7 +24,8 @@ class _MeanPooling:
     (``attention_mask`` 1) instead of the ``[CLS]`` pooler (as Sentence-BERT, Reimers & Gurevych 2019, §3). Same
     weights as the family's standard class; ``config.classifier_pooling = "mean"`` records the choice so
     :func:`load_sequence_classifier` restores it. One label (``num_labels == 1``, regression): MSE loss, as the
-    standard class with ``problem_type="regression"``. The family's own classifier runs on the mean vector
+    standard class with ``problem_type="regression"``; ``problem_type="multi_label_classification"``: binary
+    cross-entropy over the labels' logits, as the standard class. The family's own classifier runs on the mean vector
     (:attr:`bert_pipeline.model.families.Family.pooled_classifier`: RoBERTa's head and DeBERTa's ``ContextPooler``
     read position 0, so the vector is given as a one-position sequence). A family whose stock class pools by its
     config's own ``classifier_pooling`` (ModernBERT) needs no subclass."""
@@ -42,6 +43,8 @@ class _MeanPooling:
         loss = None
         if labels is not None and self.num_labels == 1:  # regression (problem_type "regression"): MSE, as HF's
             loss = torch.nn.functional.mse_loss(logits.view(-1), labels.view(-1).to(logits.dtype))
+        elif labels is not None and self.config.problem_type == "multi_label_classification":  # a sigmoid per label
+            loss = torch.nn.functional.binary_cross_entropy_with_logits(logits.float(), labels.float())
         elif labels is not None:
             loss = torch.nn.functional.cross_entropy(logits.view(-1, self.num_labels), labels.view(-1))
         return SequenceClassifierOutput(loss=loss, logits=logits)

@@ -1,5 +1,6 @@
 """Task kinds, one module each (ARCHITECTURE.md, "Add a task kind"): :mod:`.classification`,
-:mod:`.pair_classification`, :mod:`.regression`, :mod:`.ner`, :mod:`.qa`, registered in :data:`KINDS`.
+:mod:`.pair_classification`, :mod:`.regression`, :mod:`.ner`, :mod:`.qa`, :mod:`.multi_label`, registered in
+:data:`KINDS`.
 
 Everything that differs between kinds is a method or attribute of the kind's :class:`~.base.TaskKind`; the rest of
 the pipeline asks the kind (:func:`get`) and never branches on its name.
@@ -7,11 +8,11 @@ the pipeline asks the kind (:func:`get`) and never branches on its name.
 
 from __future__ import annotations
 
-from bert_pipeline.tasks import classification, ner, pair_classification, qa, regression
+from bert_pipeline.tasks import classification, multi_label, ner, pair_classification, qa, regression
 from bert_pipeline.tasks.base import HeldoutScorer, ServeRequest, TaskKind
 
 KINDS: dict[str, TaskKind] = {kind.name: kind for kind in (classification.KIND, pair_classification.KIND,
-                                                            regression.KIND, ner.KIND, qa.KIND)}
+                                                            regression.KIND, ner.KIND, qa.KIND, multi_label.KIND)}
 """Every task kind by name, in the order the report lists them."""
 
 

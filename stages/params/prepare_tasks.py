@@ -61,8 +61,9 @@ class HeadlineMatchParams(Section):
 class UserTask(Section):
     """A user task. ``kind``: classification (CSV/JSONL with ``text_column``/``label_column``), pair_classification
     (also ``text_pair_column``), regression (a float ``label_column``; ``text_pair_column`` optional), ner
-    (CoNLL-2003 files), qa (SQuAD v1.1 JSON); files per split, or ``hf_dataset`` (+ ``hf_config``) instead of
-    files."""
+    (CoNLL-2003 files), qa (SQuAD v1.1 JSON), multi_label_classification (the labels of a row in ``label_column``
+    separated by ``label_separator``, or a JSONL list; none is allowed); files per split, or ``hf_dataset`` (+
+    ``hf_config``) instead of files."""
 
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
     kind: Literal[TASK_KINDS]  # type: ignore[valid-type]
@@ -74,6 +75,7 @@ class UserTask(Section):
     text_column: str = "text"
     label_column: str = "label"
     text_pair_column: str | None = None
+    label_separator: str = Field(default="|", min_length=1)
 
     @model_validator(mode="after")
     def _pair_column(self) -> UserTask:

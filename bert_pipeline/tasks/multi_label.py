@@ -1,0 +1,191 @@
+"""``multi_label_classification``: one text (``text``) with any number of labels (``label``, a list of ClassLabel
+ids, possibly empty); ``[CLS]`` (or mean) -> Linear with one logit per label, each read through a sigmoid and
+trained with binary cross-entropy (Hugging Face ``problem_type="multi_label_classification"``, as for GoEmotions,
+Demszky et al. 2020). A label is predicted when its probability is above 0.5 (logit > 0). Scored by micro-F1
+(main: over every example's label decisions), macro-F1 (unweighted mean over the labels) and subset accuracy (the
+predicted set equals the gold set), as scikit-learn's ``f1_score`` and ``accuracy_score`` define them.
+
+A user task gives the labels of an example in its ``label_column`` separated by ``label_separator`` (CSV, e.g.
+``sports|politics``; empty for none) or, in JSONL, as a list of strings. Task-specific distillation does not serve
+the kind yet (its soft targets would be one Bernoulli per label).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from bert_pipeline.tasks.base import ServeRequest, max_length, rows, token_counts
+from bert_pipeline.tasks.sequence import SequenceKind
+
+if TYPE_CHECKING:
+    from datasets import Dataset
+
+THRESHOLD_LOGIT = 0.0
+"""A label is predicted when its logit is above this: sigmoid(0) = 0.5."""
+
+
+def multi_label_metrics(labels: Sequence[Sequence[int]], preds: Sequence[Sequence[int]],
+                        num_labels: int) -> dict[str, float]:
+    """Micro-F1, macro-F1 and subset accuracy of predicted label sets against gold label sets.
+
+    Micro-F1 sums true positives, false positives and false negatives over every (example, label) decision; macro-F1
+    averages each label's F1, a label absent from both gold and predictions counting 0 (scikit-learn's
+    ``zero_division=0``); subset accuracy is the share of examples whose predicted set equals the gold set.
+
+    Args:
+        labels, preds: per example the label ids (any order, no repeats), ids in ``range(num_labels)``.
+    Returns:
+        ``{"micro_f1", "macro_f1", "subset_accuracy"}`` as fractions; an F1 with nothing gold or predicted is 0.
+    Raises:
+        ValueError: empty or unequal inputs, or an id outside ``range(num_labels)``.
+    """
+    if not labels or len(labels) != len(preds):
+        raise ValueError(f"need equal, non-empty label and prediction lists, got {len(labels)} and {len(preds)}")
+    gold, pred = multi_hot(labels, num_labels), multi_hot(preds, num_labels)
+    tp = (gold & pred).sum(axis=0)
+    fp = (~gold & pred).sum(axis=0)
+    fn = (gold & ~pred).sum(axis=0)
+
+    def f1(t, p, n):
+        return float(2 * t / (2 * t + p + n)) if t + p + n else 0.0
+    return {"micro_f1": f1(tp.sum(), fp.sum(), fn.sum()),
+            "macro_f1": float(np.mean([f1(t, p, n) for t, p, n in zip(tp, fp, fn, strict=True)])),
+            "subset_accuracy": float((gold == pred).all(axis=1).mean())}
+
+
+def multi_hot(label_sets: Sequence[Sequence[int]], num_labels: int) -> np.ndarray:
+    """Label-id lists as a bool matrix ``(examples, num_labels)``.
+
+    Raises:
+        ValueError: an id outside ``range(num_labels)``.
+    """
+    out = np.zeros((len(label_sets), num_labels), dtype=bool)
+    for i, ids in enumerate(label_sets):
+        for j in ids:
+            if not 0 <= int(j) < num_labels:
+                raise ValueError(f"label id {j} outside 0..{num_labels - 1}")
+            out[i, int(j)] = True
+    return out
+
+
+def parse_labels(value: Any, separator: str) -> list[str]:
+    """One example's labels: a list as given (JSONL), or a string split at ``separator`` (CSV), blanks dropped,
+    first occurrences kept in order."""
+    parts = value if isinstance(value, list) else str(value or "").split(separator)
+    return list(dict.fromkeys(str(p).strip() for p in parts if str(p).strip()))
+
+
+class MultiLabelKind(SequenceKind):
+    """Any number of labels per text: a sigmoid per label."""
+
+    name = "multi_label_classification"
+    main_metric = "micro_f1"
+    problem_type = "multi_label_classification"
+    distillable = False
+    accepts_pair = False
+    transformers_flavour = False  # the flavour's text-classification pipeline takes a softmax over the labels
+    objective_text = "binary cross-entropy per label (a sigmoid per label)"
+    predict_note = "every label with probability above 0.5, most probable first"
+
+    # ----------------------------------------------------------------------------------------------- data
+    def read_user_files(self, spec, paths):
+        """CSV/JSONL files with ``spec.text_column`` and ``spec.label_column`` (labels separated by
+        ``spec.label_separator``, or a JSONL list); the label names are the sorted distinct labels of all splits.
+
+        Raises:
+            TaskDataError: a bad row (one line naming the file and row), or fewer than two labels in all.
+        """
+        from datasets import ClassLabel, Dataset, DatasetDict, Features, Value
+        from datasets import Sequence as HFSequence
+
+        from bert_pipeline.data.task_features import TaskDataError
+        from bert_pipeline.data.task_loaders import read_rows
+
+        read = {}
+        for split, p in paths.items():
+            found, unit = read_rows(Path(p), [spec.text_column, spec.label_column])
+            for i, (text, _) in found:
+                if not isinstance(text, str) or not text.strip():
+                    raise TaskDataError(f"{p}: {unit} {i}: empty or non-text {spec.text_column!r}")
+            read[split] = [(text, parse_labels(value, spec.label_separator)) for _, (text, value) in found]
+        names = sorted({name for part in read.values() for _, labels in part for name in labels})
+        if len(names) < 2:
+            raise TaskDataError(f"{paths['train']}: column {spec.label_column!r} holds {len(names)} distinct "
+                                f"label(s) in all splits; expected at least 2 (separated by "
+                                f"{spec.label_separator!r})")
+        features = Features({"text": Value("string"), "label": HFSequence(ClassLabel(names=names))})
+        index = {name: i for i, name in enumerate(names)}
+        dd = DatasetDict({split: Dataset.from_dict({"text": [t for t, _ in part],
+                                                    "label": [sorted(index[n] for n in labels) for _, labels in part]},
+                                                   features=features) for split, part in read.items()})
+        return dd, {"label_names": names}
+
+    def hub_info(self, dd, spec):
+        return {"label_names": dd["train"].features[spec.label_column].feature.names}
+
+    def label_stats(self, ds):
+        names = ds.features["label"].feature.names
+        counts = np.zeros(len(names), dtype=int)
+        none = 0
+        for labels in ds["label"]:
+            counts[list(labels)] += 1
+            none += not labels
+        return {"label_counts": {name: int(c) for name, c in zip(names, counts, strict=True)}, "no_label": none}
+
+    # ------------------------------------------------------------------------------------- model and scoring
+    def encode_train(self, tokenizer, ds: Dataset, task: dict[str, Any]) -> list[dict[str, list[int]]]:
+        """Labels as multi-hot float vectors ``(num_labels,)``: what the model's binary cross-entropy reads."""
+        enc = self.encode_split(tokenizer, ds, task["max_length"])
+        hot = multi_hot(self.labels(ds), ds.features["label"].feature.num_classes)
+        enc["labels"] = hot.astype(np.float32).tolist()
+        return rows(enc)
+
+    def labels(self, ds: Dataset) -> list[Any]:
+        return [sorted(int(j) for j in labels) for labels in ds["label"]]
+
+    def label_config(self, label_names):
+        return {**super().label_config(label_names), "problem_type": self.problem_type}
+
+    def model_class(self, config, pooling: str):
+        config.task_kind = self.name  # serving reads it: a sigmoid per label, not a softmax
+        return super().model_class(config, pooling)
+
+    def prediction(self, output: np.ndarray) -> list[int]:
+        """The ids of the labels whose logit is above :data:`THRESHOLD_LOGIT`."""
+        return np.flatnonzero(np.asarray(output) > THRESHOLD_LOGIT).tolist()
+
+    def metrics(self, references, predictions, label_names=None) -> dict[str, float]:
+        return multi_label_metrics(references, predictions, len(label_names))
+
+    # -------------------------------------------------------------------------------------------- serving
+    def serve(self, pred, texts, request: ServeRequest) -> list[dict[str, Any]]:
+        """``{"labels": [{"label", "probability"}], "tokens", "truncated"}`` per text: every label with probability
+        above 0.5, most probable first (ties by label id)."""
+        import torch
+
+        from bert_pipeline.tasks.sequence import sequence_outputs
+
+        limit = max_length(pred, request.max_seq_length)
+        counts = token_counts(pred, texts)
+        probs = torch.sigmoid(sequence_outputs(pred, texts, max_seq_length=request.max_seq_length)).numpy()
+        id2label = pred.model.config.id2label
+        out = []
+        for p, n in zip(probs, counts, strict=True):
+            chosen = sorted(np.flatnonzero(p > 0.5).tolist(), key=lambda j: (-p[j], j))
+            out.append({"labels": [{"label": id2label[j], "probability": round(float(p[j]), 4)} for j in chosen],
+                        "tokens": n, "truncated": n > limit})
+        return out
+
+    def window_predictions(self, enc, logits, n_best, max_answer_length):
+        """Each sentence's predicted label ids."""
+        return [self.prediction(x) for x in logits["logits"]]
+
+    def _outputs_text(self, label_names) -> str:
+        return f"{len(label_names)} labels, a sigmoid each (multi-label)"
+
+
+KIND = MultiLabelKind()
