@@ -99,6 +99,8 @@ def classify(pred, texts: Sequence[str], batch_size: int = 32, max_seq_length: i
 
     With ``text_pairs`` (a pair classifier) each input is the pair ``(texts[i], text_pairs[i])``; a regression
     head gives ``{"value", "tokens", "truncated"}`` (the predicted float) instead of a label."""
+    import torch
+
     limit = max_length(pred, max_seq_length)
     counts = token_counts(pred, texts, text_pairs)
     if text_pairs is not None or is_regression(pred):
