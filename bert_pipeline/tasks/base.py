@@ -1,11 +1,12 @@
 """What every task kind provides (:class:`TaskKind`) and the held-out scorer they build (:class:`HeldoutScorer`).
 
-A task kind (classification, pair classification, regression, NER, QA) is one module of this package holding all
-that differs between kinds, as fairseq's ``tasks/`` holds one ``FairseqTask`` per task and transformers'
-``pipelines/`` one module per task: how examples are encoded (windows, label alignment), the head's config and
-class, the metric, how held-out outputs are decoded and scored, the teacher-logit layout and losses of task-specific
-distillation, and what a model card says of the head. Training, distillation and the cards ask the kind
-(:func:`bert_pipeline.tasks.get`) instead of branching on its name.
+A task kind (classification, pair classification, regression, NER, QA, multi-label classification) is one module
+of this package holding all that differs between kinds, as fairseq's ``tasks/`` holds one ``FairseqTask`` per task
+and transformers' ``pipelines/`` one module per task: how a user's files are read and described, how examples are
+encoded (windows, label alignment), the head's config and class, the metric, how held-out outputs are decoded and
+scored, the teacher-logit layout and losses of task-specific distillation, what ``predict`` serves, the ONNX
+outputs and what a model card says of the head. The rest of the pipeline asks the kind
+(:func:`bert_pipeline.tasks.get`, a predictor's ``task``) instead of branching on its name.
 """
 
 from __future__ import annotations
