@@ -250,8 +250,8 @@ def entries_by_task(teacher: str, student: str, scratch: str, only: list[str] | 
     Raises:
         PipelineError: a requested task has no results, or a metrics file's model folder is missing.
     """
-    from bert_pipeline.evaluation.report import by_model_task, family_order, load_finetune_results, task_order
     from bert_pipeline.mlops.registry import Entry, split_sha256
+    from bert_pipeline.report.report import by_model_task, family_order, load_finetune_results, task_order
     from stages.finetune import METRICS, TASKS
     from stages.model_cards import FINETUNED, released
 

@@ -252,7 +252,7 @@ DEVICE_POLICY = re.compile(
     r"\.to\(\s*[\"'](?:cpu|cuda)[\"']|\.cuda\(\)|torch\.device\(\s*[\"']cuda")
 # where a device or precision is allowed to be chosen: the runtime itself, provenance facts (the GPU's name in the
 # run record), the flow's device list (it assigns devices; it does not pick one for a model)
-ALLOWED = {"bert_pipeline/train/runtime.py", "bert_pipeline/evaluation/provenance.py"}
+ALLOWED = {"bert_pipeline/train/runtime.py", "bert_pipeline/report/provenance.py"}
 
 
 def test_no_module_chooses_a_device_or_precision_of_its_own():
