@@ -49,7 +49,7 @@ from typing import Any
 from bert_pipeline.console import run_main
 from bert_pipeline.errors import PipelineError
 from bert_pipeline.io import flatten
-from flows.dvc_cli import is_missing_hash_warning, relay_filtered
+from stages.dvc_log import is_missing_hash_warning, relay_filtered
 from stages.params.base import DEFAULT_PARAMS, ParamsError, read_yaml
 from stages.params.root import load_params
 
