@@ -99,8 +99,8 @@ def train_point(fraction: float, params: BudgetCurveView, baseline: list[Finetun
     from bert_pipeline.model.configs import save_model
     from bert_pipeline.train.checkpoint import fingerprint
     from bert_pipeline.train.runtime import make_runtime
-    from stages.finetune import train_member
-    from stages.pretrain import load_pretraining, pretrain_model
+    from stages.members import train_member
+    from stages.pretraining import load_pretraining, pretrain_model
 
     curve, pre, fine = params.budget_curve, params.pretrain, params.finetune
     steps = max(1, round(fraction * pre.max_steps))

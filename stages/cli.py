@@ -252,7 +252,7 @@ def entries_by_task(teacher: str, student: str, scratch: str, only: list[str] | 
     """
     from bert_pipeline.mlops.registry import Entry, split_sha256
     from bert_pipeline.report.report import by_model_task, family_order, load_finetune_results, task_order
-    from stages.finetune import METRICS, TASKS
+    from stages.members import METRICS, TASKS
     from stages.model_cards import FINETUNED, released
 
     index = by_model_task(load_finetune_results(METRICS))

@@ -148,9 +148,9 @@ def train_family(family: str, params: VariantsView) -> tuple[dict[str, Any], dic
     from bert_pipeline.model.configs import count_parameters, save_model
     from bert_pipeline.train.checkpoint import fingerprint
     from bert_pipeline.train.runtime import make_runtime
-    from stages.finetune import train_member
-    from stages.pretrain import load_pretraining, pretrain_model
-    from stages.train_tokenizer import train_tokenizer
+    from stages.members import train_member
+    from stages.pretraining import load_pretraining, pretrain_model
+    from stages.tokenizers import train_tokenizer
 
     settings = family_settings(family, params)
     var, fine = params.variants, params.finetune
