@@ -194,7 +194,8 @@ def test_the_checker_passes_a_tree_whose_imports_go_down(tree):
 
 
 def test_the_checker_names_file_line_and_import_running_back_up(tree):
-    (tree / "bert_pipeline/data/low.py").write_text("import os\n\n\ndef f():\n    from bert_pipeline.train import loop\n")
+    (tree / "bert_pipeline/data/low.py").write_text(
+        "import os\n\n\ndef f():\n    from bert_pipeline.train import loop\n")
     (tree / "stages/shared.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
                                            "    from flows import flow\n")
     assert violations(tree) == [
