@@ -1,5 +1,6 @@
 """Run ``dvc`` (and stage) commands as subprocesses, streaming every output line into a logger; hold DVC's
-workspace lock for a flow run (:class:`WorkspaceLock`)."""
+workspace lock for a flow run (:class:`WorkspaceLock`). The console script's relay of ``dvc exp run``'s stderr is
+:mod:`stages.dvc_log`, below ``stages/cli.py``, so ``stages/`` imports nothing of ``flows/``."""
 
 from __future__ import annotations
 
@@ -8,12 +9,10 @@ import contextlib
 import json
 import logging
 import os
-import re
 import subprocess
 import sys
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import IO
 
 from bert_pipeline.errors import PipelineError
 
@@ -83,38 +82,6 @@ def is_git_advice(line: str) -> bool:
     came 20 times per flow run; the flow says it once at its end instead (:data:`GIT_ADVICE_ONCE`)."""
     text = line.strip()
     return any(text.startswith(prefix) for prefix in GIT_ADVICE)
-
-
-NO_HASH_WARNING = "WARNING: No file hash info found for "
-
-
-def is_missing_hash_warning(line: str) -> bool:
-    """Whether ``line`` is the warning ``dvc exp run`` prints per output it cannot check out because ``dvc.lock``
-    has no hash for it yet: on the first run in a clone (no committed ``dvc.lock``), one per output, 43 in all,
-    although nothing is wrong (the run builds them)."""
-    return line.lstrip("\r").startswith(NO_HASH_WARNING)
-
-
-def relay_filtered(source: IO[bytes], sink: IO[bytes], drop: Callable[[str], bool]) -> int:
-    """Copy ``source`` to ``sink`` as it arrives, leaving out each line ``drop`` matches; returns how many.
-
-    A line ends at ``\n`` or ``\r``, so progress bars (which redraw with ``\r``) keep moving instead of waiting for
-    a newline.
-    """
-    dropped, pending = 0, b""
-    while chunk := source.read1(65536) if hasattr(source, "read1") else source.read(65536):
-        pending += chunk
-        *lines, pending = re.split(rb"(?<=[\r\n])", pending)
-        for line in lines:
-            if drop(line.decode("utf-8", "replace")):
-                dropped += 1
-            else:
-                sink.write(line)
-        sink.flush()
-    if pending and not drop(pending.decode("utf-8", "replace")):
-        sink.write(pending)
-        sink.flush()
-    return dropped
 
 
 def dvc(*args: str) -> list[str]:

@@ -2,7 +2,7 @@
 
     python -m stages.budget_curve        (dvc repro budget_curve)
 
-A point per pre-training budget, in fractions of ``pretrain.max_steps`` (:mod:`bert_pipeline.evaluation.budget_curve`):
+A point per pre-training budget, in fractions of ``pretrain.max_steps`` (:mod:`bert_pipeline.report.budget_curve`):
 
 - 0: no pre-training, the from-scratch baseline (``budget_curve.baseline``) against itself;
 - 1: the pipeline's own ``models/pretrained``: ``metrics/finetune/{member}-{task}.json`` against
@@ -40,7 +40,8 @@ from typing import Any
 
 from bert_pipeline.console import run_main
 from bert_pipeline.errors import PipelineError
-from bert_pipeline.evaluation.budget_curve import (
+from bert_pipeline.io import atomic_dir, atomic_write_text, write_json
+from bert_pipeline.report.budget_curve import (
     BudgetPoint,
     Gain,
     column,
@@ -49,8 +50,7 @@ from bert_pipeline.evaluation.budget_curve import (
     gains,
     no_pretraining,
 )
-from bert_pipeline.evaluation.report import FinetuneResult, parse_finetune_metrics, read_finetune_metrics
-from bert_pipeline.io import atomic_dir, atomic_write_text, write_json
+from bert_pipeline.report.report import FinetuneResult, parse_finetune_metrics, read_finetune_metrics
 from stages import require_inputs
 from stages.headline import write_headline
 from stages.params.base import load_view
@@ -99,8 +99,8 @@ def train_point(fraction: float, params: BudgetCurveView, baseline: list[Finetun
     from bert_pipeline.model.configs import save_model
     from bert_pipeline.train.checkpoint import fingerprint
     from bert_pipeline.train.runtime import make_runtime
-    from stages.finetune import train_member
-    from stages.pretrain import load_pretraining, pretrain_model
+    from stages.members import train_member
+    from stages.pretraining import load_pretraining, pretrain_model
 
     curve, pre, fine = params.budget_curve, params.pretrain, params.finetune
     steps = max(1, round(fraction * pre.max_steps))

@@ -49,7 +49,7 @@ from typing import Any
 from bert_pipeline.console import run_main
 from bert_pipeline.errors import PipelineError
 from bert_pipeline.io import flatten
-from flows.dvc_cli import is_missing_hash_warning, relay_filtered
+from stages.dvc_log import is_missing_hash_warning, relay_filtered
 from stages.params.base import DEFAULT_PARAMS, ParamsError, read_yaml
 from stages.params.root import load_params
 
@@ -250,9 +250,9 @@ def entries_by_task(teacher: str, student: str, scratch: str, only: list[str] | 
     Raises:
         PipelineError: a requested task has no results, or a metrics file's model folder is missing.
     """
-    from bert_pipeline.evaluation.report import by_model_task, family_order, load_finetune_results, task_order
     from bert_pipeline.mlops.registry import Entry, split_sha256
-    from stages.finetune import METRICS, TASKS
+    from bert_pipeline.report.report import by_model_task, family_order, load_finetune_results, task_order
+    from stages.members import METRICS, TASKS
     from stages.model_cards import FINETUNED, released
 
     index = by_model_task(load_finetune_results(METRICS))

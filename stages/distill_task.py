@@ -29,10 +29,9 @@ from bert_pipeline.train.finetune_data import FinetuneError
 from bert_pipeline.train.runtime import make_runtime
 from bert_pipeline.train.task_distill import StudentSpec, distill_task
 from stages import dvc_adapter, require_inputs, settings_from
-from stages.finetune import LOOP_KEYS, MODELS_OUT, TASKS, save_member, training_facts
+from stages.members import LOOP_KEYS, MODELS_OUT, TASKS, save_member, training_facts
 from stages.params.base import load_view
-from stages.params.task_distill import TaskDistillView
-from stages.teacher_logits import check_teacher
+from stages.params.task_distill import TaskDistillView, check_teacher
 
 LOGITS = Path("data/teacher_logits")
 SHARED_KEYS = {"teacher", "student", "student_layers", "layer_selection", "temperature", "alpha_ce", "alpha_task",

@@ -1,14 +1,14 @@
 """Stage ``evaluate``: one report that compares the model family.
 
 Reads every ``metrics/finetune/{model}-{task}.json`` and the fine-tuned folders ``models/finetuned/{model}-{task}/``,
-measures each member's CPU inference cost (:func:`bert_pipeline.evaluation.family.evaluate_family`), and writes:
+measures each member's CPU inference cost (:func:`bert_pipeline.report.family.evaluate_family`), and writes:
 
 - ``reports/summary.md``: the table (a row per member: parameters, each task's test score, the average, relative
   speed with the teacher = 1.0x), the findings (pre-training gain over scratch, the student's share and speed-up),
   the figures (linked as ``figures/NAME.png``), corpus and tokenizer facts, sources, and the report card
   (provenance: git, the sha256 of ``dvc.lock`` as it stands while this stage runs, :mod:`stages.dvc_adapter`); a
   cached output, so ``dvc exp apply`` brings it back;
-- ``reports/figures/*.png``: the page's figures, drawn offline (:mod:`bert_pipeline.evaluation.figures`) from
+- ``reports/figures/*.png``: the page's figures, drawn offline (:mod:`bert_pipeline.report.figures`) from
   ``plots/pretrain.csv``, ``plots/distill.csv``, ``plots/tokenizer_fertility.csv`` and this stage's tables; DVC's
   image plots (``dvc plots show`` shows them with no JavaScript);
 - ``metrics/evaluate.json``: flat quality figures for ``dvc metrics show/diff`` (byte-identical on rerun);
@@ -31,10 +31,10 @@ import logging
 from pathlib import Path
 
 from bert_pipeline.console import run_main
-from bert_pipeline.evaluation.family import FamilyInputs, csv_text, evaluate_family
-from bert_pipeline.evaluation.figures import FigureSources
-from bert_pipeline.evaluation.report import ReportSources
 from bert_pipeline.io import atomic_dir, atomic_write_text, write_json
+from bert_pipeline.report.family import FamilyInputs, csv_text, evaluate_family
+from bert_pipeline.report.figures import FigureSources
+from bert_pipeline.report.report import ReportSources
 from bert_pipeline.train.runtime import make_runtime
 from stages import dvc_adapter, require_inputs
 from stages.headline import write_headline

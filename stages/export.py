@@ -26,9 +26,9 @@ from typing import Any
 
 from bert_pipeline.console import run_main
 from bert_pipeline.errors import PipelineError
-from bert_pipeline.evaluation.family import load_test_split
 from bert_pipeline.io import atomic_dir, flatten, write_json
 from bert_pipeline.mlops.onnx_export import export_folder
+from bert_pipeline.report.family import load_test_split
 from bert_pipeline.train.runtime import make_runtime
 from stages import dvc_adapter, require_inputs
 from stages.headline import write_headline

@@ -59,7 +59,7 @@ CARD_CITATIONS = card.CardCitations(
     report=REPORT.as_posix(), params_file=DEFAULT_PARAMS.as_posix())
 """What the cards cite: the files above, the pipeline's folders, the report and the params file."""
 LOOP_KEYS = {"seeds", "data_seed", "warmup_ratio", "weight_decay", "max_grad_norm", "early_stopping_patience",
-             "evals_per_epoch", "eval_batch_size"}  # stages.finetune.LOOP_KEYS, ``precision`` from the record
+             "evals_per_epoch", "eval_batch_size"}  # stages.members.LOOP_KEYS, ``precision`` from the record
 
 
 def released(folder: str | Path, release: Path = RELEASE) -> str:

@@ -6,8 +6,8 @@ The pairs are the ``headline_match`` task's positive pairs (a headline and its o
 the test split's (corpus-validation articles only) are the retrieval benchmark, the train split's (at most
 ``retrieval.train_pairs``) the fine-tuning set. For each of ``retrieval.members`` (keys of ``finetune.models``:
 its folder, or for ``init: random`` that folder's config with weights drawn under ``retrieval.seed``), the bare
-encoder is scored zero-shot, then fine-tuned with in-batch negatives and scored again
-(:mod:`bert_pipeline.evaluation.retrieval`). Writes
+encoder is scored zero-shot (:mod:`bert_pipeline.evaluation.retrieval`), then fine-tuned with in-batch negatives
+(:mod:`bert_pipeline.train.contrastive`) and scored again. Writes
 
 - ``metrics/retrieval.json``: per member ``zero_shot`` and ``fine_tuned`` recall@1, recall@10 and MRR, the test
   articles and training pairs counts (quality only, byte-identical on CPU);
@@ -78,7 +78,8 @@ def main() -> None:
     r = params.retrieval
     import datasets
 
-    from bert_pipeline.evaluation.retrieval import contrastive_finetune, embed, retrieval_metrics
+    from bert_pipeline.evaluation.retrieval import embed, retrieval_metrics
+    from bert_pipeline.train.contrastive import contrastive_finetune
     from bert_pipeline.train.runtime import RuntimeSettingError, make_runtime
     from stages import dvc_adapter
 

@@ -26,7 +26,7 @@ from bert_pipeline.train.runtime import make_runtime
 from bert_pipeline.train.task_distill import label_task, save_teacher_logits
 from stages import require_inputs
 from stages.params.base import load_view
-from stages.params.task_distill import TaskDistillView
+from stages.params.task_distill import TaskDistillView, check_teacher
 
 TASKS = Path("data/tasks")
 MODELS = Path("models/finetuned")
@@ -56,15 +56,6 @@ def run(task_name: str, params: TaskDistillView) -> dict:
                                               "threads": torch.get_num_threads(), "wall_seconds": round(wall, 2),
                                               "cpu_seconds": round(cpu, 2)})
     return result.record
-
-
-def check_teacher(params: TaskDistillView) -> None:
-    """Raise a one-line :class:`PipelineError` when ``task_distill.teacher`` is not a ``finetune.models`` key (the
-    stage ``finetune@{teacher}-{task}`` that makes its folder, and whose settings the student's card cites)."""
-    if params.task_distill.teacher not in params.finetune.models:
-        raise PipelineError(f"params.yaml: task_distill.teacher: {params.task_distill.teacher!r} is not a key of "
-                            f"finetune.models (known: {', '.join(sorted(params.finetune.models))}); name the "
-                            "fine-tuned member to distil")
 
 
 def main(argv: list[str] | None = None) -> None:

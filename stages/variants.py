@@ -1,11 +1,11 @@
 """Stage ``variants``: BERT, RoBERTa, ALBERT, ModernBERT and DeBERTa pre-trained at the same size from the same
 corpus, each fine-tuned on the same tasks beside its own from-scratch baseline, for the report's table beside the
-published figures (:mod:`bert_pipeline.evaluation.variants`).
+published figures (:mod:`bert_pipeline.report.variants`).
 
     python -m stages.variants        (dvc repro variants; profile `variants` lists the families and their budgets)
 
 For each family of ``variants.families`` (none by default: the stage then writes an empty record and costs
-nothing), with the recipe of :data:`bert_pipeline.evaluation.variants.RECIPES`:
+nothing), with the recipe of :data:`bert_pipeline.report.variants.RECIPES`:
 
 1. its own vocabulary on ``data/corpus/`` (``train_tokenizer``'s settings, the recipe's ``model``), the same code
    as the ``train_tokenizer`` stage;
@@ -44,10 +44,10 @@ from typing import Any
 
 from bert_pipeline.console import run_main
 from bert_pipeline.errors import PipelineError
-from bert_pipeline.evaluation.report import parse_finetune_metrics
-from bert_pipeline.evaluation.variants import albert_embedding_size, average, recipe_of, variants_record
 from bert_pipeline.io import atomic_dir, atomic_write_text, write_json
 from bert_pipeline.model.families import FAMILIES
+from bert_pipeline.report.report import parse_finetune_metrics
+from bert_pipeline.report.variants import albert_embedding_size, average, recipe_of, variants_record
 from stages import require_inputs
 from stages.headline import write_headline
 from stages.params.base import load_view
@@ -148,9 +148,9 @@ def train_family(family: str, params: VariantsView) -> tuple[dict[str, Any], dic
     from bert_pipeline.model.configs import count_parameters, save_model
     from bert_pipeline.train.checkpoint import fingerprint
     from bert_pipeline.train.runtime import make_runtime
-    from stages.finetune import train_member
-    from stages.pretrain import load_pretraining, pretrain_model
-    from stages.train_tokenizer import train_tokenizer
+    from stages.members import train_member
+    from stages.pretraining import load_pretraining, pretrain_model
+    from stages.tokenizers import train_tokenizer
 
     settings = family_settings(family, params)
     var, fine = params.variants, params.finetune

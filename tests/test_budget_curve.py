@@ -1,4 +1,4 @@
-"""The budget curve's arithmetic, record, CSV and report section (bert_pipeline.evaluation.budget_curve), and the
+"""The budget curve's arithmetic, record, CSV and report section (bert_pipeline.report.budget_curve), and the
 stage itself on a tiny workspace: one extra budget pre-trained and fine-tuned for real, in process (the smoke
 profile of tests/test_e2e_smoke.py trains none)."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from bert_pipeline.errors import PipelineError
-from bert_pipeline.evaluation.budget_curve import (
+from bert_pipeline.report.budget_curve import (
     BudgetPoint,
     budget_curve_section,
     column,
@@ -21,8 +21,8 @@ from bert_pipeline.evaluation.budget_curve import (
     gains,
     no_pretraining,
 )
-from bert_pipeline.evaluation.figures import budget_curve_png
-from bert_pipeline.evaluation.report import parse_finetune_metrics
+from bert_pipeline.report.figures import budget_curve_png
+from bert_pipeline.report.report import parse_finetune_metrics
 from tests.conftest import REPO, run_stage, save_tiny_tasks, tiny_finetune
 
 

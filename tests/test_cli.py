@@ -179,7 +179,7 @@ def test_profile_relays_dvc_output_without_the_first_run_no_hash_warnings():
     and leaves out the warning DVC prints per output that a fresh clone's missing ``dvc.lock`` cannot restore."""
     import io
 
-    from flows.dvc_cli import is_missing_hash_warning, relay_filtered
+    from stages.dvc_log import is_missing_hash_warning, relay_filtered
 
     script = ("import sys, time\n"
               "w = sys.stderr.write\n"

@@ -9,7 +9,7 @@ import pytest
 from PIL import Image
 
 from bert_pipeline.errors import PipelineError
-from bert_pipeline.evaluation import figures as F
+from bert_pipeline.report import figures as F
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 CITES = {"cite_pretrain_history": "plots/pretrain.csv", "cite_distill_history": "plots/distill.csv",

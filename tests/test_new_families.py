@@ -361,7 +361,7 @@ def test_stock_classes_named_in_the_table():
 
 # ------------------------------------------------------------------------------------------------ variants
 def test_variants_report_has_a_row_per_family_and_keeps_published_figures_apart():
-    from bert_pipeline.evaluation.variants import PUBLISHED, RECIPES, variants_record, variants_section
+    from bert_pipeline.report.variants import PUBLISHED, RECIPES, variants_record, variants_section
 
     assert {f: (RECIPES[f].tokenizer, RECIPES[f].objective, RECIPES[f].masking) for f in NEW} == {
         f: ("wordpiece", "none", "dynamic") for f in NEW}

@@ -74,9 +74,9 @@ def test_no_module_but_the_table_names_a_family():
 
 
 def test_every_table_that_serves_the_families_derives_from_the_entries():
-    from bert_pipeline.evaluation.variants import PUBLISHED, RECIPES
     from bert_pipeline.model.card_encoders import CLASS_PREFIXES, FAMILY_NAMES
     from bert_pipeline.model.heads import MEAN_POOLING_CLASSES, NATIVE_POOLING
+    from bert_pipeline.report.variants import PUBLISHED, RECIPES
 
     assert list(RECIPES) == list(FAMILIES) and set(PUBLISHED) == {*FAMILIES, "distilled"}
     assert set(MEAN_POOLING_CLASSES) | NATIVE_POOLING == set(FAMILIES)

@@ -24,9 +24,9 @@ from transformers import (
 from bert_pipeline import tasks
 from bert_pipeline.errors import PipelineError
 from bert_pipeline.evaluation.predictor import load_predictor
-from bert_pipeline.evaluation.report import onnx_section
 from bert_pipeline.mlops import onnx_export as ox
 from bert_pipeline.model.heads import MEAN_POOLING_CLASSES
+from bert_pipeline.report.report import onnx_section
 from bert_pipeline.tasks.qa import answer
 from bert_pipeline.train.runtime import make_runtime
 from stages.evaluate import REPORT_SOURCES

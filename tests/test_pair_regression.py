@@ -247,7 +247,7 @@ def test_pair_task_learns_when_the_pair_decides(workdir, capsys):
 
 
 def test_report_shows_pair_accuracy_f1_and_regression_correlations():
-    from bert_pipeline.evaluation.report import pair_regression_section, parse_finetune_metrics
+    from bert_pipeline.report.report import pair_regression_section, parse_finetune_metrics
 
     def rec(model, task, kind, main, test):
         return parse_finetune_metrics({"model": model, "task": task, "kind": kind, "main_metric": main,

@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 
 from bert_pipeline.errors import PipelineError
-from bert_pipeline.evaluation.figures import ReportFigure
-from bert_pipeline.evaluation.provenance import report_card, stage_wall_times
-from bert_pipeline.evaluation.report import (
+from bert_pipeline.io import write_json
+from bert_pipeline.report.figures import ReportFigure
+from bert_pipeline.report.provenance import report_card, stage_wall_times
+from bert_pipeline.report.report import (
     FinetuneResult,
     ModelFacts,
     figures_section,
@@ -23,7 +24,6 @@ from bert_pipeline.evaluation.report import (
     tokens_seen_of,
     upstream_findings,
 )
-from bert_pipeline.io import write_json
 from stages.dvc_adapter import lock_sha256
 from stages.evaluate import REPORT_SOURCES
 
@@ -214,7 +214,7 @@ def test_upstream_findings_give_pretraining_and_distillation_lines():
 
 
 def test_distillation_table_pairs_each_student_with_its_teacher():
-    from bert_pipeline.evaluation.report import DistillationPair, distillation_section
+    from bert_pipeline.report.report import DistillationPair, distillation_section
     from stages.evaluate import headline
 
     def result(model, task, score, teacher=None, seeds=2):
@@ -251,8 +251,8 @@ def test_distillation_table_pairs_each_student_with_its_teacher():
 
 def test_the_students_share_is_one_figure_in_the_findings_the_table_and_the_metrics():
     """Mean of the per-task ratios everywhere; the ratio of the averages (110% here) would tell another story."""
-    from bert_pipeline.evaluation.family import pair_shares
-    from bert_pipeline.evaluation.report import DistillationPair, distillation_section
+    from bert_pipeline.report.family import pair_shares
+    from bert_pipeline.report.report import DistillationPair, distillation_section
 
     def result(model, task, score):
         return FinetuneResult(model=model, task=task, main_metric="f1", test={"f1": score}, test_seeds={"f1": [score]})

@@ -1,4 +1,5 @@
-"""Sentence embeddings and headline-to-article retrieval (bert_pipeline.evaluation.retrieval, stages.retrieval)."""
+"""Sentence embeddings and headline-to-article retrieval (bert_pipeline.evaluation.retrieval,
+bert_pipeline.train.contrastive, bert_pipeline.report.retrieval, stages.retrieval)."""
 
 from __future__ import annotations
 
@@ -9,14 +10,10 @@ import pytest
 import torch
 from transformers import BertConfig, BertModel
 
-from bert_pipeline.evaluation.retrieval import (
-    contrastive_finetune,
-    embed,
-    mean_pool,
-    retrieval_metrics,
-    retrieval_section,
-)
+from bert_pipeline.evaluation.retrieval import embed, mean_pool, retrieval_metrics
 from bert_pipeline.model.configs import save_model
+from bert_pipeline.report.retrieval import retrieval_section
+from bert_pipeline.train.contrastive import contrastive_finetune
 from bert_pipeline.train.runtime import make_runtime
 from tests.conftest import run_stage, write_params
 from tests.tiny_models import bert_tokenizer

@@ -1,4 +1,4 @@
-"""The variants comparison: recipes, record and the report's table (bert_pipeline.evaluation.variants), and the
+"""The variants comparison: recipes, record and the report's table (bert_pipeline.report.variants), and the
 stage itself training RoBERTa and ALBERT for real on a tiny corpus, in process (the smoke profile of
 tests/test_e2e_smoke.py trains no family)."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from bert_pipeline.errors import PipelineError
-from bert_pipeline.evaluation.variants import (
+from bert_pipeline.report.variants import (
     PUBLISHED,
     RECIPES,
     albert_embedding_size,
@@ -239,7 +239,7 @@ def test_stage_trains_roberta_and_albert_and_reads_what_dvc_yaml_declares(in_tmp
     tokens) and pre-training (tiny, 4 steps), fine-tuned on sentiment: the record, headline and timing hold both,
     ALBERT (shared layers, factorised embedding) has fewer parameters than RoBERTa at the same size, and the params
     the stage read are the ones dvc.yaml declares."""
-    from bert_pipeline.evaluation.variants import RECIPES
+    from bert_pipeline.report.variants import RECIPES
     from stages import variants
     from tests.params_declared import declared_params, mismatches, recorded_reads
     from tests.pretrain_fixtures import TINY_PRETRAIN

@@ -23,7 +23,7 @@ from bert_pipeline.tasks.qa import decode_qa, prepare_qa_features
 from stages.params.base import ParamsError
 from stages.params.root import load_params
 from stages.params.train_tokenizer import TrainTokenizerParams
-from stages.train_tokenizer import train_tokenizer
+from stages.tokenizers import train_tokenizer
 from tests import test_create_pretraining_data as cpd
 from tests.conftest import family_params, synthetic_texts, write_params
 

@@ -28,7 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bert_pipeline.train.finetune import Grid, finetune_task  # noqa: E402
 from bert_pipeline.train.runtime import make_runtime  # noqa: E402
-from stages.finetune import LOOP_KEYS, TASKS, member_spec, resolve_model  # noqa: E402
+from stages.finetune import resolve_model  # noqa: E402
+from stages.members import LOOP_KEYS, TASKS, member_spec  # noqa: E402
 from stages.params.root import load_params  # noqa: E402
 
 

@@ -28,7 +28,7 @@ from bert_pipeline.evaluation.predictor import load_predictor  # noqa: E402
 from bert_pipeline.train.finetune import heldout_evaluators  # noqa: E402
 from bert_pipeline.train.finetune_data import load_task  # noqa: E402
 from bert_pipeline.train.runtime import make_runtime  # noqa: E402
-from stages.finetune import MODELS_OUT, TASKS  # noqa: E402
+from stages.members import MODELS_OUT, TASKS  # noqa: E402
 from stages.params.root import load_params  # noqa: E402
 
 METRICS = Path("metrics/finetune")

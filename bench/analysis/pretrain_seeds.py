@@ -53,7 +53,7 @@ def run_one(params: Any, seed: int, mask_stream: int | None, threads: int) -> di
     import torch
 
     from bert_pipeline.train.runtime import make_runtime
-    from stages.pretrain import load_pretraining, pretrain_model
+    from stages.pretraining import load_pretraining, pretrain_model
 
     torch.set_num_threads(threads)
     p = params.pretrain.model_copy(update={"seed": seed})

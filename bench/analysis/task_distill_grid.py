@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from bert_pipeline.model.distillation import LAYER_SELECTIONS  # noqa: E402
 from bert_pipeline.train.runtime import make_runtime  # noqa: E402
 from bert_pipeline.train.task_distill import StudentSpec, distill_task  # noqa: E402
-from stages.finetune import LOOP_KEYS, MODELS_OUT, TASKS  # noqa: E402
+from stages.members import LOOP_KEYS, MODELS_OUT, TASKS  # noqa: E402
 from stages.params.root import load_params  # noqa: E402
 
 # field -> (type, smallest allowed value, whether the bound itself is allowed): task_distill's own ranges

@@ -459,7 +459,7 @@ def device_info(torch: Any, device: Any) -> tuple[str, str]:
     """``(device type, a name)``: the GPU's name, or the CPU model from ``/proc/cpuinfo``."""
     if device.type == "cuda":
         return "cuda", torch.cuda.get_device_name(device)
-    from bert_pipeline.evaluation.provenance import hardware
+    from bert_pipeline.report.provenance import hardware
 
     return device.type, str(hardware().get("cpu") or "cpu")
 
@@ -550,8 +550,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.threads:
         torch.set_num_threads(args.threads)
     from bert_pipeline.data.tokenizer import load_tokenizer
-    from bert_pipeline.evaluation.provenance import library_versions
     from bert_pipeline.model.configs import save_model, set_dropout
+    from bert_pipeline.report.provenance import library_versions
     from bert_pipeline.train import pretrain as pretraining
     from bert_pipeline.train.runtime import make_runtime
 

@@ -1,2 +1,2 @@
-"""Training: the resumable pre-training/distillation loop, optimizers (AdamW, LAMB), precision, checkpoints, and
-the fine-tuning loop with early stopping."""
+"""Training: the resumable pre-training/distillation loop, optimizers (AdamW, LAMB), precision, checkpoints, the
+fine-tuning loop with early stopping, and contrastive fine-tuning of sentence encoders."""

@@ -76,7 +76,7 @@ class FinetuneTask(Section):
     max_answer_length: Annotated[int, annotated_types.Ge(1)] | None = None
 
 
-# The ``finetune`` keys every member's fine-tuning reads (stages.finetune.train_member), beside its own entry and
+# The ``finetune`` keys every member's fine-tuning reads (stages.members.train_member), beside its own entry and
 # its tasks' settings; ``num_threads`` is the finetune stage's process setting, not the training's.
 SHARED_KEYS = frozenset({"seeds", "data_seed", "precision", "warmup_ratio", "weight_decay", "max_grad_norm",
                          "early_stopping_patience", "evals_per_epoch", "eval_batch_size",

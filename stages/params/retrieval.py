@@ -16,7 +16,7 @@ class RetrievalParams(Section):
     on headline-to-article retrieval over at most ``test_articles`` of the headline_match test split, zero-shot and
     after ``epochs`` of in-batch-negatives fine-tuning on at most ``train_pairs`` training pairs at
     ``learning_rate`` (``learning_rates``: per member), similarities times ``scale``, texts cut at ``max_length``
-    tokens (:mod:`stages.retrieval`, :mod:`bert_pipeline.evaluation.retrieval`).
+    tokens (:mod:`stages.retrieval`, :mod:`bert_pipeline.evaluation.retrieval`, :mod:`bert_pipeline.train.contrastive`).
     """
 
     members: list[str] = Field(min_length=1)

@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 import annotated_types
 from pydantic import Field, field_validator, model_validator
 
+from bert_pipeline.errors import PipelineError
 from stages.params.base import Section, View
 from stages.params.finetune import FinetuneParams
 
@@ -58,3 +59,13 @@ class TaskDistillView(View):
 
     task_distill: TaskDistillParams
     finetune: FinetuneParams
+
+
+def check_teacher(params: TaskDistillView) -> None:
+    """Raise a one-line :class:`PipelineError` when ``task_distill.teacher`` is not a ``finetune.models`` key (the
+    stage ``finetune@{teacher}-{task}`` that makes its folder, and whose settings the student's card cites). Checked
+    by both stages of the view, ``teacher_logits`` and ``distill_task``, when they run."""
+    if params.task_distill.teacher not in params.finetune.models:
+        raise PipelineError(f"params.yaml: task_distill.teacher: {params.task_distill.teacher!r} is not a key of "
+                            f"finetune.models (known: {', '.join(sorted(params.finetune.models))}); name the "
+                            "fine-tuned member to distil")

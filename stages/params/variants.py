@@ -27,7 +27,7 @@ class VariantsParams(Section):
     """``variants``: BERT, RoBERTa, ALBERT (and ModernBERT, DeBERTa on WordPiece) pre-trained at ``pretrain``'s
     size from the same corpus, each with its own vocabulary and pre-training data as its paper's recipe says, then
     fine-tuned on ``tasks`` with ``finetune.models[member]``'s settings (:mod:`stages.variants`,
-    :mod:`bert_pipeline.evaluation.variants`). ``families`` empty (the default): the stage writes an empty record
+    :mod:`bert_pipeline.report.variants`). ``families`` empty (the default): the stage writes an empty record
     and trains nothing; profile ``variants`` lists all five. ``scratch``: also fine-tune each family's own
     from-scratch baseline (its config and vocabulary, every weight drawn afresh) on each task, for the gain of its
     pre-training. ``budgets``: a family's own ``max_steps`` and ``learning_rate`` (:class:`FamilyBudget`; a family

@@ -7,7 +7,7 @@ over budgets is the small-model counterpart of the data-scaling curves of pre-tr
 downstream transfer, Zhang et al. 2021, "When Do You Need Billions of Words of Pretraining Data?"), with the
 from-scratch baseline that tells whether pre-training paid at all.
 
-Everything here reads fine-tuning results (:class:`bert_pipeline.evaluation.report.FinetuneResult`) and returns
+Everything here reads fine-tuning results (:class:`bert_pipeline.report.report.FinetuneResult`) and returns
 records, CSV and Markdown; the ``budget_curve`` stage trains the points and writes them.
 """
 
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bert_pipeline.errors import PipelineError
-from bert_pipeline.evaluation.report import FinetuneResult, markdown_table
+from bert_pipeline.report.report import FinetuneResult, markdown_table
 
 
 @dataclass(frozen=True)

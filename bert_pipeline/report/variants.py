@@ -34,8 +34,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from bert_pipeline.errors import PipelineError
-from bert_pipeline.evaluation.report import markdown_table
 from bert_pipeline.model.families import BASE_FAMILY, FAMILIES, Published, Recipe
+from bert_pipeline.report.report import markdown_table
 
 # ALBERT-Base factorises a 768 hidden size through E = 128 (Lan et al. 2020, Table 1): a sixth of the width; for
 # the small sizes we keep the same ratio, rounded up to 16 (the stage computes it from the size's hidden size).

@@ -1,9 +1,9 @@
 """Evaluating the model family as one: each member's inference cost, the sentiment confusion matrix, the NER
-per-type scores, and the inputs of the report (:mod:`bert_pipeline.evaluation.report`).
+per-type scores, and the inputs of the report (:mod:`bert_pipeline.report.report`).
 
 :func:`evaluate_family` is the evaluate stage's work over folders the caller names (:class:`FamilyInputs`); it
 returns the page, the flat quality metrics, the timing record, the plot tables and the page's figures (PNG bytes,
-:mod:`bert_pipeline.evaluation.figures`), and writes nothing.
+:mod:`bert_pipeline.report.figures`), and writes nothing.
 """
 
 from __future__ import annotations
@@ -19,11 +19,13 @@ from pathlib import Path
 from typing import Any
 
 from bert_pipeline.errors import PipelineError
-from bert_pipeline.evaluation.budget_curve import budget_curve_section
-from bert_pipeline.evaluation.figures import FigureSources, ReportFigure, family_figures
 from bert_pipeline.evaluation.predictor import load_predictor
-from bert_pipeline.evaluation.provenance import report_card
-from bert_pipeline.evaluation.report import (
+from bert_pipeline.evaluation.speed import measure_speed, size_on_disk_mb
+from bert_pipeline.model.configs import count_parameters
+from bert_pipeline.report.budget_curve import budget_curve_section
+from bert_pipeline.report.figures import FigureSources, ReportFigure, family_figures
+from bert_pipeline.report.provenance import report_card
+from bert_pipeline.report.report import (
     DistillationPair,
     FinetuneResult,
     ModelFacts,
@@ -44,10 +46,8 @@ from bert_pipeline.evaluation.report import (
     tokens_seen_of,
     upstream_findings,
 )
-from bert_pipeline.evaluation.retrieval import retrieval_section
-from bert_pipeline.evaluation.speed import measure_speed, size_on_disk_mb
-from bert_pipeline.evaluation.variants import variants_section
-from bert_pipeline.model.configs import count_parameters
+from bert_pipeline.report.retrieval import retrieval_section
+from bert_pipeline.report.variants import variants_section
 from bert_pipeline.tasks.sequence import class_probabilities
 
 log = logging.getLogger(__name__)
@@ -257,7 +257,7 @@ def evaluate_family(inputs: FamilyInputs, *, runtime: Any, teacher: str, student
     """Compare the family: test scores from the metrics files, the speed of each member's ``speed_task`` model on
     ``runtime``'s device (:func:`bert_pipeline.evaluation.speed.measure_speed`; the stage gives a CPU runtime: the
     report's figures are CPU serving costs), the confusion matrix of every sentiment model, the
-    findings, the figures (:func:`bert_pipeline.evaluation.figures.family_figures`; score vs speed is wall clock)
+    findings, the figures (:func:`bert_pipeline.report.figures.family_figures`; score vs speed is wall clock)
     and the report card.
 
     Raises:

@@ -6,8 +6,8 @@ member: parameters, each task's test score, the average, relative speed with the
 :func:`findings` the sentences that answer the family's questions (gain of pre-training over the same model from
 scratch, the student's share of the teacher's score and its speed-up), :func:`flat_metrics` the figures for
 ``dvc metrics``, and :func:`render_summary` the Markdown page with its figures (:func:`figures_section`, the PNGs
-of :mod:`bert_pipeline.evaluation.figures` linked relative to the page) and the report card
-(:mod:`bert_pipeline.evaluation.provenance`). Every number in the report names the file it came from; the
+of :mod:`bert_pipeline.report.figures` linked relative to the page) and the report card
+(:mod:`bert_pipeline.report.provenance`). Every number in the report names the file it came from; the
 caller says where those files are (:class:`ReportSources`).
 """
 
@@ -20,12 +20,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bert_pipeline import tasks
+from bert_pipeline import tasks as task_kinds
 from bert_pipeline.errors import PipelineError
-from bert_pipeline.evaluation.provenance import render_report_card
+from bert_pipeline.report.provenance import render_report_card
 
 if TYPE_CHECKING:  # typing only: the report is plain text and needs no matplotlib
-    from bert_pipeline.evaluation.figures import ReportFigure
+    from bert_pipeline.report.figures import ReportFigure
 
 log = logging.getLogger(__name__)
 
@@ -456,7 +456,7 @@ def figures_section(figures: Sequence[ReportFigure], link_dir: str) -> list[str]
     """Markdown lines of the page's figures: a ``## Figures`` heading, then per figure an image with a relative
     link (``![caption](link_dir/name)``) and a numbered caption naming the file its numbers come from; ``[]`` when
     there is no figure. ``figures``: objects with ``name``, ``caption`` and ``source``
-    (:class:`bert_pipeline.evaluation.figures.ReportFigure`)."""
+    (:class:`bert_pipeline.report.figures.ReportFigure`)."""
     if not figures:
         return []
     out = ["## Figures", ""]
@@ -558,7 +558,7 @@ def pair_regression_section(results: Sequence[FinetuneResult], models: Sequence[
             test = members[m].test
             rows.append([m, *("–" if key not in test else (f"{test[key]:.4f}" if key == "mse" else fmt_score(test[key]))
                               for key, _ in cols)])
-        what = tasks.get(kind).report_data_text
+        what = task_kinds.get(kind).report_data_text
         blocks += [f"### {task}: {what}", "", markdown_table(["model", *(label for _, label in cols)], rows), ""]
     return "\n".join(["## Sentence-pair and regression tasks", "",
                       "Test means over seeds; the main metric is also in the family table.", "", *blocks]).rstrip() + "\n"

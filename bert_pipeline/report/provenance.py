@@ -119,7 +119,7 @@ def report_card(repo: Path, metrics_dir: Path, sources_json: Path, tokens_seen: 
 
 
 def render_report_card(card: Mapping[str, Any], sources: Any) -> str:
-    """The report card as Markdown bullet lists; ``sources`` (:class:`bert_pipeline.evaluation.report.ReportSources`)
+    """The report card as Markdown bullet lists; ``sources`` (:class:`bert_pipeline.report.report.ReportSources`)
     names the files it cites (the lock file as ``sources.lock_file``)."""
     git = card.get("git", {})
     dirty = {True: "dirty (uncommitted changes)", False: "clean", None: "unknown"}[git.get("dirty")]

@@ -151,7 +151,7 @@ def training_curves_png(rows: Sequence[Mapping[str, Any]], title: str) -> bytes:
 def budget_curve_png(record: Mapping[str, Any]) -> bytes:
     """Pre-training gain (points, pre-trained minus from scratch) against tokens seen (millions), a line per score
     with the seeds' range as error bars; the dashed line is no gain. ``record``: the budget curve's quality
-    record (:func:`bert_pipeline.evaluation.budget_curve.curve_record`)."""
+    record (:func:`bert_pipeline.report.budget_curve.curve_record`)."""
     points = record.get("points", [])
     keys = sorted({k for p in points for k in p["gain"]})
 
