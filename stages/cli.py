@@ -16,8 +16,10 @@ folder: sentiment ``{"text", "label", "probability", "tokens", "truncated"}`` (`
 (``--context`` required, each input a question) ``{"question", "answer", "start", "end", "score", "logit_sum",
 "windows", "question_truncated"}``; a pair classifier (``--text-pair PASSAGE``, each input the first text)
 ``{"text", "text_pair", "label", "probability", "tokens", "truncated"}``; a regression head ``{"text", "value",
-"tokens", "truncated"}``. For QA, ``score`` is the answer's probability as Hugging Face's question-answering
-pipeline reports it (a softmax of the start and of the end logits over the answer's window, multiplied), and
+"tokens", "truncated"}``; a multi-label classifier ``{"text", "labels": [{"label", "probability"}], "tokens",
+"truncated"}`` (every label above 0.5, most probable first; none is an empty list). For QA, ``score`` is the
+answer's probability as Hugging Face's question-answering pipeline reports it (a softmax of the start and of the end
+logits over the answer's window, multiplied), and
 ``logit_sum`` the start + end logit the decoder ranks spans by (unnormalised). Texts come from the arguments, else
 one per line on stdin; an empty or blank text is refused by position, and so is a terminal on stdin (nothing piped).
 
@@ -338,11 +340,11 @@ def predict_lines(args: argparse.Namespace, texts: list[str]) -> list[dict]:
         raise PipelineError(f"{args.model_dir}: a sentence-pair classifier needs --text-pair \"SECOND TEXT\" "
                             "(each input is the first text of a pair)")
     if args.context is not None and not task.reads_context:
-        raise PipelineError(f"--context: {args.model_dir} is a {pred.kind} model, which reads texts only; "
-                            "--context is for a question-answering model (leave it out)")
+        raise PipelineError(f"--context: {args.model_dir} is a {pred.kind} model ({task.name}), which reads texts "
+                            "only; --context is for a question-answering model (leave it out)")
     pair = getattr(args, "text_pair", None)
     if pair is not None and not task.accepts_pair:
-        raise PipelineError(f"--text-pair: {args.model_dir} is a {pred.kind} model; --text-pair is for a "
+        raise PipelineError(f"--text-pair: {args.model_dir} is a {pred.kind} model ({task.name}); --text-pair is for a "
                             "sentence-pair classifier (leave it out)")
     if pair is not None and not pair.strip():
         raise PipelineError("predict: --text-pair is empty: expected the second text of each pair")

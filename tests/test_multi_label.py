@@ -107,3 +107,40 @@ def test_multi_label_learns_fine_tunes_serves_and_exports(workdir, capsys):  # n
     report = ox.export_folder(Path(folder), workdir / "onnx", list(dd["test"].select(range(6))), max_seq_length=16,
                               runs=1, warmup=0, latency_examples=2)
     assert report.parity.agreement == 1.0 and max(report.parity.max_abs_diff.values()) < 1e-4
+
+
+def test_wrong_label_values_hub_columns_and_distillation_are_one_line(tmp_path, caplog):
+    rows = tmp_path / "t.jsonl"
+    rows.write_text('{"text": "rain fell", "labels": ["weather"]}\n{"text": "council", "labels": [1, 2]}\n')
+    spec = _user_spec(name="t", kind=KIND, train=str(rows), validation=str(rows), test=str(rows),
+                      label_column="labels")
+    with pytest.raises(TaskDataError, match=r"t.jsonl: line 2: 'labels': expected a list of label strings, got \[1, 2\]"):
+        tasks.get(KIND).load_user_task(spec)
+    rows.write_text('{"text": "rain fell", "labels": {"a": 1}}\n')
+    with pytest.raises(TaskDataError, match=r"line 1: 'labels': expected labels separated by '\|' or a list"):
+        tasks.get(KIND).load_user_task(spec)
+    comma = _write_csv(tmp_path / "c.csv", [{"text": "rain", "topics": "politics,weather"},
+                                            {"text": "vote", "topics": "politics"}])
+    with caplog.at_level("WARNING"):
+        tasks.get(KIND).load_user_task(_user_spec(name="c", kind=KIND, train=comma, validation=comma, test=comma,
+                                                  label_column="topics"))
+    assert "label 'politics,weather' holds ','" in caplog.text
+
+    from datasets import ClassLabel, Dataset, DatasetDict, Value
+    from datasets import Sequence as HFSequence
+
+    from bert_pipeline.errors import PipelineError
+    flat = DatasetDict({"train": Dataset.from_dict({"text": ["a"], "labels": ["x|y"]}).cast_column(
+        "labels", Value("string"))})
+    with pytest.raises(PipelineError, match=r"user_tasks\[h\].hf_dataset: a multi_label_classification dataset "
+                                            r"needs a 'label' column of lists of class labels"):
+        tasks.get(KIND).hub_info(flat, _user_spec(name="h", kind=KIND, hf_dataset="x", label_column="labels"))
+    good = DatasetDict({"train": Dataset.from_dict({"text": ["a"], "label": [[0]]}).cast_column(
+        "label", HFSequence(ClassLabel(names=["x", "y"])))})
+    assert tasks.get(KIND).hub_info(good, _user_spec(name="h", kind=KIND, hf_dataset="x")) == {"label_names": ["x", "y"]}
+
+    from bert_pipeline.train.finetune_data import FinetuneError
+    from bert_pipeline.train.task_distill import check_distillable
+    with pytest.raises(FinetuneError, match=r"^topics: a multi_label_classification task has no distribution"):
+        check_distillable(Path("data/tasks/topics"), KIND)
+    check_distillable(Path("data/tasks/sentiment"), "classification")  # a distillable kind passes

@@ -68,7 +68,7 @@ def test_no_or_blank_input_is_refused_before_the_model_loads(tmp_path, monkeypat
 def test_context_for_a_model_that_reads_no_context_is_refused(tmp_path):
     """A new-user finding: ``--context`` given to a sentiment model was silently ignored."""
     pos = save_classifier(tmp_path / "pos")
-    with pytest.raises(PipelineError, match=r"^--context: .*pos is a sequence-classification model, which reads "
+    with pytest.raises(PipelineError, match=r"^--context: .*pos is a sequence-classification model \(classification\), which reads "
                                             r"texts only; --context is for a question-answering model"):
         main(["predict", str(pos), "good", "--context", "some passage"])
 

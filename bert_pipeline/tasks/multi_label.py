@@ -12,6 +12,7 @@ the kind yet (its soft targets would be one Bernoulli per label).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -23,6 +24,8 @@ from bert_pipeline.tasks.sequence import SequenceKind
 
 if TYPE_CHECKING:
     from datasets import Dataset
+
+log = logging.getLogger(__name__)
 
 THRESHOLD_LOGIT = 0.0
 """A label is predicted when its logit is above this: sigmoid(0) = 0.5."""
@@ -72,11 +75,26 @@ def multi_hot(label_sets: Sequence[Sequence[int]], num_labels: int) -> np.ndarra
     return out
 
 
+SEPARATORS = ("|", ",", ";")
+"""Separators a label list is commonly written with: a label holding another than the one given is reported."""
+
+
 def parse_labels(value: Any, separator: str) -> list[str]:
-    """One example's labels: a list as given (JSONL), or a string split at ``separator`` (CSV), blanks dropped,
-    first occurrences kept in order."""
-    parts = value if isinstance(value, list) else str(value or "").split(separator)
-    return list(dict.fromkeys(str(p).strip() for p in parts if str(p).strip()))
+    """One example's labels: a list of strings as given (JSONL), or a string split at ``separator`` (CSV; empty or
+    null for none), blanks dropped, first occurrences kept in order.
+
+    Raises:
+        ValueError: a value that is neither a string, null nor a list of strings.
+    """
+    if isinstance(value, list):
+        if not all(isinstance(p, str) for p in value):
+            raise ValueError(f"expected a list of label strings, got {value!r}")
+        parts = value
+    elif value is None or isinstance(value, str):
+        parts = (value or "").split(separator)
+    else:
+        raise ValueError(f"expected labels separated by {separator!r} or a list of strings, got {value!r}")
+    return list(dict.fromkeys(p.strip() for p in parts if p.strip()))
 
 
 class MultiLabelKind(SequenceKind):
@@ -108,11 +126,25 @@ class MultiLabelKind(SequenceKind):
         read = {}
         for split, p in paths.items():
             found, unit = read_rows(Path(p), [spec.text_column, spec.label_column])
-            for i, (text, _) in found:
+            read[split] = []
+            for i, (text, value) in found:
                 if not isinstance(text, str) or not text.strip():
                     raise TaskDataError(f"{p}: {unit} {i}: empty or non-text {spec.text_column!r}")
-            read[split] = [(text, parse_labels(value, spec.label_separator)) for _, (text, value) in found]
+                try:
+                    read[split].append((text, parse_labels(value, spec.label_separator)))
+                except ValueError as exc:
+                    raise TaskDataError(f"{p}: {unit} {i}: {spec.label_column!r}: {exc}") from None
         names = sorted({name for part in read.values() for _, labels in part for name in labels})
+        for name in names:  # a likely wrong separator: kept (a label may hold one), but said
+            other = [s for s in SEPARATORS if s != spec.label_separator and s in name]
+            if other:
+                log.warning("%s: label %r holds %r; are the labels separated by %r rather than %r "
+                            "(label_separator)?", spec.name, name, other[0], other[0], spec.label_separator)
+        trained = {name for _, labels in read["train"] for name in labels}
+        unseen = [name for name in names if name not in trained]
+        if unseen:
+            log.warning("%s: label(s) %s occur only outside the training split: the model cannot learn them",
+                        spec.name, ", ".join(map(repr, unseen)))
         if len(names) < 2:
             raise TaskDataError(f"{paths['train']}: column {spec.label_column!r} holds {len(names)} distinct "
                                 f"label(s) in all splits; expected at least 2 (separated by "
@@ -125,7 +157,20 @@ class MultiLabelKind(SequenceKind):
         return dd, {"label_names": names}
 
     def hub_info(self, dd, spec):
-        return {"label_names": dd["train"].features[spec.label_column].feature.names}
+        """The label names of a hub dataset whose ``label_column`` is a list of class labels.
+
+        Raises:
+            PipelineError: a column that is missing or not a list of class labels (named with its feature type).
+        """
+        from bert_pipeline.errors import PipelineError
+
+        feature = dd["train"].features.get(spec.label_column)
+        names = getattr(getattr(feature, "feature", None), "names", None)
+        if spec.label_column != "label" or not names:
+            raise PipelineError(f"prepare_tasks.user_tasks[{spec.name}].hf_dataset: a {self.name} dataset needs a "
+                                f"'label' column of lists of class labels (Sequence(ClassLabel)); got "
+                                f"{spec.label_column!r}: {feature!r}. Save it as CSV/JSONL files per split instead")
+        return {"label_names": list(names)}
 
     def label_stats(self, ds):
         names = ds.features["label"].feature.names

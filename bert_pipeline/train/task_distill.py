@@ -121,6 +121,18 @@ def transfer_features(kind: str, tokenizer, train: Dataset, rows: TransferSet, t
     return out
 
 
+def check_distillable(task_dir: Path, kind: str) -> None:
+    """Refuse a task whose kind task-specific distillation does not serve (:attr:`bert_pipeline.tasks.base.TaskKind.
+    distillable`: no distribution to match), before any model is loaded.
+
+    Raises:
+        FinetuneError: naming the task and its kind.
+    """
+    if not tasks.get(kind).distillable:
+        raise FinetuneError(f"{task_dir.name}: a {kind} task has no distribution for task-specific distillation to "
+                            f"match; leave it out of the teacher_logits and distill_task stages")
+
+
 # ------------------------------------------------------------------------------------------ teacher logits
 @dataclass
 class TeacherLogits:
@@ -196,6 +208,7 @@ def label_task(task_dir: Path, teacher_dir: Path, task: dict[str, Any], *, teach
     from bert_pipeline.evaluation.predictor import load_predictor
 
     dd, info = load_task(task_dir)
+    check_distillable(task_dir, info["kind"])
     kind, train = info["kind"], dd["train"]
     rows = transfer_set(len(train), task["max_train_examples"], teacher_only_examples, data_seed)
     teacher = load_predictor(teacher_dir)
@@ -310,6 +323,7 @@ def distill_task(
         raise SettingError("layer_selection", f"expected one of {', '.join(distillation.LAYER_SELECTIONS)}, got "
                            f"{spec.layer_selection!r}")
     dd, info = load_task(task_dir)
+    check_distillable(task_dir, info["kind"])
     kind, main = info["kind"], info["main_metric"]
     cache = load_teacher_logits(logits_dir)
     rows = transfer_set(len(dd["train"]), task["max_train_examples"], teacher_only_examples, data_seed)
