@@ -144,3 +144,14 @@ def test_wrong_label_values_hub_columns_and_distillation_are_one_line(tmp_path, 
     with pytest.raises(FinetuneError, match=r"^topics: a multi_label_classification task has no distribution"):
         check_distillable(Path("data/tasks/topics"), KIND)
     check_distillable(Path("data/tasks/sentiment"), "classification")  # a distillable kind passes
+
+
+@pytest.mark.parametrize(("kind", "option", "readers"), [
+    ("classification", {"label_separator": ";"}, "multi_label_classification"),
+    (KIND, {"text_pair_column": "b"}, "pair_classification, regression"),
+    ("ner", {"text_pair_column": "b"}, "pair_classification, regression")])
+def test_a_setting_the_kind_does_not_read_is_refused_not_ignored(kind, option, readers):
+    key = next(iter(option))
+    with pytest.raises(Exception, match=rf"user_tasks\[t\]\.{key}: a {kind} task does not read it \(only {readers}\)"):
+        _user_spec(name="t", kind=kind, train="a.csv", validation="a.csv", test="a.csv", **option)
+    _user_spec(name="t", kind=KIND, train="a.csv", validation="a.csv", test="a.csv", label_separator=";")

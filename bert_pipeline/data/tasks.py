@@ -49,6 +49,8 @@ log = logging.getLogger(__name__)
 
 
 # --------------------------------------------------------------------------------------------- the task sets
+DEFAULT_TASKS = ("sentiment", "ner", "qa", HEADLINE_MATCH)
+"""The task sets :func:`build_all` builds from the fetched data and the corpus, whatever the params."""
 NEWS_SOURCE = "news_articles"
 """The corpus source NER and QA are built from."""
 
@@ -125,7 +127,16 @@ def build_all(p: Any, raw: Path, corpus: Path,
             raise PipelineError(f"{raw / rel}: not found (run `dvc repro fetch_data` first)")
     docs = read_corpus_documents(corpus, NEWS_SOURCE)  # the corpus is checked before any task is built
     built: dict[str, tuple[DatasetDict, dict[str, Any]]] = {}
+    user: dict[str, tuple[DatasetDict, dict[str, Any]]] = {}
     try:
+        for spec in p.user_tasks:  # a user's files are read before the slow default sets: a bad row fails at once
+            if spec.name in DEFAULT_TASKS:
+                raise PipelineError(f"prepare_tasks.user_tasks: name {spec.name!r} is taken by a default task")
+            if spec.name in user:
+                raise PipelineError(f"prepare_tasks.user_tasks: name {spec.name!r} is given twice")
+            dd, info = load_user_task(spec)
+            user[spec.name] = (dd, {"kind": spec.kind, "silver": False, "source": spec.hf_dataset or spec.train,
+                                    **info})
         rows = read_rotten_tomatoes(raw / ROTTEN_TOMATOES)
         sent, info = build_sentiment(rows, p.sentiment.validation_fraction, p.sentiment.test_fraction, p.seed)
         built["sentiment"] = (sent, {"kind": "classification", "label_names": list(SENTIMENT_LABELS),
@@ -156,11 +167,7 @@ def build_all(p: Any, raw: Path, corpus: Path,
                                          "source": f"{NEWS_ARTICLES} titles + {corpus} bodies", **info})
         log.info("headline_match (pairs): %s", {k: len(v) for k, v in pairs.items()})
 
-        for spec in p.user_tasks:
-            if spec.name in built:
-                raise PipelineError(f"prepare_tasks.user_tasks: name {spec.name!r} is taken by a default task")
-            dd, info = load_user_task(spec)
-            built[spec.name] = (dd, {"kind": spec.kind, "silver": False, "source": spec.hf_dataset or spec.train, **info})
+        built.update(user)
     except TaskDataError as exc:
         raise PipelineError(str(exc)) from None
     for name, (dd, info) in built.items():

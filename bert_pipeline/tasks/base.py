@@ -93,6 +93,10 @@ class TaskKind:
         return f"TaskKind({self.name!r})"
 
     # ----------------------------------------------------------------------------------------------- data
+    user_options: tuple[str, ...] = ()
+    """The optional user-task settings the kind reads beyond its text and label columns (``text_pair_column``,
+    ``label_separator``); a user task of another kind that sets one is refused rather than silently ignored."""
+
     def load_user_task(self, spec: Any) -> tuple[Any, dict[str, Any]]:
         """A user's task of this kind: a Hugging Face dataset by name (``spec.hf_dataset``, ``spec.hf_config``) or
         one file per split (``spec.train`` / ``validation`` / ``test``, read by :meth:`read_user_files`); ``spec``

@@ -105,6 +105,7 @@ class MultiLabelKind(SequenceKind):
     problem_type = "multi_label_classification"
     distillable = False
     accepts_pair = False
+    user_options = ("label_separator",)
     transformers_flavour = False  # the flavour's text-classification pipeline takes a softmax over the labels
     objective_text = "binary cross-entropy per label (a sigmoid per label)"
     predict_note = "every label with probability above 0.5, most probable first"

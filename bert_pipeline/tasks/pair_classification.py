@@ -14,6 +14,7 @@ class PairClassificationKind(ClassificationKind):
     name = "pair_classification"
     pairs = True
     needs_pair = True
+    user_options = ("text_pair_column",)
     report_data_text = "sentence pairs (`text`, `text_pair`)"
     pyfunc_input = "sentence-pair-classification"  # rows of text and text_pair (shadows the base property)
     transformers_flavour = False  # pairs in: the flavour's pipeline reads one text

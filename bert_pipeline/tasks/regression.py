@@ -43,6 +43,7 @@ class RegressionKind(SequenceKind):
     main_metric = "pearson"
     problem_type = "regression"
     distillable = False
+    user_options = ("text_pair_column",)
     report_data_text = "regression (float label)"
     transformers_flavour = False  # a value out: the flavour's pipeline gives labels
     objective_text = "mean squared error"

@@ -79,9 +79,15 @@ class UserTask(Section):
 
     @model_validator(mode="after")
     def _pair_column(self) -> UserTask:
-        if tasks.get(self.kind).needs_pair and not self.text_pair_column and not self.hf_dataset:
+        kind = tasks.get(self.kind)
+        if kind.needs_pair and not self.text_pair_column and not self.hf_dataset:
             raise ValueError(f"prepare_tasks.user_tasks[{self.name}].text_pair_column: required for a "
                              f"{self.kind} task (the second text's column), got null")
+        for option in ("text_pair_column", "label_separator"):
+            if option in self.model_fields_set and option not in kind.user_options:
+                readers = [k.name for k in tasks.KINDS.values() if option in k.user_options]
+                raise ValueError(f"prepare_tasks.user_tasks[{self.name}].{option}: a {self.kind} task does not read "
+                                 f"it (only {', '.join(readers)}); leave it out")
         return self
 
 
