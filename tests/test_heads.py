@@ -155,6 +155,22 @@ def test_mean_pooling_ignores_padding_and_cls_head_differs(tokenizer):
         heads.sequence_classifier_class("mean", "distilbert")
 
 
+def test_regression_loss_keeps_float32_targets_under_bf16_autocast(tokenizer):
+    """A bf16 target has 8 bits of mantissa: the MSE is computed from the float32 targets (issue 57, item 8)."""
+    cfg = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                     intermediate_size=64, num_labels=1, problem_type="regression")
+    torch.manual_seed(0)
+    model = heads.MEAN_POOLING_CLASSES["bert"](cfg).eval()
+    batch = tokenizer(["the cat", "the dog sat"], padding=True, return_tensors="pt")
+    targets = torch.tensor([0.123457, 1.987654])  # neither is a bf16 number
+    assert not torch.equal(targets.to(torch.bfloat16).float(), targets)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        out = model(**batch, labels=targets)
+    assert out.logits.dtype == torch.bfloat16 and out.loss.dtype == torch.float32
+    exact = ((out.logits.float().view(-1) - targets) ** 2).mean()
+    assert out.loss.item() == pytest.approx(exact.item(), rel=1e-6)
+
+
 # --------------------------------------------------------------------------------------------- metrics
 def test_squad_normalisation_em_f1_hand_worked():
     assert qa.normalize_answer("The  Eiffel-Tower!") == "eiffeltower"

@@ -42,7 +42,8 @@ class _MeanPooling:
         logits = family.pooled_classifier(self, pooled)  # (batch, num_labels)
         loss = None
         if labels is not None and self.num_labels == 1:  # regression (problem_type "regression"): MSE, as HF's
-            loss = torch.nn.functional.mse_loss(logits.view(-1), labels.view(-1).to(logits.dtype))
+            # float32 as the targets: under bf16 autocast a target cast to the logits' dtype keeps 8 bits of mantissa
+            loss = torch.nn.functional.mse_loss(logits.view(-1).float(), labels.view(-1).float())
         elif labels is not None and self.config.problem_type == "multi_label_classification":  # a sigmoid per label
             loss = torch.nn.functional.binary_cross_entropy_with_logits(logits.float(), labels.float())
         elif labels is not None:
