@@ -435,3 +435,30 @@ def test_eager_attention_with_cpu_dropout_matches_sdpa_when_nothing_is_dropped()
     with runtime.train_forward(model):
         switched = model(**batch).loss
     assert torch.allclose(switched, model(**batch).loss, atol=1e-6)
+
+
+def test_auto_on_a_gpu_without_native_bf16_is_fp16_and_no_gpu_profile_forces_a_precision(monkeypatch):
+    """A V100 or T4 (compute capability 7.x) has no native bf16: ``auto`` gives fp16 with loss scaling there, bf16 on
+    Ampere on, and the GPU profiles leave the choice to ``auto`` (issue 57, item 4)."""
+    import yaml
+
+    from bert_pipeline.train import runtime as rt
+
+    def old_torch(*args, **kwargs):  # a torch without including_emulation: the capability decides
+        raise TypeError("unexpected keyword argument 'including_emulation'")
+
+    for capability, want in (((7, 0), "fp16"), ((7, 5), "fp16"), ((8, 0), "bf16"), ((9, 0), "bf16")):
+        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a, c=capability: c)
+        # torch's own answer: emulated bf16 counts only when asked to
+        monkeypatch.setattr(torch.cuda, "is_bf16_supported",
+                            lambda including_emulation=True, c=capability: c >= (8, 0) or including_emulation)
+        assert rt.resolve_precision("auto", "cuda") == want, capability
+        monkeypatch.setattr(torch.cuda, "is_bf16_supported", old_torch)
+        assert rt.resolve_precision("auto", "cuda") == want, capability
+    assert rt.resolve_precision("bf16", "cuda") == "bf16"  # a precision a user names is kept
+    forced = {}
+    for path in sorted((REPO / "profiles").glob("gpu-*.yaml")):
+        for section, body in (yaml.safe_load(path.read_text(encoding="utf-8")) or {}).items():
+            if isinstance(body, dict) and body.get("precision", "auto") != "auto":
+                forced[f"{path.name}: {section}.precision"] = body["precision"]
+    assert not forced, f"a GPU profile forces a precision that a pre-Ampere GPU may lack: {forced}"
