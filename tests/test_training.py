@@ -283,6 +283,31 @@ def test_lamb_step_matches_algorithm():
     torch.testing.assert_close(b.detach(), torch.tensor([0.9]), rtol=1e-5, atol=1e-5)  # trust ratio 1
 
 
+def test_lamb_step_reads_nothing_back_from_the_device(monkeypatch):
+    """The trust ratio stays a tensor: no ``.item()``, ``float()`` or ``bool()`` of a parameter-sized result per
+    tensor, each of which waits for the device (issue 57, item 3). Only the host step counter is read."""
+    torch.manual_seed(0)
+    params = [torch.nn.Parameter(torch.randn(8, 4)), torch.nn.Parameter(torch.zeros(3, 3)),
+              torch.nn.Parameter(torch.randn(4))]
+    opt = Lamb([{"params": params[:2], "weight_decay": 0.1, "adapt": True},
+                {"params": params[2:], "weight_decay": 0.0, "adapt": False}], lr=0.1)
+    for p in params:
+        p.grad = torch.randn_like(p)
+    params[1].grad.zero_()  # ||w|| = ||r|| = 0: the trust ratio is 1, still without a read
+    reads = []
+    for name in ("item", "__float__", "__bool__"):
+        original = getattr(torch.Tensor, name)
+
+        def counted(self, *args, _original=original, _name=name):
+            if not any(self is state.get("step") for state in opt.state.values()):  # the counter lives on the host
+                reads.append(_name)
+            return _original(self, *args)
+        monkeypatch.setattr(torch.Tensor, name, counted)
+    opt.step()
+    assert reads == []
+    assert torch.equal(params[1].detach(), torch.zeros(3, 3))  # zero weight, zero update: unchanged
+
+
 def test_auto_precision_is_bf16_only_on_cpus_with_native_bf16(monkeypatch):
     """bf16 autocast on a CPU without AVX512-BF16/AMX is emulated and several times slower than fp32."""
     from bert_pipeline.train import runtime

@@ -53,7 +53,7 @@ class Lamb(torch.optim.Optimizer):
                     state["exp_avg"] = torch.zeros_like(p, dtype=torch.float32)
                     state["exp_avg_sq"] = torch.zeros_like(p, dtype=torch.float32)
                 state["step"] += 1
-                step = float(state["step"])
+                step = float(state["step"])  # a host tensor (created without a device): no device wait
                 m, v = state["exp_avg"], state["exp_avg_sq"]
                 m.mul_(beta1).add_(grad, alpha=1 - beta1)
                 v.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
@@ -63,12 +63,13 @@ class Lamb(torch.optim.Optimizer):
                 weight = p.float()
                 if group["weight_decay"]:
                     update.add_(weight, alpha=group["weight_decay"])
-                trust = 1.0
                 if group.get("adapt", True):
+                    # the trust ratio stays on the device: a Python branch or float() on it would wait for the
+                    # device once per tensor
                     w_norm, u_norm = weight.norm(), update.norm()
-                    if w_norm > 0 and u_norm > 0:
-                        trust = float(w_norm / u_norm)
-                p.add_((-group["lr"] * trust * update).to(p.dtype))
+                    trust = torch.where((w_norm > 0) & (u_norm > 0), w_norm / u_norm, torch.ones_like(w_norm))
+                    update.mul_(trust)
+                p.add_((-group["lr"] * update).to(p.dtype))
         return loss
 
 
