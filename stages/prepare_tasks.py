@@ -39,9 +39,10 @@ def main() -> None:
     report: dict[str, Any] = {}
     with atomic_dir(OUT) as tmp:
         for name, (dd, info) in built.items():
+            kind = tasks.get(info["kind"])
             dd.save_to_disk(str(tmp / name))
-            write_json(tmp / name / "task.json", info)
-            report[name] = {"kind": info["kind"], "silver": info["silver"], "splits": tasks.get(info["kind"]).describe(dd)}
+            write_json(tmp / name / "task.json", {**info, "main_metric": kind.main_metric})
+            report[name] = {"kind": info["kind"], "silver": info["silver"], "splits": kind.describe(dd)}
     write_json(METRICS, report)
     log.info("wrote %s: %s", OUT, ", ".join(built))
 

@@ -10,6 +10,7 @@ import pytest
 import torch
 from transformers import BertModel, BertTokenizerFast
 
+from bert_pipeline import tasks
 from bert_pipeline.errors import PipelineError
 from bert_pipeline.train import finetune as finetune_lib
 from bert_pipeline.train import finetune_data, finetune_loop
@@ -374,7 +375,7 @@ def test_early_stopping_waits_for_a_run_to_start_learning(workdir):
                 for i, w in enumerate(["good", "bad"] * 8)]
     scripted = iter([0.5, 0.5, 0.5, 0.5, 0.7, 0.6, 0.6, 0.9, 0.9])
     settings = finetune_loop.TrainSettings(learning_rate=1e-3, epochs=9, batch_size=16, patience=2)
-    result = finetune_loop.fit(model, features, finetune_data.collator("classification", tok), settings,
+    result = finetune_loop.fit(model, features, tasks.get("classification").collator(tok), settings,
                               lambda _model: {"accuracy": next(scripted)}, "accuracy", make_runtime("fp32", cpu=True))
     # four flat checks (not started), the rise to 0.7 at check 5, then two checks without gain stop the run
     assert [round(h["validation_accuracy"], 2) for h in result.history] == [0.5, 0.5, 0.5, 0.5, 0.7, 0.6, 0.6]

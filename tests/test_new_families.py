@@ -17,14 +17,14 @@ from transformers import (
     ModernBertForSequenceClassification,
 )
 
-from bert_pipeline.data import kinds
+from bert_pipeline import tasks
 from bert_pipeline.data.masking import IGNORE_INDEX
 from bert_pipeline.model import configs
 from bert_pipeline.model.distillation import build_student, layer_map, load_teacher
 from bert_pipeline.model.families import FAMILIES, encoder_of, family_of
 from bert_pipeline.model.heads import MEAN_POOLING_CLASSES, load_sequence_classifier
 from bert_pipeline.model.objectives import masked_lm_forward
-from bert_pipeline.train import finetune_data, finetune_loop
+from bert_pipeline.train import finetune_loop
 from bert_pipeline.train.pretrain import build_pretraining_model
 from bert_pipeline.train.runtime import make_runtime
 from tests.conftest import params_error
@@ -179,10 +179,10 @@ def test_no_token_types_reach_the_model(family, tmp_path):
 
 # ------------------------------------------------------------------------------------------------ fine-tuning
 def _task_data(kind):
-    if kind == kinds.NER:
+    if kind == "ner":
         return Dataset.from_dict({"tokens": [["alice", "met", "bob"], ["bob", "visited", "paris", "."]] * 2,
                                   "ner_tags": [[1, 0, 1], [1, 0, 2, 0]] * 2}), ["O", "B-PER", "B-LOC"]
-    if kind == kinds.QA:
+    if kind == "qa":
         return Dataset.from_dict({
             "question": ["who met bob ?", "where did bob go ?"] * 2,
             "context": ["alice met bob in paris", "bob went to london"] * 2,
@@ -190,38 +190,38 @@ def _task_data(kind):
         }), None
     data = {"text": ["the film was good", "the plot was awful", "great actors", "a boring story"],
             "label": [1, 0, 1, 0]}
-    if kind == kinds.PAIR_CLASSIFICATION:
+    if kind == "pair_classification":
         data["text_pair"] = ["alice loved it", "bob hated it", "paris", "london"]
     return Dataset.from_dict(data), ["negative", "positive"]
 
 
 @pytest.mark.parametrize("family", NEW)
-@pytest.mark.parametrize("kind,pooling", [(kinds.CLASSIFICATION, "cls"), (kinds.CLASSIFICATION, "mean"),
-                                          (kinds.PAIR_CLASSIFICATION, "cls"), (kinds.NER, "cls"), (kinds.QA, "cls")])
+@pytest.mark.parametrize("kind,pooling", [("classification", "cls"), ("classification", "mean"),
+                                          ("pair_classification", "cls"), ("ner", "cls"), ("qa", "cls")])
 def test_one_fine_tuning_step_through_the_pipeline(family, kind, pooling, tmp_path):
     folder = tmp_path / family
     pretrained(family, folder)
     tok = AutoTokenizer.from_pretrained(str(folder))
     ds, labels = _task_data(kind)
-    features = finetune_data.encode_train(kind, tok, ds, TASK)
+    features = tasks.get(kind).encode_train(tok, ds, TASK)
     assert features and all("token_type_ids" not in f for f in features)
-    if kind == kinds.PAIR_CLASSIFICATION:  # the pair is one input: [CLS] a [SEP] b [SEP]
+    if kind == "pair_classification":  # the pair is one input: [CLS] a [SEP] b [SEP]
         assert features[0]["input_ids"].count(tok.sep_token_id) == 2
     model = finetune_loop.build_model(kind, str(folder), "pretrained", None, pooling, labels, len(tok), seed=0)
     assert family_of(model.config).name == family
-    if kinds.is_sequence_kind(kind) and pooling == "mean":
+    if tasks.get(kind).pooled and pooling == "mean":
         expected = ModernBertForSequenceClassification if family == "modernbert" else \
             MEAN_POOLING_CLASSES["deberta"]
         assert type(model) is expected and model.config.classifier_pooling == "mean"
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     settings = finetune_loop.TrainSettings(learning_rate=1e-2, epochs=1, batch_size=len(features), warmup_ratio=0.0)
-    result = finetune_loop.fit(model, features, finetune_data.collator(kind, tok), settings,
+    result = finetune_loop.fit(model, features, tasks.get(kind).collator(tok), settings,
                                lambda _m: {"score": 0.5}, "score", make_runtime("fp32", cpu=True))
     assert result.steps == 1
     assert all(torch.isfinite(torch.tensor(h["train_loss"])) for h in result.history)
     changed = [n for n, p in model.named_parameters() if not torch.equal(before[n], p.detach())]
     assert any(n.startswith(FAMILIES[family].encoder + ".") for n in changed)  # the encoder learned, not only the head
-    if kinds.is_sequence_kind(kind):
+    if tasks.get(kind).pooled:
         model.save_pretrained(tmp_path / "ft")
         reloaded = load_sequence_classifier(str(tmp_path / "ft"))
         assert type(reloaded) is type(model) and reloaded.config.classifier_pooling == pooling
@@ -269,13 +269,13 @@ def test_task_distillation_students_of_the_fine_tuned_heads(family, tmp_path):
     _, tok = pretrained(family, folder, size="mini")
     enc = AutoTokenizer.from_pretrained(str(folder))(["alice met bob in paris", "a film"], padding=True,
                                                        return_tensors="pt")
-    for kind, pooling in ((kinds.CLASSIFICATION, "mean"), (kinds.NER, "cls"), (kinds.QA, "cls")):
-        labels = None if kind == kinds.QA else ["O", "B-PER", "B-LOC"]
+    for kind, pooling in (("classification", "mean"), ("ner", "cls"), ("qa", "cls")):
+        labels = None if kind == "qa" else ["O", "B-PER", "B-LOC"]
         teacher = finetune_loop.build_model(kind, str(folder), "pretrained", None, pooling, labels, len(tok), seed=0)
         whole, _ = build_student(teacher.eval(), 4)
         half, _ = build_student(teacher, 2)
         assert type(whole) is type(teacher) is type(half) and half.config.num_hidden_layers == 2
-        key = "start_logits" if kind == kinds.QA else "logits"
+        key = "start_logits" if kind == "qa" else "logits"
         with torch.no_grad():
             assert torch.equal(whole.eval()(**enc)[key], teacher(**enc)[key]), (kind, pooling)
 

@@ -13,10 +13,11 @@ from transformers import (
     BertForSequenceClassification,
 )
 
+from bert_pipeline import tasks
 from bert_pipeline.evaluation.predictor import load_predictor
 from bert_pipeline.tasks import qa
 from bert_pipeline.tasks.qa import answer
-from bert_pipeline.train import finetune, finetune_data
+from bert_pipeline.train import finetune
 from bert_pipeline.train.optim import parameter_groups
 from bert_pipeline.train.runtime import make_runtime
 from tests.tiny_models import save_reader
@@ -39,7 +40,7 @@ def test_served_answers_are_the_scored_answers(tmp_path, seed):
     assert len(feats["input_ids"]) > len(CONTEXTS)  # the long contexts really are windowed
     windows = [{k: feats[k][i] for k in ("input_ids", "attention_mask", "token_type_ids") if k in feats}
                for i in range(len(feats["input_ids"]))]
-    collate = finetune_data.collator("qa", pred.tokenizer)
+    collate = tasks.get("qa").collator(pred.tokenizer)
     logits = finetune.forward_all(pred.model, windows, collate, 2, make_runtime("fp32", cpu=True))
     scored = qa.decode_qa(CONTEXTS, feats["example_index"], feats["offset_mapping"], [s for s, _ in logits],
                              [e for _, e in logits], task["n_best"], task["max_answer_length"])

@@ -13,7 +13,7 @@ import torch
 from transformers import BertModel
 
 from bert_pipeline import tasks
-from bert_pipeline.data import kinds, task_builders, task_features, task_loaders
+from bert_pipeline.data import task_builders, task_features, task_loaders
 from bert_pipeline.errors import PipelineError
 from bert_pipeline.evaluation.predictor import load_predictor
 from bert_pipeline.tasks.regression import regression_metrics
@@ -152,7 +152,7 @@ def _predict(capsys, argv):
 
 def _save_task(root: Path, name: str, dd, info: dict) -> None:
     dd.save_to_disk(str(root / name))
-    info = {**info, "silver": False, "main_metric": kinds.MAIN_METRIC[info["kind"]]}
+    info = {**info, "silver": False, "main_metric": tasks.get(info["kind"]).main_metric}
     (root / name / "task.json").write_text(json.dumps(info))
 
 

@@ -27,7 +27,6 @@ from typing import Any
 
 from datasets import DatasetDict
 
-from bert_pipeline.data import kinds
 from bert_pipeline.data.corpus_clean import fix_news_mojibake
 from bert_pipeline.data.sources import NEWS_ARTICLES, ROTTEN_TOMATOES, SPACY_MODEL
 from bert_pipeline.data.task_builders import (
@@ -53,9 +52,6 @@ DEFAULT_TASKS = ("sentiment", "ner", "qa", HEADLINE_MATCH)
 """The task sets :func:`build_all` builds from the fetched data and the corpus, whatever the params."""
 NEWS_SOURCE = "news_articles"
 """The corpus source NER and QA are built from."""
-
-MAIN_METRIC = kinds.MAIN_METRIC
-"""The metric early stopping, the report and the registry rank by, per task kind (:mod:`bert_pipeline.data.kinds`)."""
 
 
 def read_corpus_documents(path: Path, source: str) -> list[Document]:
@@ -110,7 +106,8 @@ def news_headlines(csv_path: Path, doc_ids: list[str]) -> dict[str, list[str]]:
 def build_all(p: Any, raw: Path, corpus: Path,
               load_user_task: Callable[[Any], tuple[DatasetDict, dict[str, Any]]],
               ) -> dict[str, tuple[DatasetDict, dict[str, Any]]]:
-    """Build every task: ``{name: (DatasetDict, task_info)}`` where task_info becomes ``task.json``.
+    """Build every task: ``{name: (DatasetDict, task_info)}`` where task_info becomes ``task.json`` (the stage adds
+    the kind's main metric).
 
     Args:
         p: the ``prepare_tasks`` params section (seed, held-out fraction, ``sentiment``/``ner``/``qa`` settings,
@@ -163,16 +160,15 @@ def build_all(p: Any, raw: Path, corpus: Path,
         hm = p.headline_match
         pairs, info = build_headline_match(docs, heads, hm.passage_words, hm.pairs.model_dump(),
                                            p.heldout_validation_fraction, p.seed)
-        built[HEADLINE_MATCH] = (pairs, {"kind": kinds.PAIR_CLASSIFICATION, "silver": False,
+        built[HEADLINE_MATCH] = (pairs, {"kind": "pair_classification", "silver": False,
                                          "source": f"{NEWS_ARTICLES} titles + {corpus} bodies", **info})
         log.info("headline_match (pairs): %s", {k: len(v) for k, v in pairs.items()})
 
         built.update(user)
     except TaskDataError as exc:
         raise PipelineError(str(exc)) from None
-    for name, (dd, info) in built.items():
+    for name, (dd, _) in built.items():
         missing = [s for s in SPLITS if s not in dd or len(dd[s]) == 0]
         if missing:
             raise PipelineError(f"{name}: split {missing[0]!r} is empty (check prepare_tasks params and the corpus)")
-        info["main_metric"] = MAIN_METRIC[info["kind"]]
     return built

@@ -95,7 +95,7 @@ class FinetuneResult:
     source: str = ""
     teacher: str | None = None
     kind: str | None = None
-    """The task kind (:mod:`bert_pipeline.data.kinds`) the metrics file names, None in older files."""
+    """The task kind (:data:`bert_pipeline.tasks.KINDS`) the metrics file names, None in older files."""
 
     @property
     def score(self) -> float:

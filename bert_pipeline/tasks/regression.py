@@ -13,7 +13,8 @@ import numpy as np
 if TYPE_CHECKING:
     from datasets import Dataset
 
-from bert_pipeline.tasks.sequence import SequenceKind
+from bert_pipeline.tasks.base import max_length, token_counts
+from bert_pipeline.tasks.sequence import SequenceKind, sequence_outputs
 
 
 def regression_metrics(labels: Sequence[float], preds: Sequence[float]) -> dict[str, float]:
@@ -76,6 +77,14 @@ class RegressionKind(SequenceKind):
     def model_class(self, config, pooling: str):
         config.task_kind = self.name  # serving reads it: one value out
         return super().model_class(config, pooling)
+
+    def serve(self, pred, texts, request):
+        """``{"value", "tokens", "truncated"}`` per text (or pair, with ``request.text_pair``): the predicted float."""
+        pairs = [request.text_pair] * len(texts) if request.text_pair is not None else None
+        limit = max_length(pred, request.max_seq_length)
+        outputs = sequence_outputs(pred, texts, max_seq_length=request.max_seq_length, text_pairs=pairs)
+        return [{"value": round(float(o[0]), 4), "tokens": n, "truncated": n > limit}
+                for o, n in zip(outputs, token_counts(pred, texts, pairs), strict=True)]
 
     def prediction(self, output: np.ndarray) -> float:
         return float(output[0])

@@ -41,19 +41,13 @@ def encode_sequences(tokenizer, texts: Sequence[str], text_pairs: Sequence[str] 
     return tokenizer(list(texts), list(text_pairs), truncation="longest_first", max_length=max_length)
 
 
-def is_regression(pred) -> bool:
-    """True for a regression head (one output, ``problem_type="regression"``: ``finetune``'s ``regression`` kind)."""
-    cfg = pred.model.config
-    return cfg.problem_type == "regression" or cfg.num_labels == 1
-
-
 def sequence_outputs(pred, texts: Sequence[str], batch_size: int = 32, max_seq_length: int = 128,
                      text_pairs: Sequence[str] | None = None) -> torch.Tensor:
     """Raw head outputs ``(len(texts), num_labels)`` float32 in the order of ``texts``: logits, or a regression
     head's predicted values (``num_labels`` 1). With ``text_pairs`` each example is the pair ``(texts[i],
     text_pairs[i])``, encoded as fine-tuning encoded it (:func:`bert_pipeline.tasks.sequence.encode_sequences`:
-    ``token_type_ids`` 0 then 1, the longer segment truncated first). Batched by length as
-    :func:`class_probabilities`."""
+    ``token_type_ids`` 0 then 1, the longer segment truncated first). Texts are batched by length
+    (``batch_size`` at a time, padded to the longest in the batch), so little compute goes to padding."""
     import torch
 
     with torch.no_grad():
@@ -71,46 +65,26 @@ def sequence_outputs(pred, texts: Sequence[str], batch_size: int = 32, max_seq_l
 
 def class_probabilities(pred, texts: Sequence[str], batch_size: int = 32,
                         max_seq_length: int = 128) -> torch.Tensor:
-    """Softmax class probabilities, ``(len(texts), num_labels)`` float32, in the order of ``texts``.
-
-    Each text is read up to ``max_seq_length`` tokens (capped at the model's ``max_position_embeddings``): a
-    sentence classifier sees one window, as in fine-tuning. Texts are batched by length (``batch_size`` at a time,
-    padded to the longest in the batch) so little compute goes to padding; the result does not depend on the
-    batching.
-    """
+    """Softmax class probabilities, ``(len(texts), num_labels)`` float32, in the order of ``texts``
+    (:func:`sequence_outputs`: each text read up to ``max_seq_length`` tokens, capped at the model's
+    ``max_position_embeddings``, as fine-tuning read it; batched by length, so the result does not depend on the
+    batching)."""
     import torch
 
-    with torch.no_grad():
-        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
-        probs = torch.zeros(len(texts), pred.model.config.num_labels)
-        for i in range(0, len(order), batch_size):
-            idx = order[i:i + batch_size]
-            enc = pred.tokenizer([texts[j] for j in idx], padding=True, truncation=True,
-                                 max_length=max_length(pred, max_seq_length), return_tensors="pt")
-            probs[idx] = torch.softmax(pred.model(**enc).logits.float(), dim=-1)
-        return probs
+    return torch.softmax(sequence_outputs(pred, texts, batch_size, max_seq_length), dim=-1)
 
 
 def classify(pred, texts: Sequence[str], batch_size: int = 32, max_seq_length: int = 128,
              text_pairs: Sequence[str] | None = None) -> list[dict]:
     """``[{"label", "probability", "tokens", "truncated"}]`` per text: the arg-max class, its softmax probability,
     the text's length in tokens and whether the model read only its first ``max_seq_length`` tokens (capped at the
-    model's ``max_position_embeddings``): a long text is classified on its beginning, and the output says so.
-
-    With ``text_pairs`` (a pair classifier) each input is the pair ``(texts[i], text_pairs[i])``; a regression
-    head gives ``{"value", "tokens", "truncated"}`` (the predicted float) instead of a label."""
+    model's ``max_position_embeddings``): a long text is classified on its beginning, and the output says so. With
+    ``text_pairs`` (a pair classifier) each input is the pair ``(texts[i], text_pairs[i])``."""
     import torch
 
     limit = max_length(pred, max_seq_length)
     counts = token_counts(pred, texts, text_pairs)
-    if text_pairs is not None or is_regression(pred):
-        outputs = sequence_outputs(pred, texts, batch_size, max_seq_length, text_pairs)
-        if is_regression(pred):
-            return [{"value": round(float(o[0]), 4), "tokens": n, "truncated": n > limit}
-                    for o, n in zip(outputs, counts, strict=True)]
-        probs = torch.softmax(outputs, dim=-1)
-    else:
-        probs = class_probabilities(pred, texts, batch_size, max_seq_length)
+    probs = torch.softmax(sequence_outputs(pred, texts, batch_size, max_seq_length, text_pairs), dim=-1)
     id2label = pred.model.config.id2label
     return [{"label": id2label[int(p.argmax())], "probability": round(float(p.max()), 4), "tokens": n,
              "truncated": n > limit} for p, n in zip(probs, counts, strict=True)]

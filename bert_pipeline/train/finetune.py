@@ -20,8 +20,6 @@ from bert_pipeline import tasks
 from bert_pipeline.tasks import HeldoutScorer
 from bert_pipeline.train.finetune_data import (
     FinetuneError,
-    collator,
-    encode_train,
     load_task,
     subsample,
     task_windows,
@@ -274,8 +272,8 @@ def finetune_task(
     train = subsample(dd["train"], task["max_train_examples"], data_seed)
     heldout, evaluators = heldout_evaluators(task_dir, dd, info, tokenizer, task, data_seed, eval_batch_size, runtime)
     with task_windows(task_dir):
-        features = encode_train(kind, tokenizer, train, task)
-    collate = collator(kind, tokenizer)
+        features = tasks.get(kind).encode_train(tokenizer, train, task)
+    collate = tasks.get(kind).collator(tokenizer)
     log.info("%s on %s (%s): %d train examples (%d features), %d validation, %d test, seeds %s", member.path,
              task_dir.name, kind, len(train), len(features), len(heldout["validation"]), len(heldout["test"]), seeds)
 
@@ -316,7 +314,7 @@ def finetune_task(
     low: dict[str, Any] | None = None
     if low_resource_train_examples is not None:
         n = min(low_resource_train_examples, len(dd["train"]))
-        small = encode_train(kind, tokenizer, subsample(dd["train"], n, data_seed), task)
+        small = tasks.get(kind).encode_train(tokenizer, subsample(dd["train"], n, data_seed), task)
         (low_rate, low_epochs), low_runs, low_tried = choose_on_validation(
             settings_for(True), seeds, lambda seed, rate, cap: one_run(seed, small, rate, cap, "low_resource/"),
             main, evaluators["test"], f", {n} examples")

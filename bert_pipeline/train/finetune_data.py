@@ -1,6 +1,6 @@
 """Fine-tuning's task data: the task folder (:func:`load_task`), the seeded subsets (:func:`subsample`),
-model-ready features (:func:`encode_train`, the kind's: :mod:`bert_pipeline.tasks`), the collator and
-length-grouped batches; :class:`FinetuneError`, the one-line failure every fine-tuning module raises.
+length-grouped batches (the features and the collator are the task kind's: :mod:`bert_pipeline.tasks`);
+:class:`FinetuneError`, the one-line failure every fine-tuning module raises.
 
 The loop that trains on these features: :mod:`bert_pipeline.train.finetune_loop`; the runs over seeds and their
 evaluation: :mod:`bert_pipeline.train.finetune`.
@@ -15,8 +15,6 @@ from typing import Any
 
 import numpy as np
 from datasets import Dataset, DatasetDict, load_from_disk
-
-from bert_pipeline import tasks
 
 
 class FinetuneError(RuntimeError):
@@ -58,23 +56,7 @@ def subsample(ds: Dataset, n: int | None, seed: int) -> Dataset:
     return ds.select(subsample_indices(len(ds), n, seed))
 
 
-# ---------------------------------------------------------------------------------------------- encoding
-def encode_train(kind: str, tokenizer, ds: Dataset, task: dict[str, Any]) -> list[dict[str, list[int]]]:
-    """Model-ready training features of a task of ``kind``, one dict per example or window
-    (:meth:`bert_pipeline.tasks.base.TaskKind.encode_train`).
-
-    Raises:
-        ValueError: windows that ``task``'s ``max_length`` / ``doc_stride`` cannot build.
-    """
-    return tasks.get(kind).encode_train(tokenizer, ds, task)
-
-
-def collator(kind: str, tokenizer):
-    """Pads a list of features into a batch of tensors ``(batch, seq_len)`` (:meth:`bert_pipeline.tasks.base.
-    TaskKind.collator`: per-token labels padded with -100)."""
-    return tasks.get(kind).collator(tokenizer)
-
-
+# ----------------------------------------------------------------------------------------------- batches
 def length_grouped_batches(lengths: Sequence[int], batch_size: int, rng: np.random.Generator,
                            mega: int = 50) -> list[list[int]]:
     """Shuffled batches of similar length: permute, cut into mega-batches of ``mega * batch_size``, sort each

@@ -44,8 +44,6 @@ from bert_pipeline.train.finetune import (
 )
 from bert_pipeline.train.finetune_data import (
     FinetuneError,
-    collator,
-    encode_train,
     load_task,
     subsample_indices,
     task_windows,
@@ -100,7 +98,7 @@ class TransferFeatures:
 
 def transfer_features(kind: str, tokenizer, train: Dataset, rows: TransferSet, task: dict[str, Any]) -> TransferFeatures:
     """Encode the transfer set's rows as fine-tuning encodes its training set
-    (:func:`bert_pipeline.train.finetune_data.encode_train`), then blank the labels of teacher-only rows to
+    (:meth:`bert_pipeline.tasks.base.TaskKind.encode_train`), then blank the labels of teacher-only rows to
     ``-100`` (the task loss never reads them).
 
     Raises:
@@ -111,7 +109,7 @@ def transfer_features(kind: str, tokenizer, train: Dataset, rows: TransferSet, t
     for part, blank in ((rows.labelled, False), (rows.teacher_only, True)):
         if not part:
             continue
-        for feature in encode_train(kind, tokenizer, train.select(part), task):
+        for feature in task_kind.encode_train(tokenizer, train.select(part), task):
             if out.scored is not None:  # read before a teacher-only row's labels are blanked
                 out.scored.append(task_kind.scored_positions(feature))
             if blank:
@@ -345,7 +343,7 @@ def distill_task(
     layers = distillation.resolve_student_layers(spec.student_layers, depth, teacher_dir)
     objective = distillation_objective(kind, cache.logits, features.scored, temperature=spec.temperature,
                                        alpha_ce=spec.alpha_ce, alpha_task=spec.alpha_task)
-    collate = collator(kind, tokenizer)
+    collate = tasks.get(kind).collator(tokenizer)
     epochs = spec.epochs or task["epochs"]
     log.info("%s -> %d-layer student on %s: %d labelled + %d teacher-only examples (%d features), seeds %s",
              teacher_dir, layers, task_dir.name, len(rows.labelled), len(rows.teacher_only), len(features.features),
