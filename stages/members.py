@@ -28,6 +28,7 @@ from stages.params.finetune import FinetuneModel, FinetuneParams
 TASKS = Path("data/tasks")
 MODELS_OUT = Path("models/finetuned")
 METRICS = Path("metrics/finetune")
+EXAMPLES = Path("metrics/examples")
 TIMING = Path("metrics/finetune-timing")
 HUB_NAME = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 LOOP_KEYS = {"seeds", "data_seed", "precision", "warmup_ratio", "weight_decay", "max_grad_norm",
@@ -94,7 +95,8 @@ def grid(spec: FinetuneModel) -> Grid | None:
 def save_member(model_name: str, task_name: str, metrics: dict[str, Any], outcome: Any,
                 tracker: Any, role: str, stage: str | None = None) -> None:
     """Write a family member's fine-tuned outputs: ``models/finetuned/{model}-{task}/`` (weights and tokenizer, in
-    one atomic step), ``metrics/finetune/{model}-{task}.json``, its headline and timing files; with a
+    one atomic step), ``metrics/finetune/{model}-{task}.json``, its per-example record
+    ``metrics/examples/{model}-{task}.arrow``, its headline and timing files; with a
     ``tracker``, the MLflow tags (``role``), per-seed child runs, metrics and the model pointer
     (:func:`log_seed_runs`; ``stage`` names the child runs, default ``finetune@{model}-{task}``)."""
     name = f"{model_name.replace('/', '--')}-{task_name}"
@@ -102,6 +104,7 @@ def save_member(model_name: str, task_name: str, metrics: dict[str, Any], outcom
         outcome.model.save_pretrained(tmp)
         outcome.tokenizer.save_pretrained(tmp)
     write_json(METRICS / f"{name}.json", metrics)
+    outcome.examples.write(EXAMPLES / f"{name}.arrow")
     write_headline(f"finetune/{name}", {model_name: {task_name: metrics["test"][metrics["main_metric"]]["mean"]}})
     if tracker is not None:
         log_seed_runs(tracker, model_name, task_name, role, metrics, stage or f"finetune@{model_name}-{task_name}")

@@ -3,6 +3,8 @@ learning on a learnable task, the one-line error for an unknown model name."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 from pathlib import Path
 
@@ -120,15 +122,39 @@ def test_sentiment_layout_learning_and_byte_identical(workdir):
     with torch.no_grad():
         assert model(**enc).logits.argmax(-1).tolist() == [1, 0]
     metrics_bytes = (workdir / "metrics/finetune/tiny-sentiment.json").read_bytes()
+    examples = workdir / "metrics/examples/tiny-sentiment.arrow"
+    assert_examples_match_metrics(examples, got)
+    examples_bytes = examples.read_bytes()
     finetune.run("tiny", "sentiment", p)
     assert tree_digests(out) == first
     assert (workdir / "metrics/finetune/tiny-sentiment.json").read_bytes() == metrics_bytes
+    assert examples.read_bytes() == examples_bytes
+
+
+def assert_examples_match_metrics(path, got):
+    """The per-example record holds every seed's validation and test run (and the low-resource test runs), and
+    its summed statistics give each seed's score in the metrics file."""
+    from bert_pipeline.evaluation.examples import ExampleRecord
+    from bert_pipeline.evaluation.intervals import Bootstrap
+
+    rec = ExampleRecord.read(path)
+    boot = Bootstrap(resamples=20)
+    main = got["main_metric"]
+    for split in ("validation", "test"):
+        assert len(rec.splits[split].ids) == got[f"{split}_examples"]
+        assert rec.seeds(split) == got["seeds"]
+        est = boot.estimates(rec, split)[main]
+        assert list(est.seed_values) == pytest.approx(got[split][main]["seeds"], abs=1e-6)
+    if got["low_resource"]:
+        est = boot.estimates(rec, "test", "low_resource")[main]
+        assert list(est.seed_values) == pytest.approx(got["low_resource"]["test"][main]["seeds"], abs=1e-6)
 
 
 @pytest.mark.parametrize("task", ["ner", "qa"])
 def test_ner_and_qa_run_with_scratch_model(workdir, task):
     p = _params(seeds=[3])
     m = finetune.run("tinyscratch", task, p)
+    assert_examples_match_metrics(workdir / f"metrics/examples/tinyscratch-{task}.arrow", m)
     assert m["main_metric"] == "f1"
     assert len(m["test"]["f1"]["seeds"]) == 1
     assert m["low_resource"] is None
@@ -309,7 +335,7 @@ def test_grid_member_is_tuned_on_validation_and_test_is_scored_once(workdir, mon
     def counting(*args, **kwargs):
         heldout, evaluators = original(*args, **kwargs)
         test = evaluators["test"]
-        evaluators["test"] = lambda model: scored.append(1) or test(model)
+        evaluators["test"] = dataclasses.replace(test, predict=lambda model: scored.append(1) or test.predict(model))
         return heldout, evaluators
 
     monkeypatch.setattr(finetune_lib, "heldout_evaluators", counting)

@@ -285,6 +285,13 @@ def test_stages_distil_a_fine_tuned_teacher_into_a_named_student(workdir):
     assert saved["validation_examples"] == teacher["validation_examples"] == SPLIT_SIZES["validation"]
     assert len(saved["test"]["accuracy"]["seeds"]) == 2
     assert min(saved["test"]["accuracy"]["seeds"]) >= 0.9  # "good"/"bad" decides the label: learnable
+    # the student's per-example record pairs with its teacher's: the same held-out examples, every seed
+    from bert_pipeline.evaluation.examples import ExampleRecord, check_paired
+    from tests.test_finetune import assert_examples_match_metrics
+
+    assert_examples_match_metrics(workdir / "metrics/examples/tiny_student-sentiment.arrow", saved)
+    check_paired(ExampleRecord.read(workdir / "metrics/examples/tiny_student-sentiment.arrow"),
+                 ExampleRecord.read(workdir / "metrics/examples/tiny-sentiment.arrow"), "test", "student", "teacher")
     folder = workdir / "models/finetuned/tiny_student-sentiment"
     student = AutoModelForSequenceClassification.from_pretrained(folder)
     assert student.config.num_hidden_layers == 1

@@ -36,20 +36,31 @@ feature's length (``bert_pipeline.train.finetune.forward_all`` bound to a model,
 ``(start, end)`` ``(seq_len,)`` arrays per window for QA."""
 
 
+class Scores(dict):
+    """A split's metrics (``{metric: value}``, a plain dict to every reader) that also carry the per-example
+    ``predictions`` they were computed from (one per example, in the split's order), so the per-example record
+    (:meth:`TaskKind.example_columns`) needs no second forward pass."""
+
+    def __init__(self, metrics: dict[str, float], predictions: list[Any]):
+        super().__init__(metrics)
+        self.predictions = predictions
+
+
 @dataclass(frozen=True)
 class HeldoutScorer:
     """A held-out split's gold ``references`` (one per example), a ``predict`` function ``model -> predictions``
     (one per example, in the split's order) and ``score`` ``(references, predictions) -> metrics``. Calling it with a
-    model gives the split's metrics; the parts serve per-example analyses such as a paired bootstrap
-    (:func:`bert_pipeline.evaluation.metrics.paired_bootstrap_share`). What a reference and a prediction are is the
-    kind's (:meth:`TaskKind.scorer`)."""
+    model gives the split's :class:`Scores` (the metrics, with the predictions); the parts serve per-example
+    analyses (:mod:`bert_pipeline.evaluation.examples`). What a reference and a prediction are is the kind's
+    (:meth:`TaskKind.scorer`)."""
 
     references: list[Any]
     predict: Callable[[Any], list[Any]]
     score: Callable[[Sequence[Any], Sequence[Any]], dict[str, float]]
 
-    def __call__(self, model) -> dict[str, float]:
-        return self.score(self.references, self.predict(model))
+    def __call__(self, model) -> Scores:
+        predictions = self.predict(model)
+        return Scores(self.score(self.references, predictions), predictions)
 
 
 def rows(enc: dict[str, list], keys: Sequence[str] = MODEL_KEYS) -> list[dict[str, list[int]]]:
@@ -181,6 +192,31 @@ class TaskKind:
     def metrics(self, references: Sequence[Any], predictions: Sequence[Any],
                 label_names: Sequence[str] | None = None) -> dict[str, float]:
         """The kind's metrics of per-example ``predictions`` against ``references`` (fractions, see the module)."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------------------ per-example statistics
+    interval_metrics: tuple[str, ...] = ()
+    """The metrics :meth:`metrics_from_sums` recomputes from summed per-example statistics (the main metric first):
+    the ones a bootstrap interval is given for."""
+
+    def example_columns(self, references: Sequence[Any], predictions: Sequence[Any],
+                        label_names: Sequence[str] | None) -> dict[str, np.ndarray]:
+        """What each example contributed to the split's metric, as the per-example record stores it: columns of
+        equal length ``(n,)`` (ints or float64; no text), e.g. gold and predicted label ids, or an entity's
+        true/false positives and false negatives."""
+        raise NotImplementedError
+
+    def example_sums(self, columns: dict[str, np.ndarray], label_names: Sequence[str] | None
+                     ) -> dict[str, np.ndarray]:
+        """The additive statistics of each example ``{name: (n,) float64}`` (counts, or per-example scores) whose
+        sums over any multiset of examples give the metrics of that multiset (:meth:`metrics_from_sums`)."""
+        raise NotImplementedError
+
+    def metrics_from_sums(self, sums: dict[str, np.ndarray], n: np.ndarray, label_names: Sequence[str] | None
+                          ) -> dict[str, np.ndarray]:
+        """:attr:`interval_metrics` from the statistics of :meth:`example_sums` summed over a (re)sample:
+        ``sums[name]`` and ``n`` (how many examples the sample holds) of any equal shape, e.g. ``(resamples,)``;
+        on the whole split this equals :meth:`metrics` (tests/test_intervals.py)."""
         raise NotImplementedError
 
     # --------------------------------------------------------------------------- task-specific distillation
@@ -407,6 +443,13 @@ def masked_cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Te
     if not bool((flat != IGNORE_INDEX).any()):
         return flat_logits.sum() * 0.0
     return functional.cross_entropy(flat_logits, flat, ignore_index=IGNORE_INDEX)
+
+
+def f1_from_counts(tp: np.ndarray, fp: np.ndarray, fn: np.ndarray) -> np.ndarray:
+    """F1 from true/false positive and false negative counts (any equal shapes), 0 where there is nothing to
+    score: ``2 tp / (2 tp + fp + fn)``."""
+    den = 2 * tp + fp + fn
+    return np.divide(2 * tp, den, out=np.zeros(np.shape(den), dtype=np.float64), where=den > 0)
 
 
 def check_temperature(temperature: float) -> None:

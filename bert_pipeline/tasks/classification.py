@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from bert_pipeline.tasks.base import f1_from_counts
 from bert_pipeline.tasks.sequence import SequenceKind
 
 
@@ -73,6 +74,33 @@ class ClassificationKind(SequenceKind):
 
     def metrics(self, references, predictions, label_names=None) -> dict[str, float]:
         return classification_metrics(references, predictions, len(label_names))
+
+    interval_metrics = ("accuracy", "macro_f1")
+
+    def example_columns(self, references, predictions, label_names):
+        """``gold`` and ``pred``: the label ids."""
+        return {"gold": np.asarray(references, dtype=np.int64), "pred": np.asarray(predictions, dtype=np.int64)}
+
+    def example_sums(self, columns, label_names):
+        """``correct`` and, per class ``c``, ``tp_c`` / ``fp_c`` / ``fn_c`` (0 or 1 per example)."""
+        gold, pred = columns["gold"], columns["pred"]
+        out = {"correct": (gold == pred).astype(np.float64)}
+        for c in range(len(label_names)):
+            out[f"tp_{c}"] = ((gold == c) & (pred == c)).astype(np.float64)
+            out[f"fp_{c}"] = ((gold != c) & (pred == c)).astype(np.float64)
+            out[f"fn_{c}"] = ((gold == c) & (pred != c)).astype(np.float64)
+        return out
+
+    def metrics_from_sums(self, sums, n, label_names):
+        """Accuracy, and macro-F1 over the classes present in the sample's gold or predictions
+        (:func:`classification_metrics`)."""
+        total, present = np.zeros(np.shape(n)), np.zeros(np.shape(n))
+        for c in range(len(label_names)):
+            tp, fp, fn = sums[f"tp_{c}"], sums[f"fp_{c}"], sums[f"fn_{c}"]
+            total = total + f1_from_counts(tp, fp, fn)
+            present = present + (tp + fp + fn > 0)
+        macro = np.divide(total, present, out=np.zeros(np.shape(n)), where=present > 0)
+        return {"accuracy": sums["correct"] / n, "macro_f1": macro}
 
 
 KIND = ClassificationKind()

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from bert_pipeline.tasks.base import ServeRequest, max_length, rows, token_counts
+from bert_pipeline.tasks.base import ServeRequest, f1_from_counts, max_length, rows, token_counts
 from bert_pipeline.tasks.sequence import SequenceKind
 
 if TYPE_CHECKING:
@@ -206,6 +206,44 @@ class MultiLabelKind(SequenceKind):
 
     def metrics(self, references, predictions, label_names=None) -> dict[str, float]:
         return multi_label_metrics(references, predictions, len(label_names))
+
+    interval_metrics = ("micro_f1", "macro_f1", "subset_accuracy")
+
+    def example_columns(self, references, predictions, label_names):
+        """``gold`` and ``pred``: the label sets as bit masks over ``label_names`` (uint64 when up to 64 labels),
+        else per label ``gold_j`` / ``pred_j`` (0/1)."""
+        gold, pred = multi_hot(references, len(label_names)), multi_hot(predictions, len(label_names))
+        if len(label_names) <= 64:
+            weights = np.left_shift(np.uint64(1), np.arange(len(label_names), dtype=np.uint64))
+            return {"gold": (gold.astype(np.uint64) * weights).sum(axis=1, dtype=np.uint64),
+                    "pred": (pred.astype(np.uint64) * weights).sum(axis=1, dtype=np.uint64)}
+        return {**{f"gold_{j}": gold[:, j].astype(np.int64) for j in range(len(label_names))},
+                **{f"pred_{j}": pred[:, j].astype(np.int64) for j in range(len(label_names))}}
+
+    def example_sums(self, columns, label_names):
+        """Per label ``tp_j`` / ``fp_j`` / ``fn_j`` and ``exact`` (the predicted set equals the gold set)."""
+        k = len(label_names)
+        if "gold" in columns:
+            bits = np.left_shift(np.uint64(1), np.arange(k, dtype=np.uint64))
+            gold = (columns["gold"].astype(np.uint64)[:, None] & bits) > 0
+            pred = (columns["pred"].astype(np.uint64)[:, None] & bits) > 0
+        else:
+            gold = np.stack([columns[f"gold_{j}"] for j in range(k)], axis=1) > 0
+            pred = np.stack([columns[f"pred_{j}"] for j in range(k)], axis=1) > 0
+        out = {"exact": (gold == pred).all(axis=1).astype(np.float64)}
+        for j in range(k):
+            out[f"tp_{j}"] = (gold[:, j] & pred[:, j]).astype(np.float64)
+            out[f"fp_{j}"] = (~gold[:, j] & pred[:, j]).astype(np.float64)
+            out[f"fn_{j}"] = (gold[:, j] & ~pred[:, j]).astype(np.float64)
+        return out
+
+    def metrics_from_sums(self, sums, n, label_names):
+        k = len(label_names)
+        tp = sum(sums[f"tp_{j}"] for j in range(k))
+        fp = sum(sums[f"fp_{j}"] for j in range(k))
+        fn = sum(sums[f"fn_{j}"] for j in range(k))
+        macro = sum(f1_from_counts(sums[f"tp_{j}"], sums[f"fp_{j}"], sums[f"fn_{j}"]) for j in range(k)) / k
+        return {"micro_f1": f1_from_counts(tp, fp, fn), "macro_f1": macro, "subset_accuracy": sums["exact"] / n}
 
     # -------------------------------------------------------------------------------------------- serving
     def serve(self, pred, texts, request: ServeRequest) -> list[dict[str, Any]]:

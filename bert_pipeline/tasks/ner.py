@@ -136,6 +136,26 @@ def ner_metrics(gold: list[list[str]], pred: list[list[str]]) -> dict[str, float
     return out
 
 
+def entity_types(label_names: Sequence[str]) -> list[str]:
+    """The entity types of BIO label names (``B-PERSON`` -> ``PERSON``), in first-seen order."""
+    return list(dict.fromkeys(n.split("-", 1)[1] for n in label_names if "-" in n))
+
+
+def sentence_entity_counts(gold: Sequence[str], pred: Sequence[str]) -> dict[str, int]:
+    """One sentence's entity counts as seqeval matches spans (its default mode: ``get_entities``, a span equal in
+    type, start and end): ``tp`` / ``fp`` / ``fn`` overall and ``tp_TYPE`` / ... per type. seqeval scores a corpus
+    by the same sets over sentences joined with ``O`` between them, so these counts sum to its micro counts."""
+    from seqeval.metrics.sequence_labeling import get_entities
+
+    truth, guess = set(get_entities(list(gold))), set(get_entities(list(pred)))
+    out: dict[str, int] = {}
+    for key, spans in (("tp", truth & guess), ("fp", guess - truth), ("fn", truth - guess)):
+        out[key] = len(spans)
+        for typ, _, _ in spans:
+            out[f"{key}_{typ}"] = out.get(f"{key}_{typ}", 0) + 1
+    return out
+
+
 def tagging_windows(pred, max_seq_length: int = 384, doc_stride: int = 128) -> tuple[Any, int]:
     """What Hugging Face's ``token-classification`` pipeline needs to tag a long text whole: a copy of the
     tokenizer whose ``model_max_length`` (the pipeline's window) is ``max_seq_length`` capped at the model's
@@ -245,6 +265,37 @@ class NerKind(TaskKind):
 
     def metrics(self, references, predictions, label_names=None) -> dict[str, float]:
         return ner_metrics(references, predictions)
+
+    interval_metrics = ("f1", "precision", "recall")
+    """And ``f1_TYPE`` for every entity type of the label names."""
+
+    def example_columns(self, references, predictions, label_names):
+        """Per sentence the entities (seqeval's spans, :func:`sentence_entity_counts`) found in both gold and
+        prediction ``tp``, only predicted ``fp``, only gold ``fn``, overall and per type (``tp_PERSON``, ...)."""
+        types = entity_types(label_names)
+        cols = {f"{c}{t}": np.zeros(len(references), dtype=np.int64) for t in ("", *(f"_{x}" for x in types))
+                for c in ("tp", "fp", "fn")}
+        for i, (gold, pred) in enumerate(zip(references, predictions, strict=True)):
+            for key, count in sentence_entity_counts(gold, pred).items():
+                cols[key][i] = count
+        return cols
+
+    def example_sums(self, columns, label_names):
+        return {k: v.astype(np.float64) for k, v in columns.items()}
+
+    def metrics_from_sums(self, sums, n, label_names):
+        """Micro precision, recall and F1 over entities, as seqeval computes them from the summed counts
+        (``2PR / (P + R)``), and each type's F1."""
+        def prf(tp, fp, fn):
+            zero = np.zeros(np.shape(tp))
+            p = np.divide(tp, tp + fp, out=zero.copy(), where=tp + fp > 0)
+            r = np.divide(tp, tp + fn, out=zero.copy(), where=tp + fn > 0)
+            return p, r, np.divide(2 * p * r, p + r, out=zero.copy(), where=p + r > 0)
+        precision, recall, f1 = prf(sums["tp"], sums["fp"], sums["fn"])
+        out = {"f1": f1, "precision": precision, "recall": recall}
+        for t in entity_types(label_names):
+            out[f"f1_{t}"] = prf(sums[f"tp_{t}"], sums[f"fp_{t}"], sums[f"fn_{t}"])[2]
+        return out
 
     input_columns = ("tokens",)
     onnx_output_rank = 3

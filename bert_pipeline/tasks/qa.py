@@ -344,6 +344,20 @@ class QaKind(TaskKind):
     def metrics(self, references, predictions, label_names=None) -> dict[str, float]:
         return squad_metrics(predictions, references)
 
+    interval_metrics = ("f1", "exact_match")
+
+    def example_columns(self, references, predictions, label_names):
+        """Per question its ``exact_match`` and ``f1`` (the best over its gold answers, as SQuAD scores it)."""
+        em = [max(exact_match(p, g) for g in golds) for p, golds in zip(predictions, references, strict=True)]
+        f1 = [max(token_f1(p, g) for g in golds) for p, golds in zip(predictions, references, strict=True)]
+        return {"exact_match": np.asarray(em, dtype=np.float64), "f1": np.asarray(f1, dtype=np.float64)}
+
+    def example_sums(self, columns, label_names):
+        return {"exact_match": columns["exact_match"], "f1": columns["f1"]}
+
+    def metrics_from_sums(self, sums, n, label_names):
+        return {"f1": sums["f1"] / n, "exact_match": sums["exact_match"] / n}
+
     input_columns = ("question", "context")
     onnx_outputs = ("start_logits", "end_logits")
     prediction_unit = "answers"

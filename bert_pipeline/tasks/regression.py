@@ -92,6 +92,33 @@ class RegressionKind(SequenceKind):
     def metrics(self, references, predictions, label_names=None) -> dict[str, float]:
         return regression_metrics(references, predictions)
 
+    interval_metrics = ("pearson", "mse")
+    """Spearman's correlation ranks the whole sample, so no per-example sum gives it: it has no interval."""
+
+    def example_columns(self, references, predictions, label_names):
+        """``label`` and ``prediction`` (float64)."""
+        return {"label": np.asarray(references, dtype=np.float64),
+                "prediction": np.asarray(predictions, dtype=np.float64)}
+
+    def example_sums(self, columns, label_names):
+        """The moments Pearson's r reads (``x``, ``y``, ``xx``, ``yy``, ``xy``, centred on the split's means so
+        the sums lose no precision; r does not change with a shift) and the squared error ``se``."""
+        y, p = columns["label"], columns["prediction"]
+        x, t = p - p.mean(), y - y.mean()
+        return {"x": x, "y": t, "xx": x * x, "yy": t * t, "xy": x * t, "se": (y - p) ** 2}
+
+    def metrics_from_sums(self, sums, n, label_names):
+        """Pearson's r from the moments (0 where either side is constant, as :func:`regression_metrics`) and the
+        mean squared error."""
+        sxx = sums["xx"] - sums["x"] ** 2 / n
+        syy = sums["yy"] - sums["y"] ** 2 / n
+        sxy = sums["xy"] - sums["x"] * sums["y"] / n
+        den = np.sqrt(np.clip(sxx, 0, None) * np.clip(syy, 0, None))
+        # a spread within rounding of 0 is a constant side: no correlation, as regression_metrics reports
+        flat = (sxx <= 1e-12 * np.maximum(sums["xx"], 1e-300)) | (syy <= 1e-12 * np.maximum(sums["yy"], 1e-300))
+        pearson = np.divide(sxy, den, out=np.zeros(np.shape(den)), where=(den > 0) & ~flat)
+        return {"pearson": np.clip(pearson, -1.0, 1.0), "mse": sums["se"] / n}
+
     def _inputs_text(self) -> str:
         return " of a text"
 

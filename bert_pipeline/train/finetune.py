@@ -17,11 +17,13 @@ import torch
 from datasets import Dataset, DatasetDict
 
 from bert_pipeline import tasks
+from bert_pipeline.evaluation.examples import ExampleRecord, SplitInfo, split_hash, split_keys
 from bert_pipeline.tasks import HeldoutScorer
 from bert_pipeline.train.finetune_data import (
     FinetuneError,
     load_task,
     subsample,
+    subsample_indices,
     task_windows,
 )
 from bert_pipeline.train.finetune_loop import FitResult, TrainSettings, build_model, fit
@@ -129,12 +131,14 @@ class Grid:
 class FinetuneOutcome:
     """What :func:`finetune_task` produced: the metrics record (quality only, byte-identical on CPU), the timing
     record (wall and CPU seconds), and the best-validation seed's model with its tokenizer (what the stage saves;
-    the record's ``saved`` names its seed and its own scores)."""
+    the record's ``saved`` names its seed and its own scores), and the per-example record of every seed's
+    validation and test predictions (:func:`example_record`)."""
 
     metrics: dict[str, Any]
     timing: dict[str, Any]
     model: Any
     tokenizer: Any
+    examples: ExampleRecord | None = None
 
 
 def summarize_seeds(per_seed: list[dict[str, float]]) -> dict[str, dict[str, Any]]:
@@ -332,7 +336,34 @@ def finetune_task(
     metrics["saved"] = saved_scores
     if member.learning_rate is None:
         metrics["grid"] = tried
-    return FinetuneOutcome(metrics, timing_record(runtime.device, timing), saved, tokenizer)
+    examples = example_record(info, dd, task, data_seed, evaluators,
+                              {"full": (seeds, runs), **({"low_resource": (seeds, low_runs)} if low else {})})
+    return FinetuneOutcome(metrics, timing_record(runtime.device, timing), saved, tokenizer, examples)
+
+
+def example_record(info: dict[str, Any], dd: DatasetDict, task: dict[str, Any], data_seed: int,
+                   evaluators: dict[str, HeldoutScorer], runs: dict[str, tuple[Sequence[int], SeedRuns]]
+                   ) -> ExampleRecord:
+    """The per-example record (:class:`~bert_pipeline.evaluation.examples.ExampleRecord`) of a member's runs on
+    the held-out subsets :func:`heldout_evaluators` drew: per run (``full``, ``low_resource``), seed and split, the
+    kind's columns of what each example contributed (the predictions kept with each seed's best validation
+    metrics and its test metrics, :class:`~bert_pipeline.tasks.base.Scores`), with each split's ids, clusters and
+    hash."""
+    kind = tasks.get(info["kind"])
+    names = info.get("label_names")
+    limits = {"validation": task["max_validation_examples"], "test": task["max_test_examples"]}
+    rec = ExampleRecord(info["kind"], info["main_metric"], list(names) if names is not None else None)
+    for split, scorer in evaluators.items():
+        rows = subsample_indices(len(dd[split]), limits[split], data_seed)
+        ids, clusters = split_keys(dd[split].select(rows), rows, split)
+        rec.splits[split] = SplitInfo(ids, clusters, split_hash(ids, scorer.references))
+    for run, (seeds, seed_runs) in runs.items():
+        for split, scores in (("validation", seed_runs.validation), ("test", seed_runs.test)):
+            for seed, s in zip(seeds, scores, strict=False):
+                predictions = getattr(s, "predictions", None)
+                if predictions is not None:
+                    rec.add(split, run, seed, kind.example_columns(evaluators[split].references, predictions, names))
+    return rec
 
 
 def metrics_record(info: dict[str, Any], model_path: str, init: str, seeds: Sequence[int], epochs: int,

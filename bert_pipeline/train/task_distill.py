@@ -36,6 +36,7 @@ from bert_pipeline.model import distillation
 from bert_pipeline.tasks.base import LABEL_KEYS
 from bert_pipeline.train.finetune import (
     FinetuneOutcome,
+    example_record,
     forward_all,
     heldout_evaluators,
     metrics_record,
@@ -381,4 +382,5 @@ def distill_task(
                                "encoder": count_parameters(saved.base_model, exclude_embeddings=True)},
     }
     timing = {"train_seconds": runs.train_seconds, "train_cpu_seconds": runs.train_cpu_seconds}
-    return FinetuneOutcome(metrics, timing_record(runtime.device, timing), saved, tokenizer)
+    examples = example_record(info, dd, task, data_seed, evaluators, {"full": (seeds, runs)})
+    return FinetuneOutcome(metrics, timing_record(runtime.device, timing), saved, tokenizer, examples)
