@@ -4,7 +4,6 @@ learning on a learnable task, the one-line error for an unknown model name."""
 from __future__ import annotations
 
 import dataclasses
-
 import json
 from pathlib import Path
 

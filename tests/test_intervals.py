@@ -9,7 +9,13 @@ import pytest
 from scipy import stats
 
 from bert_pipeline import tasks
-from bert_pipeline.evaluation.examples import ExampleRecord, ExamplesError, SplitInfo, check_paired, split_hash
+from bert_pipeline.evaluation.examples import (
+    ExampleRecord,
+    ExamplesError,
+    SplitInfo,
+    check_paired,
+    split_hash,
+)
 from bert_pipeline.evaluation.intervals import Bootstrap, ClusterDraws
 
 
