@@ -100,15 +100,17 @@ def test_bounds_equal_scipy_on_a_mean_and_a_paired_difference(method):
     rng = np.random.default_rng(7)
     a, b = rng.random(80), rng.random(80)
     boot = Bootstrap(resamples=2000, confidence=0.9, seed=123, method=method)
-    est_a = boot.estimates(qa_record(a), "test")["f1"]
-    est_b = boot.estimates(qa_record(b), "test")["f1"]
+    rec_a, rec_b = qa_record(a), qa_record(b)
+    est_a = boot.estimates(rec_a, "test")["f1"]
+    est_b = boot.estimates(rec_b, "test")["f1"]
     mean = boot.score(est_a)
+    seed = boot.split_seed(rec_a.splits["test"])  # one seed per split, the same for every model on it
     ref = stats.bootstrap((a,), np.mean, n_resamples=2000, confidence_level=0.9, method=method,
-                          rng=np.random.default_rng(123), vectorized=True)
+                          rng=np.random.default_rng(seed), vectorized=True)
     assert (mean.low, mean.high) == pytest.approx(tuple(ref.confidence_interval), abs=1e-12)
     diff = boot.difference(est_a, est_b)
     ref = stats.bootstrap((a, b), lambda x, y, axis=-1: np.mean(x - y, axis=axis), paired=True, vectorized=True,
-                          n_resamples=2000, confidence_level=0.9, method=method, rng=np.random.default_rng(123))
+                          n_resamples=2000, confidence_level=0.9, method=method, rng=np.random.default_rng(seed))
     assert (diff.low, diff.high) == pytest.approx(tuple(ref.confidence_interval), abs=1e-12)
     assert diff.point == pytest.approx(a.mean() - b.mean(), abs=1e-12)
 

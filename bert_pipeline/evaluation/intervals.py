@@ -80,10 +80,10 @@ class ClusterDraws:
 
     Args:
         clusters: each example's cluster label, in the split's order.
-        resamples: draws (>= 1); ``seed``: numpy's ``default_rng`` seed.
+        resamples: draws (>= 1); ``seed``: numpy's ``default_rng`` seed (an int or a sequence of ints).
     """
 
-    def __init__(self, clusters: Sequence[str], resamples: int, seed: int):
+    def __init__(self, clusters: Sequence[str], resamples: int, seed: int | Sequence[int]):
         labels: dict[str, int] = {}
         self.index = np.fromiter((labels.setdefault(c, len(labels)) for c in clusters), dtype=np.int64,
                                  count=len(clusters))
@@ -131,10 +131,15 @@ class Bootstrap:
         self.resamples, self.confidence, self.seed, self.method = resamples, confidence, seed, method
         self._draws: dict[str, ClusterDraws] = {}
 
+    def split_seed(self, info: SplitInfo) -> list[int]:
+        """The seed of a split's draws: the settings' ``seed`` with the split's hash, so the draws of different
+        splits are independent (an average over tasks resamples each task apart) and reproducible."""
+        return [self.seed, int(info.hash[:15], 16)]
+
     def draws(self, info: SplitInfo) -> ClusterDraws:
         """The split's :class:`ClusterDraws` (made once per split hash)."""
         if info.hash not in self._draws:
-            self._draws[info.hash] = ClusterDraws(info.clusters, self.resamples, self.seed)
+            self._draws[info.hash] = ClusterDraws(info.clusters, self.resamples, self.split_seed(info))
         return self._draws[info.hash]
 
     def seed_picks(self, m: int) -> np.ndarray:

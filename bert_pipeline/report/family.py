@@ -253,7 +253,8 @@ def distilled_row(index: Mapping[tuple[str, str], FinetuneResult], facts: Mappin
 
 def evaluate_family(inputs: FamilyInputs, *, runtime: Any, teacher: str, student: str, scratch: str, speed_task: str,
                     seq_length: int, latency_examples: int, throughput_batch_size: int, warmup_runs: int,
-                    timed_runs: int, num_threads: int, confusion_max_examples: int | None) -> FamilyEvaluation:
+                    timed_runs: int, num_threads: int, confusion_max_examples: int | None,
+                    intervals: Mapping[str, Any] | None = None) -> FamilyEvaluation:
     """Compare the family: test scores from the metrics files, the speed of each member's ``speed_task`` model on
     ``runtime``'s device (:func:`bert_pipeline.evaluation.speed.measure_speed`; the stage gives a CPU runtime: the
     report's figures are CPU serving costs), the confusion matrix of every sentiment model, the

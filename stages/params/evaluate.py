@@ -2,12 +2,31 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 import annotated_types
 from pydantic import Field
 
 from stages.params.base import Section, SpeedSeqLength, View
+
+CONTRASTS = ("gain_over_scratch", "student_share", "low_resource_gain", "distillation_share")
+"""The report's contrast families (each: one per task): the pre-trained teacher minus the scratch baseline, the
+general-distillation student's share of the teacher, the same gain in the low-resource runs, each task-specific
+student's share of its teacher."""
+
+
+class IntervalParams(Section):
+    """``evaluate.intervals``: the paired bootstrap every published comparison carries
+    (:class:`bert_pipeline.evaluation.intervals.Bootstrap`): ``resamples`` draws of each held-out split (whole
+    clusters: articles, films), at ``confidence``, seeded with ``seed``, bounds by ``method`` (``percentile`` or
+    ``basic``). ``primary``: the contrast families declared before looking (:data:`CONTRASTS`); their intervals are
+    Bonferroni-adjusted over every primary contrast of the report, and the rest are labelled exploratory."""
+
+    resamples: Annotated[int, annotated_types.Ge(100)]
+    confidence: Annotated[float, annotated_types.Gt(0.5), annotated_types.Lt(1.0)]
+    seed: int
+    method: Literal["percentile", "basic"]
+    primary: list[Literal[CONTRASTS]]
 
 
 class EvaluateParams(Section):
@@ -30,6 +49,7 @@ class EvaluateParams(Section):
     timed_runs: Annotated[int, annotated_types.Ge(1)]
     num_threads: Annotated[int, annotated_types.Ge(1)]
     confusion_max_examples: Annotated[int, annotated_types.Ge(1)] | None
+    intervals: IntervalParams
 
 
 class EvaluateView(View):
