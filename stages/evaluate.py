@@ -45,6 +45,7 @@ log = logging.getLogger(__name__)
 
 METRICS = Path("metrics")
 FINETUNE_METRICS = METRICS / "finetune"
+EXAMPLES = METRICS / "examples"
 FINETUNED = Path("models/finetuned")
 TASKS = Path("data/tasks")
 SOURCES = Path("data/raw/SOURCES.json")
@@ -65,7 +66,7 @@ REPORT_SOURCES = ReportSources(
     export="metrics/export.json", export_timing="metrics/export-timing.json", budget_curve=BUDGET_CURVE.as_posix(),
     budget_curve_timing="metrics/budget_curve-timing.json", variants="metrics/variants.json",
     variants_timing="metrics/variants-timing.json", retrieval="metrics/retrieval.json",
-    lock_file=dvc_adapter.LOCK_FILE.as_posix())
+    lock_file=dvc_adapter.LOCK_FILE.as_posix(), examples=EXAMPLES.as_posix())
 FIGURE_SOURCES = FigureSources(
     pretrain_history=PRETRAIN_HISTORY, distill_history=DISTILL_HISTORY, fertility=FERTILITY,
     cite_pretrain_history=PRETRAIN_HISTORY.as_posix(), cite_distill_history=DISTILL_HISTORY.as_posix(),
@@ -76,7 +77,7 @@ def main() -> None:
     require_inputs("evaluate")
     p = load_view(EvaluateView).evaluate
     inputs = FamilyInputs(FINETUNE_METRICS, FINETUNED, TASKS, METRICS, SOURCES, Path.cwd(), REPORT_SOURCES,
-                          FIGURE_SOURCES, dvc_adapter.lock_sha256())
+                          FIGURE_SOURCES, dvc_adapter.lock_sha256(), EXAMPLES)
     with dvc_adapter.stage_run("evaluate", p.model_dump()) as run:
         # serving costs on the CPU, whatever the worker has (the report compares CPU latency and throughput)
         result = evaluate_family(inputs, runtime=make_runtime("fp32", cpu=True), **p.model_dump())
@@ -84,10 +85,11 @@ def main() -> None:
             (tmp / "sentiment_confusion").mkdir()
             for model, pairs in result.confusion.items():
                 (tmp / "sentiment_confusion" / f"{model}.csv").write_text(csv_text(["actual", "predicted"], pairs))
-            (tmp / "ner_f1_per_type.csv").write_text(csv_text(["model", "type", "f1", "type_model"],
-                                                              result.ner_per_type))
+            (tmp / "ner_f1_per_type.csv").write_text(csv_text(
+                ["model", "type", "f1", "type_model", "f1_ci_low", "f1_ci_high"], result.ner_per_type))
             (tmp / "score_vs_speed.csv").write_text(csv_text(
-                ["model", "average", "relative_speed", "latency_ms", "throughput"], result.score_vs_speed))
+                ["model", "average", "relative_speed", "latency_ms", "throughput", "average_ci_low",
+                 "average_ci_high"], result.score_vs_speed))
         write_figures(result.figures)
         write_json(OUT_METRICS, result.flat)
         write_headline("evaluate", headline(result.flat))

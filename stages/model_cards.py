@@ -30,10 +30,13 @@ from typing import Any
 from bert_pipeline import tasks
 from bert_pipeline.console import run_main
 from bert_pipeline.errors import PipelineError
+from bert_pipeline.evaluation.examples import ExampleRecord
+from bert_pipeline.evaluation.intervals import Bootstrap
 from bert_pipeline.io import atomic_dir
 from bert_pipeline.model import card, card_encoders, card_finetuned
 from stages import require_inputs
 from stages.params.base import DEFAULT_PARAMS, load_view
+from stages.params.evaluate import IntervalParams
 from stages.params.finetune import FinetuneModel, FinetuneParams
 from stages.params.model_cards import ModelCardsView
 from stages.params.task_distill import TaskDistillParams
@@ -47,6 +50,7 @@ RELEASE = Path("models/release")
 PRETRAIN_METRICS = Path("metrics/pretrain.json")
 DISTILL_METRICS = Path("metrics/distill.json")
 FINETUNE_METRICS = Path("metrics/finetune")
+EXAMPLES = Path("metrics/examples")  # the members' per-example records (stages.members.EXAMPLES)
 CORPUS_METRICS = Path("metrics/corpus.json")  # prepare_corpus's record
 DATA_INFO = Path("data/pretraining/info.json")  # create_pretraining_data's record of the instances
 TASKS = Path("data/tasks")
@@ -145,11 +149,13 @@ def member_settings(record: dict[str, Any], finetune: FinetuneParams,
 
 
 def finetuned_card(record: dict[str, Any], finetune: FinetuneParams, sources: list[Any], *,
-                   task_distill: TaskDistillParams | None = None, cards: Path = RELEASE) -> str:
+                   task_distill: TaskDistillParams | None = None, cards: Path = RELEASE,
+                   intervals: IntervalParams | None = None) -> str:
     """The card of ``models/finetuned/{model}-{task}/`` from its metrics record (with the ``parameters`` and
     resolved ``precision`` the stage recorded), the task's ``task.json``, the base folder's own card and the
     member's, task's and loop's params. The pipeline's own encoders' cards are read from their copies under
-    ``cards`` (the release folder being written)."""
+    ``cards`` (the release folder being written). With ``intervals`` (``evaluate.intervals``), each test score
+    carries its interval from the member's per-example record (:func:`score_intervals`)."""
     name, task = record["model"], record["task"]
     spec = member_settings(record, finetune, task_distill)
     base_path = released(card.portable_path(spec.path, Path.cwd()))
@@ -159,12 +165,29 @@ def finetuned_card(record: dict[str, Any], finetune: FinetuneParams, sources: li
     folder = FINETUNED / f"{name.replace('/', '--')}-{task}"
     shape = _architecture(folder, record["parameters"], spec.size or base.facts.get("size"))
     task_info = card.read_json_record(TASKS / task / "task.json") or {}
+    ivs, text = score_intervals(EXAMPLES / f"{name.replace('/', '--')}-{task}.arrow", intervals)
     return card_finetuned.finetuned_card(
         name=name, task=task, record=record, task_info=task_info,
         task_settings=finetune.member_task(record.get("teacher") or name, task),
         member=spec.model_dump(exclude={"tasks"}), loop=loop, sources=sources,
         base=base, architecture=shape, folder=released(folder), cites=CARD_CITATIONS,
-        head=tasks.get(record["kind"]).card(spec.pooling, task_info.get("label_names") or []))
+        head=tasks.get(record["kind"]).card(spec.pooling, task_info.get("label_names") or []), intervals=ivs,
+        interval_text=text)
+
+
+def score_intervals(path: Path, settings: IntervalParams | None) -> tuple[dict[str, Any], str]:
+    """Each test metric's interval from the member's per-example record at ``path`` (``{}`` without a record or
+    ``settings``), and the card's sentence on how they were computed."""
+    if settings is None or not path.exists():
+        return {}, ""
+    boot = Bootstrap(settings.resamples, settings.confidence, settings.seed, settings.method)
+    est = boot.estimates(ExampleRecord.read(path), "test")
+    sources = next(iter(est.values())).sources if est else "examples"
+    return ({m: boot.score(e) for m, e in est.items()},
+            f"Intervals: {100 * settings.confidence:g}% paired bootstrap ({settings.resamples:,} draws, "
+            f"{settings.method}) resampling whole source articles or films"
+            + (" and the seeds" if sources == "examples+seeds" else "") + f" (`{path.as_posix()}`); a metric "
+            "without one is not a sum over examples.")
 
 
 def write_release(view: ModelCardsView, out: Path) -> list[str]:
@@ -191,7 +214,7 @@ def write_release(view: ModelCardsView, out: Path) -> list[str]:
         target = out / "finetuned" / path.stem
         _link_tree(folder, target)
         card.write_card(target, finetuned_card(record, view.finetune, sources, task_distill=view.task_distill,
-                                               cards=out))
+                                               cards=out, intervals=view.evaluate.intervals))
         written.append(target.relative_to(out).as_posix())
     return written
 

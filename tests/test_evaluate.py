@@ -98,3 +98,60 @@ def test_evaluate_stage_outputs(in_tmp, mlflow_in_tmp):
                                                       "reports/figures/ner_f1_per_type.png")}
     main()
     assert {p: (in_tmp / p).read_bytes() for p in before} == before
+
+
+def _sentiment_record(correct: list[bool], seeds=(42, 43)):
+    """A per-example record of 200 sentiment test examples in 40 films whose ``correct`` flags (per seed the
+    same) give the member's accuracy."""
+    import numpy as np
+
+    from bert_pipeline.evaluation.examples import ExampleRecord, SplitInfo, split_hash
+
+    gold = np.arange(200) % 2
+    ids = [f"test:{i}" for i in range(200)]
+    rec = ExampleRecord("classification", "accuracy", ["negative", "positive"])
+    rec.splits["test"] = SplitInfo(ids, [f"film{i // 5}" for i in range(200)], split_hash(ids, gold.tolist()))
+    pred = np.where(correct, gold, 1 - gold)
+    for seed in seeds:
+        rec.add("test", "full", seed, {"gold": gold, "pred": pred})
+    return rec
+
+
+def test_evaluate_publishes_intervals_beside_every_score_gain_and_share(in_tmp, mlflow_in_tmp):
+    """With per-example records, evaluate.json carries KEY_ci_low/high beside each score, gain and share (the
+    report shows them bracketed), a gain whose interval excludes 0 reads so in "How sure", and the members
+    without a record (ner here) keep their point estimates."""
+    import numpy as np
+
+    from bert_pipeline.evaluation.intervals import Bootstrap
+
+    _setup(in_tmp)
+    rng = np.random.default_rng(0)
+    recs = {}
+    for m, score in FAMILY.items():
+        correct = np.zeros(200, dtype=bool)
+        correct[rng.permutation(200)[: round(200 * score)]] = True
+        recs[m] = _sentiment_record(correct.tolist())
+        recs[m].write(in_tmp / f"metrics/examples/{m}-sentiment.arrow")
+    main()
+    flat = json.loads((in_tmp / "metrics/evaluate.json").read_text())
+    boot = Bootstrap(10_000, 0.95, 0, "percentile")
+    a = boot.estimates(recs["pretrained"], "test")["accuracy"]
+    b = boot.estimates(recs["scratch"], "test")["accuracy"]
+    # gain_over_scratch and student_share are primary: Bonferroni over the two, each at 97.5%
+    gain = boot.difference(a, b, 0.975).rounded()
+    assert (flat["gain_over_scratch.sentiment_ci_low"], flat["gain_over_scratch.sentiment_ci_high"]) == (gain.low,
+                                                                                                         gain.high)
+    assert flat["gain_over_scratch.sentiment_ci_low"] < 0.1 < flat["gain_over_scratch.sentiment_ci_high"]
+    assert flat["pretrained.sentiment.accuracy_ci_low"] < 0.7 < flat["pretrained.sentiment.accuracy_ci_high"]
+    assert flat["student_share.sentiment_ci_low"] < round(0.66 / 0.70, 6) < flat["student_share.sentiment_ci_high"]
+    assert "pretrained.ner.f1_ci_low" not in flat  # no record: no interval, never an invented one
+    summary = (in_tmp / "reports/summary.md").read_text()
+    assert f"sentiment +10.0 points [{100 * gain.low:+.1f}, {100 * gain.high:+.1f}] accuracy" in summary
+    assert "## How sure" in summary and "| sentiment | 200 | 40 |" in summary
+    assert "primary" in summary and "exploratory" in summary
+    with open(in_tmp / "plots/evaluate/score_vs_speed.csv") as fh:
+        assert all(r["average_ci_low"] == "" for r in csv.DictReader(fh))  # ner has no record: no average interval
+    before = (in_tmp / "metrics/evaluate.json").read_bytes()
+    main()
+    assert (in_tmp / "metrics/evaluate.json").read_bytes() == before

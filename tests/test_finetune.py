@@ -124,6 +124,19 @@ def test_sentiment_layout_learning_and_byte_identical(workdir):
     examples = workdir / "metrics/examples/tiny-sentiment.arrow"
     assert_examples_match_metrics(examples, got)
     examples_bytes = examples.read_bytes()
+    # the card shows each test score's interval from the record, beside the mean
+    from stages import model_cards
+    from stages.params.evaluate import IntervalParams
+
+    settings = IntervalParams(resamples=500, confidence=0.9, seed=0, method="percentile", primary=[])
+    with_iv = model_cards.finetuned_card(got, p, [], intervals=settings)
+    ivs, _ = model_cards.score_intervals(examples, settings)
+    row = next(line for line in with_iv.splitlines() if line.startswith("| **accuracy** |"))
+    assert row == (f"| **accuracy** | {got['test']['accuracy']['mean']:.4f} | [{ivs['accuracy'].low:.4f}, "
+                   f"{ivs['accuracy'].high:.4f}] | " + ", ".join(f"{v:.4f}" for v in got["test"]["accuracy"]["seeds"])
+                   + " |")
+    assert ivs["accuracy"].low <= got["test"]["accuracy"]["mean"] <= ivs["accuracy"].high
+    assert "Intervals: 90% paired bootstrap (500 draws, percentile)" in with_iv
     finetune.run("tiny", "sentiment", p)
     assert tree_digests(out) == first
     assert (workdir / "metrics/finetune/tiny-sentiment.json").read_bytes() == metrics_bytes

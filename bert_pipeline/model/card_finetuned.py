@@ -107,7 +107,8 @@ def _finetuned_load(folder: str, head: Any, pooling: str | None) -> str:
 def finetuned_card(*, name: str, task: str, record: Mapping[str, Any], task_info: Mapping[str, Any],
                    task_settings: Mapping[str, Any], member: Mapping[str, Any], loop: Mapping[str, Any],
                    architecture: Architecture, base: BaseModel, sources: Sequence[Mapping[str, Any]] = (),
-                   folder: str, cites: CardCitations, head: Any) -> str:
+                   folder: str, cites: CardCitations, head: Any, intervals: Mapping[str, Any] | None = None,
+                   interval_text: str = "") -> str:
     """The card of a fine-tuned ``{model}-{task}`` folder.
 
     Args:
@@ -125,6 +126,9 @@ def finetuned_card(*, name: str, task: str, record: Mapping[str, Any], task_info
             files and folders the card names.
         head: what the card says of the task kind's head (a :class:`bert_pipeline.tasks.base.HeadCard`, from
             :meth:`bert_pipeline.tasks.base.TaskKind.card`; read by attribute).
+        intervals: per test metric its interval (``low`` / ``high`` fractions, e.g. a
+            :class:`bert_pipeline.evaluation.intervals.Interval`), shown beside the mean; ``interval_text``: one
+            sentence on how they were computed (the card prints it under the table).
 
     Returns:
         The card's text, ending in a newline.
@@ -229,12 +233,16 @@ def finetuned_card(*, name: str, task: str, record: Mapping[str, Any], task_info
                       f"and LayerNorm), gradient clipping {num(loop.get('max_grad_norm'))}"),
         ("precision", PRECISION.get(str(loop.get("precision")), str(loop.get("precision")))),
     ]
-    rows = ["| metric | mean | per seed |", "| --- | --- | --- |"]
+    iv = intervals or {}
+    rows = ["| metric | mean | interval | per seed |", "| --- | --- | --- | --- |"]
     rows += [f"| {'**' + m + '**' if m == main else m} | {test[m]['mean']:.4f} | "
+             + (f"[{iv[m].low:.4f}, {iv[m].high:.4f}]" if m in iv else "–") + " | "
              f"{', '.join(f'{v:.4f}' for v in test[m]['seeds'])} |" for m in sorted(test)]
     evaluation = [f"Test split ({num(record.get('test_examples'))} examples), mean over "
                   f"{len(record.get('seeds', []))} seed(s); main metric **{main}** "
                   f"(`{cites.finetune_records}/{name}-{task}.json`):", "\n".join(rows)]
+    if iv and interval_text:
+        evaluation.append(interval_text)
     if head.evaluation_note:
         evaluation.append(head.evaluation_note)
     low = record.get("low_resource")

@@ -19,11 +19,19 @@ from pathlib import Path
 from typing import Any
 
 from bert_pipeline.errors import PipelineError
+from bert_pipeline.evaluation.intervals import Bootstrap
 from bert_pipeline.evaluation.predictor import load_predictor
 from bert_pipeline.evaluation.speed import measure_speed, size_on_disk_mb
 from bert_pipeline.model.configs import count_parameters
 from bert_pipeline.report.budget_curve import budget_curve_section
 from bert_pipeline.report.figures import FigureSources, ReportFigure, family_figures
+from bert_pipeline.report.intervals import (
+    FamilyIntervals,
+    family_intervals,
+    flat_intervals,
+    how_sure_section,
+    load_records,
+)
 from bert_pipeline.report.provenance import report_card
 from bert_pipeline.report.report import (
     DistillationPair,
@@ -127,15 +135,20 @@ def sentiment_confusion(models: list[str], finetuned: Path, task_dir: Path, max_
     return out
 
 
-def ner_per_type(index: dict[tuple[str, str], FinetuneResult], models: list[str]) -> list[list[Any]]:
-    """Rows ``[model, type, f1 points, "TYPE model"]`` from the ``f1_TYPE`` test means of ``{model}-ner``."""
+def ner_per_type(index: dict[tuple[str, str], FinetuneResult], models: list[str],
+                 intervals: Mapping[str, Any] | None = None) -> list[list[Any]]:
+    """Rows ``[model, type, f1 points, "TYPE model", interval low, high]`` from the ``f1_TYPE`` test means of
+    ``{model}-ner`` (the interval in points from ``intervals``' ``{model}.ner.f1_TYPE``, empty without one)."""
     rows = []
+    iv = intervals or {}
     for m in models:
         r = index.get((m, "ner"))
         if r is None:
             continue
         for key in sorted(k for k in r.test if k.startswith("f1_")):
-            rows.append([m, key[3:], round(100 * r.test[key], 2), f"{key[3:]} {m}"])
+            b = iv.get(f"{m}.ner.{key}")
+            rows.append([m, key[3:], round(100 * r.test[key], 2), f"{key[3:]} {m}",
+                         "" if b is None else round(100 * b.low, 2), "" if b is None else round(100 * b.high, 2)])
     return rows
 
 
@@ -161,6 +174,20 @@ def flat_metrics(index: dict[tuple[str, str], FinetuneResult], facts: dict[str, 
             out[f"gain_over_scratch.{t}"] = round(index[teacher, t].score - index[scratch, t].score, 6)
     for t, share in student_shares(index, teacher, student, tasks).items():
         out[f"student_share.{t}"] = round(share, 6)
+    return out
+
+
+def low_resource_gains(index: dict[tuple[str, str], FinetuneResult], tasks: list[str], teacher: str,
+                       scratch: str) -> dict[str, float]:
+    """``low_resource_gain.{task}``: the teacher's low-resource main test metric minus the scratch baseline's, for
+    the tasks where both ran one."""
+    out = {}
+    for t in tasks:
+        a, b = index.get((teacher, t)), index.get((scratch, t))
+        if a and b and a.low_resource_test.get(a.main_metric) is not None \
+                and b.low_resource_test.get(b.main_metric) is not None:
+            out[f"low_resource_gain.{t}"] = round(a.low_resource_test[a.main_metric]
+                                                  - b.low_resource_test[b.main_metric], 6)
     return out
 
 
@@ -209,8 +236,9 @@ class FamilyInputs:
     """Where the family's results are: fine-tuning metrics and models, the task sets, the upstream metrics files
     (``metrics_dir`` holds ``pretrain.json``, ``distill.json``, ``corpus.json``, ``tokenizer.json`` and the timing
     files), the raw data's ``SOURCES.json``, the repository (git), what the page cites (``sources``), the upstream
-    plot CSVs the figures are drawn from (``figures``), and the sha256 of the pipeline's lock file for the report
-    card (``lock_sha256``, None when there is none)."""
+    plot CSVs the figures are drawn from (``figures``), the sha256 of the pipeline's lock file for the report
+    card (``lock_sha256``, None when there is none), and the members' per-example records (``examples``:
+    ``{member}-{task}.arrow``, :mod:`bert_pipeline.evaluation.examples`)."""
 
     finetune_metrics: Path
     finetuned: Path
@@ -221,6 +249,7 @@ class FamilyInputs:
     sources: ReportSources
     figures: FigureSources
     lock_sha256: str | None
+    examples: Path
 
 
 @dataclass
@@ -259,7 +288,10 @@ def evaluate_family(inputs: FamilyInputs, *, runtime: Any, teacher: str, student
     ``runtime``'s device (:func:`bert_pipeline.evaluation.speed.measure_speed`; the stage gives a CPU runtime: the
     report's figures are CPU serving costs), the confusion matrix of every sentiment model, the
     findings, the figures (:func:`bert_pipeline.report.figures.family_figures`; score vs speed is wall clock)
-    and the report card.
+    and the report card. ``intervals`` (``resamples``, ``confidence``, ``seed``, ``method``, ``primary``; None:
+    no intervals) gives every score, gain and share its paired bootstrap interval from the per-example records
+    (:func:`bert_pipeline.report.intervals.family_intervals`), in the tables, the findings, the "How sure" section,
+    the figures' error bars and the flat metrics (``KEY_ci_low`` / ``KEY_ci_high``).
 
     Raises:
         PipelineError: no metrics files, a malformed one, a fine-tuned folder missing, or a plot CSV without its
@@ -296,8 +328,15 @@ def evaluate_family(inputs: FamilyInputs, *, runtime: Any, teacher: str, student
                                     seq_length)
     pretrain = read_json(inputs.metrics_dir / "pretrain.json")
     tokens_seen = tokens_seen_of(pretrain, read_json(inputs.metrics_dir / "pretrain-timing.json"))
-    header, rows = table(results, facts, teacher, student, scratch, reference)
-    lines = findings(results, facts, teacher, student, scratch, tokens_seen, inputs.sources)
+    pairs = distillation_pairs(results, teacher, student, inputs.metrics_dir)
+    sure = FamilyIntervals()
+    if intervals is not None:
+        boot = Bootstrap(intervals["resamples"], intervals["confidence"], intervals["seed"], intervals["method"])
+        records = load_records(inputs.examples, sorted(index))
+        sure = family_intervals(records, models, tasks, teacher, student, scratch,
+                                [(p.teacher, p.student) for p in pairs], boot, intervals["primary"])
+    header, rows = table(results, facts, teacher, student, scratch, reference, sure.intervals)
+    lines = findings(results, facts, teacher, student, scratch, tokens_seen, inputs.sources, sure.intervals)
     lines += upstream_findings(pretrain, read_json(inputs.metrics_dir / "distill.json"), inputs.sources)
     card = report_card(inputs.repo, inputs.metrics_dir, inputs.sources_json, tokens_seen, inputs.lock_sha256)
     lengths = "/".join(str(n) for n in sorted({s.seq_length for s in speeds.values()}))
@@ -306,8 +345,10 @@ def evaluate_family(inputs: FamilyInputs, *, runtime: Any, teacher: str, student
             f"relative speed: {reference} = 1.0x.")
     score_vs_speed = [[m, round(100 * avg, 2) if (avg := average_score(index, m, tasks)) is not None else "",
                        round(relative_speed(facts, m, reference) or 0.0, 3), round(facts[m].latency_ms or 0, 3),
-                       round(facts[m].throughput or 0, 2)] for m in models]
-    per_type = ner_per_type(index, models)
+                       round(facts[m].throughput or 0, 2),
+                       *((round(100 * b.low, 2), round(100 * b.high, 2)) if (b := sure.intervals.get(f"{m}.average"))
+                         else ("", ""))] for m in models]
+    per_type = ner_per_type(index, models, sure.intervals)
     curve = read_json(inputs.metrics_dir / "budget_curve.json")
     figures = family_figures(inputs.figures, score_vs_speed=score_vs_speed, confusion=confusion,
                              ner_per_type=per_type, reference=reference, budget_curve=curve)
@@ -321,15 +362,18 @@ def evaluate_family(inputs: FamilyInputs, *, runtime: Any, teacher: str, student
     variants = variants_section(variants_record, read_json(inputs.metrics_dir / "variants-timing.json"),
                                 inputs.sources.variants, inputs.sources.variants_timing,
                                 distilled_row(index, facts, student, reference, (variants_record or {}).get("tasks", ())))
-    pairs = distillation_pairs(results, teacher, student, inputs.metrics_dir)
-    distilled = distillation_section(pairs, index, facts, tasks, throughput_batch_size, inputs.sources)
+    distilled = distillation_section(pairs, index, facts, tasks, throughput_batch_size, inputs.sources,
+                                     sure.intervals)
     summary = render_summary(header, rows, lines, read_json(inputs.metrics_dir / "corpus.json"),
                              read_json(inputs.metrics_dir / "tokenizer.json"), card, inputs.sources, note, figures,
-                             sections=[pair_regression_section(results, models), retrieval, budget, variants, distilled,
+                             sections=[how_sure_section(sure, inputs.sources.examples),
+                                       pair_regression_section(results, models), retrieval, budget, variants, distilled,
                                        onnx])
 
     flat = flat_metrics(index, facts, models, tasks, teacher, student, scratch)
     flat.update(pair_shares(pairs, index, tasks))
+    flat.update(low_resource_gains(index, tasks, teacher, scratch))
+    flat.update(flat_intervals(sure))
     for m, pairs in confusion.items():  # the saved (first-seed) model on the confusion matrix's examples
         flat[f"{m}.sentiment.confusion_examples"] = len(pairs)
         flat[f"{m}.sentiment.confusion_accuracy"] = round(sum(a == b for a, b in pairs) / max(len(pairs), 1), 6)

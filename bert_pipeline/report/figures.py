@@ -178,8 +178,9 @@ def budget_curve_png(record: Mapping[str, Any]) -> bytes:
 def score_vs_speed_png(rows: Sequence[Sequence[Any]], reference: str | None = None) -> bytes:
     """Average test score (points) against relative speed, one labelled point per family member.
 
-    ``rows``: ``[model, average points, relative speed, ...]`` as the evaluate stage's ``score_vs_speed.csv`` (an
-    empty average means a task is missing: the member is left out). Relative speed is the reference member's batch-1
+    ``rows``: ``[model, average points, relative speed, latency, throughput, average interval low, high]`` as
+    the evaluate stage's ``score_vs_speed.csv`` (an empty average means a task is missing: the member is left out;
+    the interval, in points, draws an error bar where it is given). Relative speed is the reference member's batch-1
     latency over the member's (wall clock: the figure changes with the measured speed). ``reference`` names the
     1.0x member in the axis label.
     """
@@ -192,6 +193,10 @@ def score_vs_speed_png(rows: Sequence[Sequence[Any]], reference: str | None = No
             if score is None or speed is None:
                 continue
             ax.scatter([speed], [score], s=40, color=PALETTE[i % len(PALETTE)], zorder=3)
+            low, high = (number(row[5]), number(row[6])) if len(row) > 6 else (None, None)
+            if low is not None and high is not None:
+                ax.errorbar([speed], [score], yerr=[[score - low], [high - score]], color=PALETTE[i % len(PALETTE)],
+                            capsize=3, linewidth=1, zorder=2)
             ax.annotate(str(row[0]), (speed, score), textcoords="offset points", xytext=(6, 4))
             drawn += 1
         if not drawn:
@@ -259,20 +264,25 @@ def ner_per_type_png(rows: Sequence[Sequence[Any]]) -> bytes:
     """Horizontal bars of NER test F1 (points, agreement with spaCy's silver labels) per entity type, one bar per
     model in each type's group, its value written at the bar's end (``–`` when the model has no score for the type).
 
-    ``rows``: ``[model, type, f1 points, ...]`` as the evaluate stage's ``ner_f1_per_type.csv``; models keep their
+    ``rows``: ``[model, type, f1 points, label, f1 interval low, high]`` as the evaluate stage's
+    ``ner_f1_per_type.csv`` (the interval, in points, draws an error bar where it is given); models keep their
     first-seen order, types are sorted.
     """
     models = list(dict.fromkeys(str(r[0]) for r in rows))
     types = sorted({str(r[1]) for r in rows})
     value = {(str(r[0]), str(r[1])): number(r[2]) for r in rows}
+    bounds = {(str(r[0]), str(r[1])): (number(r[4]), number(r[5])) for r in rows if len(r) > 5}
 
     def draw(fig):
         ax = fig.subplots()
         height = 0.8 / max(1, len(models))
         for i, m in enumerate(models):
             ys = [t_i + (i - (len(models) - 1) / 2) * height for t_i in range(len(types))]
-            bars = ax.barh(ys, [value.get((m, t)) or 0.0 for t in types], height=height, label=m,
-                           color=PALETTE[i % len(PALETTE)])
+            widths = [value.get((m, t)) or 0.0 for t in types]
+            err = [[max(w - (bounds.get((m, t), (None, None))[0] or w), 0.0) for w, t in zip(widths, types, strict=True)],
+                   [max((bounds.get((m, t), (None, None))[1] or w) - w, 0.0) for w, t in zip(widths, types, strict=True)]]
+            bars = ax.barh(ys, widths, height=height, label=m, color=PALETTE[i % len(PALETTE)],
+                           xerr=err if bounds else None, error_kw={"linewidth": 0.8, "capsize": 2})
             # the value at each bar's end, so a zero score reads as 0.0 rather than a missing bar
             ax.bar_label(bars, labels=["–" if value.get((m, t)) is None else f"{value[m, t]:.1f}" for t in types],
                          padding=2, fontsize=7)

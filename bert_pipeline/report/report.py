@@ -64,6 +64,7 @@ class ReportSources:
     variants_timing: str
     retrieval: str
     lock_file: str
+    examples: str
 
 
 @dataclass(frozen=True)
@@ -249,6 +250,25 @@ def fmt_score(value: float | None) -> str:
     return "–" if value is None else f"{100 * value:.1f}"
 
 
+def fmt_scored(value: float | None, interval: Any = None) -> str:
+    """A score in points (:func:`fmt_score`) with its interval where there is one: ``82.3 [80.1, 84.4]``."""
+    if value is None or interval is None:
+        return fmt_score(value)
+    return f"{fmt_score(value)} [{100 * interval.low:.1f}, {100 * interval.high:.1f}]"
+
+
+def fmt_change(value: float, interval: Any = None, unit: str = " points") -> str:
+    """A difference in points, signed, with its interval where there is one: ``+10.4 points [6.8, 14.0]``."""
+    text = f"{100 * value:+.1f}{unit}"
+    return text if interval is None else f"{text} [{100 * interval.low:+.1f}, {100 * interval.high:+.1f}]"
+
+
+def fmt_share(value: float, interval: Any = None, digits: int = 0) -> str:
+    """A share in percent with its interval where there is one: ``98.9% [96.5, 101.1]``."""
+    text = f"{100 * value:.{digits}f}%"
+    return text if interval is None else f"{text} [{100 * interval.low:.1f}, {100 * interval.high:.1f}]"
+
+
 def fmt_params(n: int | None) -> str:
     """Parameter count in millions with one decimal (22_713_216 -> ``22.7M``); small counts as thousands."""
     if n is None:
@@ -268,12 +288,15 @@ def table(
     student: str,
     scratch: str,
     reference: str | None = None,
+    intervals: Mapping[str, Any] | None = None,
 ) -> tuple[list[str], list[list[str]]]:
     """The comparison table: header and one row of cells per family member.
 
-    Columns: model, role, parameters, one per task (main metric, test mean over seeds, in points), average of
-    the tasks' main metrics, latency (ms/example, batch 1), throughput (examples/s), relative speed (``reference``
-    = 1.0x; default the teacher).
+    Columns: model, role, parameters, one per task (main metric, test mean over seeds, in points, with its
+    interval from ``intervals`` where it has one: ``82.3 [80.1, 84.4]``), average of the tasks' main metrics,
+    latency (ms/example, batch 1), throughput (examples/s), relative speed (``reference`` = 1.0x; default the
+    teacher). ``intervals``: :class:`bert_pipeline.evaluation.intervals.Interval` by flat metric key
+    (:mod:`bert_pipeline.report.intervals`).
 
     Raises:
         PipelineError: two results disagree on a task's main metric.
@@ -287,6 +310,7 @@ def table(
             raise PipelineError(f"{r.source}: main_metric {r.main_metric!r}, other {r.task} files say {main[r.task]!r}")
     roles = {teacher: "teacher", student: "student", scratch: "scratch"}
     roles.update({r.model: f"student of {r.teacher}" for r in results if r.teacher and r.model not in roles})
+    iv = intervals or {}
     header = ["model", "role", "parameters", *(task_header(t, main[t]) for t in tasks), "average",
               "latency ms (b=1)", "throughput ex/s", "relative speed"]
     rows = []
@@ -297,8 +321,9 @@ def table(
             m,
             roles.get(m, "external"),  # a member this pipeline did not pre-train (MiniLM, a user model)
             fmt_params(f.parameters if f else None),
-            *(fmt_score(index[m, t].score if (m, t) in index else None) for t in tasks),
-            fmt_score(average_score(index, m, tasks)),
+            *(fmt_scored(index[m, t].score if (m, t) in index else None, iv.get(f"{m}.{t}.{main[t]}"))
+              for t in tasks),
+            fmt_scored(average_score(index, m, tasks), iv.get(f"{m}.average")),
             "–" if not f or f.latency_ms is None else f"{f.latency_ms:.1f}",
             "–" if not f or f.throughput is None else f"{f.throughput:.0f}",
             "–" if rel is None else f"{rel:.1f}x",
@@ -359,13 +384,18 @@ def findings(
     scratch: str,
     tokens_seen: int | None,
     sources: ReportSources,
+    intervals: Mapping[str, Any] | None = None,
 ) -> list[str]:
     """The sentences that matter, each with its source file.
 
     - pre-training gain: teacher minus scratch on each task's main metric (points), and on the low-resource run
       of each task that has one, with the tokens seen in pre-training;
     - the student's share of the teacher's score per task (student / teacher, %) and its speed-up (latency ratio).
+
+    Each gain and share carries its paired interval from ``intervals`` (flat keys ``gain_over_scratch.{task}``,
+    ``low_resource_gain.{task}``, ``student_share.{task}``) where there is one: ``+10.4 points [6.8, 14.0]``.
     """
+    iv = intervals or {}
     index = by_model_task(results)
     tasks = task_order({t for _, t in index})
     lines = []
@@ -374,12 +404,13 @@ def findings(
     for t in tasks:
         if (teacher, t) in index and (scratch, t) in index:
             a, b = index[teacher, t], index[scratch, t]
-            gains.append(f"{t} {100 * (a.score - b.score):+.1f} points {a.main_metric}")
+            gains.append(f"{t} {fmt_change(a.score - b.score, iv.get(f'gain_over_scratch.{t}'))} {a.main_metric}")
             if a.low_resource_test.get(a.main_metric) is not None and b.low_resource_test.get(b.main_metric) is not None:
                 n = a.low_resource_examples
                 low.append(
                     f"{t} with {n if n is not None else '?'} training examples "
-                    f"{100 * (a.low_resource_test[a.main_metric] - b.low_resource_test[b.main_metric]):+.1f} points"
+                    + fmt_change(a.low_resource_test[a.main_metric] - b.low_resource_test[b.main_metric],
+                                 iv.get(f"low_resource_gain.{t}"))
                 )
     if gains:
         cost = f" after {tokens_seen:,} tokens seen in pre-training ({sources.pretrain})" if tokens_seen else ""
@@ -392,7 +423,8 @@ def findings(
     speed = relative_speed(facts, student, teacher)
     if shares or speed:
         text = (f"The student ({student}) keeps "
-                + (", ".join(f"{t} {100 * v:.0f}%" for t, v in shares.items()) if shares else "–")
+                + (", ".join(f"{t} {fmt_share(v, iv.get(f'student_share.{t}'))}" for t, v in shares.items())
+                   if shares else "–")
                 + " of the teacher's score")
         if shares:
             text += f" ({100 * sum(shares.values()) / len(shares):.0f}% on average over tasks)"
@@ -482,11 +514,13 @@ class DistillationPair:
 
 def distillation_section(pairs: Sequence[DistillationPair], index: Mapping[tuple[str, str], FinetuneResult],
                          facts: Mapping[str, ModelFacts], tasks: Sequence[str], throughput_batch_size: int,
-                         sources: ReportSources) -> str:
+                         sources: ReportSources, intervals: Mapping[str, Any] | None = None) -> str:
     """One table per teacher/student pair (Markdown; ``""`` when no pair has results): parameters (total and
     encoder), each task's test score (mean over seeds, seed count) and the student's share of the teacher's,
     latency at batch 1 and throughput at ``throughput_batch_size`` on the same inputs and threads, the speed
-    ratios, and the student's training cost."""
+    ratios, and the student's training cost. Scores and shares carry their intervals from ``intervals`` (flat keys
+    ``{member}.{task}.{metric}``, ``distillation.{student}.{task}_share``) where there is one."""
+    iv = intervals or {}
     blocks = []
     for pair in pairs:
         t, s = pair.teacher, pair.student
@@ -510,10 +544,12 @@ def distillation_section(pairs: Sequence[DistillationPair], index: Mapping[tuple
             seeds_t, seeds_s = len(rt.test_seeds.get(rt.main_metric, ())) or 1, len(rs.test_seeds.get(rs.main_metric, ())) or 1
             share = shares.get(task)
             rows.append([f"{task_header(task, rt.main_metric)} (test; seeds {seeds_t} / {seeds_s})",
-                         fmt_score(rt.score), fmt_score(rs.score), "–" if share is None else f"{100 * share:.1f}%"])
+                         fmt_scored(rt.score, iv.get(f"{t}.{task}.{rt.main_metric}")),
+                         fmt_scored(rs.score, iv.get(f"{s}.{task}.{rs.main_metric}")),
+                         "–" if share is None else fmt_share(share, iv.get(f"distillation.{s}.{task}_share"), 1)])
         if shares:
             rows.append(["student's share, mean over tasks", "", "",
-                         f"{100 * sum(shares.values()) / len(shares):.1f}%"])
+                         fmt_share(sum(shares.values()) / len(shares), iv.get(f"distillation.{s}.average_share"), 1)])
         lat_t, lat_s = getattr(ft, "latency_ms", None), getattr(fs, "latency_ms", None)
         thr_t, thr_s = getattr(ft, "throughput", None), getattr(fs, "throughput", None)
         rows.append(["latency ms/example (b=1)", "–" if lat_t is None else f"{lat_t:.2f}",

@@ -52,6 +52,12 @@ class EvaluateParams(Section):
     intervals: IntervalParams
 
 
+class EvaluateIntervals(View):
+    """The part of ``evaluate`` a stage that publishes intervals of its own reads: ``intervals``."""
+
+    intervals: IntervalParams
+
+
 class EvaluateView(View):
     """What stage ``evaluate`` reads."""
 
