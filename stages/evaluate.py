@@ -106,13 +106,18 @@ def main() -> None:
 
 def headline(flat: dict[str, float]) -> dict[str, dict[str, float]]:
     """The evaluate stage's DVC metrics: each member's average main test metric over the tasks
-    (``{member: {"average"}}``) and each distilled student's share of its teacher's (``"teacher_share"``)."""
+    (``{member: {"average"}}``) and each distilled student's share of its teacher's (``"teacher_share"``), each with
+    its interval where the flat metrics have one (``average_ci_low`` / ``average_ci_high``,
+    ``teacher_share_ci_low`` / ``teacher_share_ci_high``), so ``dvc metrics diff`` shows how sure a change is."""
     out: dict[str, dict[str, float]] = {}
     for key, value in flat.items():
-        if key.endswith(".average") and not key.startswith("distillation."):
-            out.setdefault(key.removesuffix(".average"), {})["average"] = value
-        elif key.startswith("distillation.") and key.endswith(".average_share"):
-            out.setdefault(key.removeprefix("distillation.").removesuffix(".average_share"), {})["teacher_share"] = value
+        bound = next((b for b in ("_ci_low", "_ci_high") if key.endswith(b)), "")
+        base = key.removesuffix(bound)
+        if base.endswith(".average") and not base.startswith("distillation."):
+            out.setdefault(base.removesuffix(".average"), {})["average" + bound] = value
+        elif base.startswith("distillation.") and base.endswith(".average_share"):
+            member = base.removeprefix("distillation.").removesuffix(".average_share")
+            out.setdefault(member, {})["teacher_share" + bound] = value
     return out
 
 

@@ -155,3 +155,13 @@ def test_evaluate_publishes_intervals_beside_every_score_gain_and_share(in_tmp, 
     before = (in_tmp / "metrics/evaluate.json").read_bytes()
     main()
     assert (in_tmp / "metrics/evaluate.json").read_bytes() == before
+
+
+def test_headline_carries_the_intervals_of_the_average_and_the_share():
+    from stages.evaluate import headline
+
+    flat = {"m.average": 0.5, "m.average_ci_low": 0.4, "m.average_ci_high": 0.6, "m.sentiment.accuracy_ci_low": 0.1,
+            "distillation.s.average_share": 0.9, "distillation.s.average_share_ci_low": 0.8,
+            "distillation.s.average_share_ci_high": 1.01}
+    assert headline(flat) == {"m": {"average": 0.5, "average_ci_low": 0.4, "average_ci_high": 0.6},
+                              "s": {"teacher_share": 0.9, "teacher_share_ci_low": 0.8, "teacher_share_ci_high": 1.01}}
