@@ -40,14 +40,16 @@ CONTRAST_TEXT = {
 
 @dataclass(frozen=True)
 class Contrast:
-    """One published comparison: its flat ``key``, contrast ``family``, ``task`` (or ``average``), ``interval``
-    and whether it is ``primary`` (adjusted) or exploratory."""
+    """One published comparison: its flat ``key``, contrast ``family``, ``task`` (or ``average``), ``interval``,
+    whether it is ``primary`` (adjusted) or exploratory, and ``seed_range``: the smallest and largest of the
+    per-seed contrasts (seed i of one side against seed i of the other; None with one seed a side)."""
 
     key: str
     family: str
     task: str
     interval: Interval
     primary: bool
+    seed_range: tuple[float, float] | None = None
 
 
 @dataclass
@@ -158,7 +160,12 @@ def family_intervals(records: Mapping[tuple[str, str], ExampleRecord], models: S
         out.intervals[key] = iv
         if family == "student_share":  # the same ratio under the distillation table's key
             out.intervals[f"distillation.{student}.{t}_share"] = iv
-        out.contrasts.append(Contrast(key, family, t, iv, is_primary))
+        per_seed = None
+        if len(a.seed_values) > 1 and len(a.seed_values) == len(b.seed_values):
+            per_seed = [x - y if op == "difference" else (x / y if y else float("nan"))
+                        for x, y in zip(a.seed_values, b.seed_values, strict=True)]
+        out.contrasts.append(Contrast(key, family, t, iv, is_primary,
+                                      (min(per_seed), max(per_seed)) if per_seed else None))
     # scores: every interval metric of every member and task, the low-resource main metric, the averages
     for (m, t, run), metrics in est.items():
         if run == "low_resource":
@@ -195,6 +202,13 @@ def flat_intervals(fi: FamilyIntervals) -> dict[str, float]:
     return out
 
 
+def _seed_range(c: Contrast) -> str:
+    if c.seed_range is None:
+        return "–"
+    low, high = c.seed_range
+    return f"{100 * low:.1f}%..{100 * high:.1f}%" if "share" in c.family else f"{100 * low:+.1f}..{100 * high:+.1f}"
+
+
 def how_sure_section(fi: FamilyIntervals, records_dir: str) -> str:
     """The page's "How sure" section (Markdown; ``""`` without intervals): the settings, per task the held-out
     test set's size, clusters and the smallest difference it resolves, and every contrast with its interval, the
@@ -213,8 +227,8 @@ def how_sure_section(fi: FamilyIntervals, records_dir: str) -> str:
         f"{fi.method}, {level}) from the per-example records (`{records_dir}`): whole source articles (films for "
         "sentiment) are resampled, not single examples, with one draw matrix per test split shared by every model, "
         "so a difference is paired; where a model has several seeds, each draw resamples its seeds too "
-        "(Sellam et al. 2022's multi-bootstrap: sources `examples+seeds`), and the raw seed values stay in the "
-        "metrics files.", "",
+        "(Sellam et al. 2022's multi-bootstrap: sources `examples+seeds`); the seed range beside it is the raw spread "
+        "of the per-seed contrasts, which the interval does not replace.", "",
         markdown_table(["task", "test examples", "clusters", "smallest resolvable difference (half-width)"],
                        rows).rstrip(), "",
     ]
@@ -224,11 +238,12 @@ def how_sure_section(fi: FamilyIntervals, records_dir: str) -> str:
             f"Primary contrasts (declared in `evaluate.intervals.primary`): {len(primary)}, each at "
             f"{100 * fi.adjusted:.2f}% (Bonferroni, family-wise {level}); the others are exploratory, at {level}, "
             "unadjusted.", "",
-            markdown_table(["contrast", "task", "estimate [interval]", "resamples", "kind", "excludes no difference"],
+            markdown_table(["contrast", "task", "estimate [interval]", "resamples", "seed range", "kind",
+                            "excludes no difference"],
                            [[CONTRAST_TEXT[c.family], c.task,
                              fmt_share(c.interval.point, c.interval, 1) if "share" in c.family
                              else fmt_change(c.interval.point, c.interval, ""),
-                             c.interval.sources, "primary" if c.primary else "exploratory",
+                             c.interval.sources, _seed_range(c), "primary" if c.primary else "exploratory",
                              "yes" if c.interval.excludes(1.0 if "share" in c.family else 0.0) else "no"]
                             for c in fi.contrasts]), ""]
     return "\n".join(lines).rstrip() + "\n"
