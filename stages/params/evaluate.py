@@ -29,6 +29,14 @@ class IntervalParams(Section):
     primary: list[Literal[CONTRASTS]]
 
 
+class BootstrapView(View):
+    """``evaluate.intervals`` as part of another stage's view: a stage that publishes intervals of its own
+    (``retrieval``) draws them as the report does, reading ``resamples``, ``confidence``, ``seed`` and ``method``
+    (not ``primary``, which only the report's contrasts read)."""
+
+    intervals: IntervalParams
+
+
 class EvaluateParams(Section):
     """``evaluate``: the family's roles, how CPU inference speed is measured, how many test examples the plots use.
 
