@@ -17,43 +17,51 @@ import time
 
 import numpy as np
 
+from bert_pipeline import tasks
 from bert_pipeline.evaluation.examples import ExampleRecord, SplitInfo, split_hash
 from bert_pipeline.evaluation.intervals import Bootstrap
 from bert_pipeline.report.intervals import family_intervals
 
 ENTITY_TYPES = ("PERSON", "ORG", "GPE", "LOC", "DATE")
-SHAPES = {  # task: (kind, test examples, clusters), the default's test splits at validation_fraction 0.15
-    "sentiment": ("classification", 1281, 300),
-    "ner": ("ner", 1000, 277),
-    "qa": ("qa", 800, 277),
-    "headline_match": ("pair_classification", 500, 250),
+NER_LABELS = ["O", *(f"{p}-{t}" for t in ENTITY_TYPES for p in "BI")]
+
+
+def labels_of(gold_rng: np.random.Generator, rng: np.random.Generator, n: int, skill: float, classes: int = 2):
+    gold = gold_rng.integers(0, classes, n).tolist()
+    return gold, [g if rng.random() < skill else int(rng.integers(0, classes)) for g in gold], ["a", "b"]
+
+
+def tags_of(gold_rng: np.random.Generator, rng: np.random.Generator, n: int, skill: float):
+    gold = [[NER_LABELS[int(i)] for i in gold_rng.integers(0, len(NER_LABELS), 12)] for _ in range(n)]
+    pred = [[t if rng.random() < skill else "O" for t in s] for s in gold]
+    return gold, pred, NER_LABELS
+
+
+def answers_of(gold_rng: np.random.Generator, rng: np.random.Generator, n: int, skill: float):
+    gold = [[f"answer {i} words"] for i in range(n)]
+    pred = [g[0] if rng.random() < skill else f"answer {i}" for i, g in enumerate(gold)]
+    return gold, pred, None
+
+
+SHAPES = {  # task: (kind, main metric, test examples, clusters, example maker), the default's test splits
+    "sentiment": ("classification", "accuracy", 1281, 300, labels_of),
+    "ner": ("ner", "f1", 1000, 277, tags_of),
+    "qa": ("qa", "f1", 800, 277, answers_of),
+    "headline_match": ("pair_classification", "accuracy", 500, 250, labels_of),
 }
 
 
 def record(task: str, rng: np.random.Generator, skill: float) -> ExampleRecord:
-    kind, n, k = SHAPES[task]
+    kind, main, n, k, make = SHAPES[task]
     ids = [f"{task}:{i}" for i in range(n)]
     clusters = [f"doc{i * k // n}" for i in range(n)]
-    labels = None
-    if kind in ("classification", "pair_classification"):
-        labels = ["a", "b"]
-    elif kind == "ner":
-        labels = ["O", *(f"{p}-{t}" for t in ENTITY_TYPES for p in "BI")]
-    rec = ExampleRecord(kind, {"ner": "f1", "qa": "f1"}.get(kind, "accuracy"), labels)
-    rec.splits["test"] = SplitInfo(ids, clusters, split_hash(ids, []))
+    rec = None
     for seed in (42, 43):
-        if kind == "ner":
-            tp = rng.binomial(3, skill, n)
-            cols = {"tp": tp, "fp": rng.binomial(1, 1 - skill, n), "fn": 3 - tp}
-            for t in ENTITY_TYPES:
-                cols.update({f"tp_{t}": tp // 2, f"fp_{t}": cols["fp"] // 2, f"fn_{t}": cols["fn"] // 2})
-        elif kind == "qa":
-            f1 = np.clip(rng.normal(skill, 0.3, n), 0, 1)
-            cols = {"f1": f1, "exact_match": (f1 > 0.9).astype(np.float64)}
-        else:
-            gold = rng.integers(0, 2, n)
-            cols = {"gold": gold, "pred": np.where(rng.random(n) < skill, gold, 1 - gold)}
-        rec.add("test", "full", seed, cols)
+        refs, preds, labels = make(np.random.default_rng(n), rng, n, skill)  # the same gold for every member
+        if rec is None:
+            rec = ExampleRecord(kind, main, labels)
+            rec.splits["test"] = SplitInfo(ids, clusters, split_hash(ids, refs))
+        rec.add("test", "full", seed, tasks.get(kind).example_columns(refs, preds, labels))
     return rec
 
 

@@ -7,10 +7,19 @@ the test split's (corpus-validation articles only) are the retrieval benchmark, 
 ``retrieval.train_pairs``) the fine-tuning set. For each of ``retrieval.members`` (keys of ``finetune.models``:
 its folder, or for ``init: random`` that folder's config with weights drawn under ``retrieval.seed``), the bare
 encoder is scored zero-shot (:mod:`bert_pipeline.evaluation.retrieval`), then fine-tuned with in-batch negatives
-(:mod:`bert_pipeline.train.contrastive`) and scored again. Writes
+(:mod:`bert_pipeline.train.contrastive`) and scored again. Each score carries the paired cluster bootstrap's
+interval (``evaluate.intervals``' ``resamples``, ``confidence``, ``seed``, ``method``: drawn as the report's are,
+whole articles, the same draws for every member), and every member after the first of ``retrieval.members`` (the
+reference) its paired difference from the reference. Writes
 
-- ``metrics/retrieval.json``: per member ``zero_shot`` and ``fine_tuned`` recall@1, recall@10 and MRR, the test
-  articles and training pairs counts (quality only, byte-identical on CPU);
+- ``metrics/retrieval.json``: ``test_articles``, ``train_pairs``, ``reference``, ``intervals`` (the bootstrap's
+  settings and the articles drawn) and per member ``zero_shot`` and ``fine_tuned`` recall@1, recall@10 and MRR,
+  each with ``{metric}_ci_low`` / ``_ci_high``, and (all but the reference) ``vs_reference``: the same for its
+  difference from the reference (fractions rounded to 6 digits; quality only, byte-identical on CPU);
+- ``metrics/examples-retrieval/{member}.arrow``: each member's per-example record
+  (:func:`bert_pipeline.evaluation.retrieval.retrieval_record`: kind ``retrieval``, runs ``zero_shot`` and
+  ``fine_tuned`` on ``test``, each query's rank of its own article's passage; id ``test:ROW``, the query's row in
+  the headline_match test split; cluster its article's ``doc_id``), byte-identical on a CPU rerun;
 - ``metrics/headline/retrieval.json``: each member's fine-tuned recall@1 (the DVC metric);
 - ``metrics/retrieval-timing.json``: wall and CPU seconds per member (``cache: false``).
 """
@@ -26,7 +35,7 @@ import torch
 
 from bert_pipeline.console import run_main
 from bert_pipeline.errors import PipelineError
-from bert_pipeline.io import write_json
+from bert_pipeline.io import atomic_dir, write_json
 from stages import require_inputs
 from stages.headline import write_headline
 from stages.params.base import load_view
@@ -36,17 +45,23 @@ log = logging.getLogger(__name__)
 
 PAIRS = Path("data/tasks/headline_match")
 METRICS = Path("metrics/retrieval.json")
+EXAMPLES = Path("metrics/examples-retrieval")
 TIMING = Path("metrics/retrieval-timing.json")
+SPLIT = "test"
+WHEN = ("zero_shot", "fine_tuned")
+
+
+def positive_rows(split: Any, limit: int | None) -> list[int]:
+    """The rows of a headline_match split's positive pairs (label ``same_article``), in order, at most ``limit``."""
+    same = split.features["label"].names.index("same_article")
+    rows = [i for i, y in enumerate(split["label"]) if y == same]
+    return rows[:limit] if limit is not None else rows
 
 
 def positive_pairs(split: Any, limit: int | None) -> tuple[list[str], list[str]]:
-    """The (headline, passage) texts of a headline_match split's positive rows (label ``same_article``), in
-    order, at most ``limit``."""
-    names = split.features["label"].names
-    same = names.index("same_article")
-    rows = [(t, p) for t, p, y in zip(split["text"], split["text_pair"], split["label"], strict=True) if y == same]
-    rows = rows[:limit] if limit is not None else rows
-    return [t for t, _ in rows], [p for _, p in rows]
+    """The (headline, passage) texts of a headline_match split's positive rows (:func:`positive_rows`)."""
+    chosen = split.select(positive_rows(split, limit))
+    return [str(t) for t in chosen["text"]], [str(p) for p in chosen["text_pair"]]
 
 
 def load_encoder(name: str, params: RetrievalView) -> tuple[Any, Any]:
@@ -78,7 +93,15 @@ def main() -> None:
     r = params.retrieval
     import datasets
 
-    from bert_pipeline.evaluation.retrieval import embed, retrieval_metrics
+    from bert_pipeline.evaluation.examples import split_keys
+    from bert_pipeline.evaluation.intervals import Bootstrap
+    from bert_pipeline.evaluation.retrieval import (
+        embed,
+        gold_ranks,
+        interval_scores,
+        rank_metrics,
+        retrieval_record,
+    )
     from bert_pipeline.train.contrastive import contrastive_finetune
     from bert_pipeline.train.runtime import RuntimeSettingError, make_runtime
     from stages import dvc_adapter
@@ -89,24 +112,35 @@ def main() -> None:
         if unknown:
             raise PipelineError(f"params.yaml: retrieval.{key}: {unknown[0]!r} is not a key of finetune.models "
                                 f"(expected one of {', '.join(sorted(params.finetune.models))})")
+    iv = params.evaluate.intervals
+    bootstrap = Bootstrap(iv.resamples, iv.confidence, iv.seed, iv.method)
     if params.finetune.num_threads:
         torch.set_num_threads(params.finetune.num_threads)
     try:
         pairs = datasets.load_from_disk(str(PAIRS))
     except FileNotFoundError:
         raise PipelineError(f"{PAIRS}: not found; run `dvc repro prepare_tasks`") from None
-    test_q, test_d = positive_pairs(pairs["test"], r.test_articles)
+    rows = positive_rows(pairs[SPLIT], r.test_articles)
+    test_q, test_d = positive_pairs(pairs[SPLIT], r.test_articles)
+    ids, clusters = split_keys(pairs[SPLIT].select(rows), rows, SPLIT)  # id SPLIT:ROW, cluster the article
     train_q, train_d = positive_pairs(pairs["train"], r.train_pairs)
     runtime = make_runtime(params.finetune.precision)  # fine-tuning's precision: retrieval fine-tunes, too
-    record: dict[str, Any] = {"test_articles": len(test_q), "train_pairs": len(train_q), "members": {}}
+    reference = r.members[0]
+    record: dict[str, Any] = {"test_articles": len(test_q), "train_pairs": len(train_q), "reference": reference,
+                              "intervals": {"resamples": bootstrap.resamples, "confidence": bootstrap.confidence,
+                                            "seed": bootstrap.seed, "method": bootstrap.method,
+                                            "clusters": len(set(clusters))},
+                              "members": {}}
+    records = {}
     timing: dict[str, Any] = {"members": {}}
-    with dvc_adapter.stage_run("retrieval", {"retrieval": r.model_dump()}) as run:
+    settings = {"resamples": iv.resamples, "confidence": iv.confidence, "seed": iv.seed, "method": iv.method}
+    with dvc_adapter.stage_run("retrieval", {"retrieval": r.model_dump(), "intervals": settings}) as run:
         for name in r.members:
             start, cpu = time.perf_counter(), time.process_time()
             model, tokenizer = load_encoder(name, params)
             kw = {"batch_size": r.batch_size, "max_length": r.max_length}
-            zero = retrieval_metrics(embed(model, tokenizer, test_q, runtime, **kw),
-                                     embed(model, tokenizer, test_d, runtime, **kw))
+            ranks = {"zero_shot": gold_ranks(embed(model, tokenizer, test_q, runtime, **kw),
+                                             embed(model, tokenizer, test_d, runtime, **kw))}
             rate = r.learning_rates.get(name, r.learning_rate)
             try:
                 losses = contrastive_finetune(model, tokenizer, train_q, train_d, runtime, epochs=r.epochs,
@@ -116,22 +150,32 @@ def main() -> None:
                 raise PipelineError(f"params.yaml: finetune.{exc} (retrieval, {name})") from None
             except ValueError as exc:
                 raise PipelineError(f"retrieval: {name}: {exc}") from None
-            tuned = retrieval_metrics(embed(model, tokenizer, test_q, runtime, **kw),
-                                      embed(model, tokenizer, test_d, runtime, **kw))
-            record["members"][name] = {"zero_shot": zero, "fine_tuned": tuned, "learning_rate": rate,
-                                       "final_loss": losses[-1] if losses else None}
+            ranks["fine_tuned"] = gold_ranks(embed(model, tokenizer, test_q, runtime, **kw),
+                                             embed(model, tokenizer, test_d, runtime, **kw))
+            records[name] = retrieval_record(ids, clusters, [[q, d] for q, d in zip(test_q, test_d, strict=True)],
+                                             ranks, r.seed, SPLIT)
+            entry: dict[str, Any] = {when: interval_scores(bootstrap, records[name], when, split=SPLIT)
+                                     for when in WHEN}
+            if name != reference:
+                entry["vs_reference"] = {when: interval_scores(bootstrap, records[name], when,
+                                                               against=records[reference], split=SPLIT)
+                                         for when in WHEN}
+            record["members"][name] = {**entry, "learning_rate": rate, "final_loss": losses[-1] if losses else None}
             timing["members"][name] = {"seconds": round(time.perf_counter() - start, 1),
                                        "cpu_seconds": round(time.process_time() - cpu, 1)}
-            log.info("retrieval %s: R@1 %.3f -> %.3f, R@10 %.3f -> %.3f", name, zero["recall_at_1"],
-                     tuned["recall_at_1"], zero["recall_at_10"], tuned["recall_at_10"])
-            run.log_metrics({f"{name}_{when}_{k}": v for when, s in (("zero_shot", zero), ("fine_tuned", tuned))
-                             for k, v in s.items()})
+            points = {when: rank_metrics(ranks[when]) for when in WHEN}
+            log.info("retrieval %s: R@1 %.3f -> %.3f, R@10 %.3f -> %.3f", name, points["zero_shot"]["recall_at_1"],
+                     points["fine_tuned"]["recall_at_1"], points["zero_shot"]["recall_at_10"],
+                     points["fine_tuned"]["recall_at_10"])
+            run.log_metrics({f"{name}_{when}_{k}": v for when, s in points.items() for k, v in s.items()})
+        with atomic_dir(EXAMPLES) as tmp:
+            for name, examples in records.items():
+                (tmp / f"{name.replace('/', '--')}.arrow").write_bytes(examples.to_bytes())
         write_json(METRICS, record)
         write_headline("retrieval", {"retrieval": {f"{m}_recall_at_1": s["fine_tuned"]["recall_at_1"]
                                                    for m, s in record["members"].items()}})
         write_json(TIMING, timing)
         run.log_artifact(METRICS)
-
 
 if __name__ == "__main__":
     run_main(main)

@@ -538,15 +538,28 @@ def test_budget_curve_and_variants_outputs(smoke_run):
 
 
 def test_retrieval_outputs(smoke_run):
-    """Every member's sentence embeddings scored on headline-to-article retrieval, zero-shot and fine-tuned."""
+    """Every member's sentence embeddings scored on headline-to-article retrieval, zero-shot and fine-tuned, each
+    score inside its interval, each member's ranks in its per-example record (one cluster per article)."""
+    from bert_pipeline.evaluation.examples import ExampleRecord
+    from bert_pipeline.evaluation.retrieval import METRICS, rank_metrics
+
     record = json.loads((smoke_run / "metrics/retrieval.json").read_text())
     assert sorted(record["members"]) == ["distilled", "minilm", "pretrained", "scratch"]
+    assert record["reference"] == "minilm" and "vs_reference" not in record["members"]["minilm"]
     assert 2 <= record["test_articles"] <= 8 and 2 <= record["train_pairs"] <= 16
-    for scores in record["members"].values():
+    assert record["intervals"]["clusters"] == record["test_articles"]  # one positive pair per test article
+    for name, scores in record["members"].items():
+        ranks = ExampleRecord.read(smoke_run / f"metrics/examples-retrieval/{name}.arrow")
+        assert len(set(ranks.splits["test"].clusters)) == record["test_articles"]
         for when in ("zero_shot", "fine_tuned"):
-            assert set(scores[when]) == {"recall_at_1", "recall_at_10", "mrr"}
+            assert set(scores[when]) == {f"{m}{s}" for m in METRICS for s in ("", "_ci_low", "_ci_high")}
             assert all(0.0 <= v <= 1.0 for v in scores[when].values())
             assert scores[when]["recall_at_1"] <= scores[when]["mrr"] <= 1.0
+            assert all(scores[when][f"{m}_ci_low"] <= scores[when][m] <= scores[when][f"{m}_ci_high"] for m in METRICS)
+            seed, = ranks.seeds("test", when)
+            assert rank_metrics(ranks.runs[("test", when, seed)]["rank"]) == {m: scores[when][m] for m in METRICS}
+            if name != "minilm":
+                assert set(scores["vs_reference"][when]) == set(scores[when])
     # with at most 8 candidates every article is in the first ten
     assert all(s[w]["recall_at_10"] == 1.0 for s in record["members"].values() for w in ("zero_shot", "fine_tuned"))
     summary = (smoke_run / "reports/summary.md").read_text()
@@ -581,9 +594,9 @@ def test_serve_check_names_each_champion_and_shows_its_predictions(smoke_run, tm
 
 
 def test_paired_share_scores_the_runs_own_models_and_brackets_each_share(smoke_run):
-    """`bench/analysis/paired_share.py` on the built workspace: one line per task and split, each model's score the one its
-    metrics file records for its saved weights (the script stops otherwise), the share their ratio, an interval of
-    at most the requested number of draws."""
+    """`bench/analysis/paired_share.py` on the built workspace: one line per task and split from the saved
+    per-example records, each model's score the mean over seeds its metrics file records, the share their ratio,
+    an interval drawn as asked."""
     proc = _run([sys.executable, "bench/analysis/paired_share.py", "--tasks", "sentiment", "headline_match", "--resamples", "50"],
                 smoke_run, _clone_env(smoke_run))
     rows = [json.loads(line) for line in proc.stdout.splitlines()]
@@ -592,10 +605,12 @@ def test_paired_share_scores_the_runs_own_models_and_brackets_each_share(smoke_r
     for row in rows:
         for role, member in (("teacher", "minilm"), ("student", "minilm_student")):
             record = json.loads((smoke_run / f"metrics/finetune/{member}-{row['task']}.json").read_text())
-            assert row[role] == pytest.approx(record["saved"][row["split"]][row["metric"]], abs=1e-4)
+            assert row[role] == pytest.approx(record[row["split"]][row["metric"]]["mean"], abs=1e-4)
+            assert row["examples"] == record[f"{row['split']}_examples"]
         assert row["share"] == pytest.approx(row["student"] / row["teacher"], abs=1e-3)
-        # a draw on which the teacher scores 0 (a few smoke examples) is skipped, never counted
-        assert 0 < row["resamples"] <= 50 and row["low"] <= row["high"] and 0.0 <= row["at_least_goal"] <= 1.0
+        # a draw on which the teacher scores 0 (a few smoke examples) is left out of the bounds, never counted
+        assert row["resamples"] == 50 and row["low"] <= row["high"] and 0.0 <= row["at_least_goal"] <= 1.0
+        assert 1 <= row["clusters"] <= row["examples"]
 
 
 def serve_check_passages() -> str:

@@ -1,5 +1,4 @@
-"""Task kinds' processing (NER label alignment, QA windows and decoding, SQuAD/seqeval metrics), mean pooling, the
-paired bootstrap of a share."""
+"""Task kinds' processing (NER label alignment, QA windows and decoding, SQuAD/seqeval metrics), mean pooling."""
 
 from __future__ import annotations
 
@@ -8,7 +7,6 @@ import pytest
 import torch
 from transformers import BertConfig, BertTokenizerFast
 
-from bert_pipeline.evaluation import metrics as task_metrics
 from bert_pipeline.model import heads
 from bert_pipeline.tasks import classification, ner, qa
 from tests.tiny_models import bert_tokenizer
@@ -197,44 +195,6 @@ def test_classification_and_ner_metrics_hand_worked():
     assert got["f1_PER"] == 1.0
     assert got["f1_LOC"] == 0.0
     assert got["f1_ORG"] == pytest.approx(2 / 3)
-
-
-def _accuracy(refs, preds):
-    return sum(r == p for r, p in zip(refs, preds, strict=True)) / len(refs)
-
-
-def test_paired_bootstrap_share_of_a_student_wrong_on_one_example_in_ten():
-    """The teacher is right on all 10 examples, the student on 9: the share is 0.9 on the whole split; a draw reaches
-    0.97 only when it misses the wrong example, which happens with probability 0.9 ** 10 = 0.349."""
-    refs = list(range(10))
-    teacher = list(refs)
-    student = [*refs[:9], -1]
-    got = task_metrics.paired_bootstrap_share(refs, student, teacher, _accuracy, resamples=4000, seed=3)
-    assert got.share == pytest.approx(0.9)
-    assert got.resamples == 4000
-    assert got.at_least == pytest.approx(0.9 ** 10, abs=0.03)
-    assert got.high == 1.0 and got.low <= 0.7  # 3+ copies of the wrong example: a 2.5% tail draw
-    again = task_metrics.paired_bootstrap_share(refs, student, teacher, _accuracy, resamples=4000, seed=3)
-    assert again == got
-
-
-def test_paired_bootstrap_share_pairs_the_draws():
-    """The same predictions for both models give a share of exactly 1 on every draw (unpaired draws would not); a
-    corpus-level score (entity F1) is recomputed on each draw."""
-    refs = [["B-PER", "O"], ["B-LOC", "O"], ["O", "B-ORG"]]
-    preds = [["B-PER", "O"], ["O", "O"], ["O", "B-ORG"]]
-    f1 = lambda gold, pred: ner.ner_metrics(gold, pred)["f1"]  # noqa: E731
-    got = task_metrics.paired_bootstrap_share(refs, preds, preds, f1, resamples=200, seed=0, goal=1.0)
-    assert (got.share, got.low, got.high, got.at_least) == (1.0, 1.0, 1.0, 1.0)
-
-
-def test_paired_bootstrap_share_refuses_what_it_cannot_measure():
-    with pytest.raises(ValueError, match="equal, non-empty"):
-        task_metrics.paired_bootstrap_share([1, 2], [1], [1, 2], _accuracy, resamples=10, seed=0)
-    with pytest.raises(ValueError, match="teacher scores 0"):
-        task_metrics.paired_bootstrap_share([1, 2], [1, 2], [0, 0], _accuracy, resamples=10, seed=0)
-    with pytest.raises(ValueError, match="confidence"):
-        task_metrics.paired_bootstrap_share([1], [1], [1], _accuracy, resamples=10, seed=0, confidence=1.0)
 
 
 def test_long_question_is_cut_and_stride_capped(tokenizer):

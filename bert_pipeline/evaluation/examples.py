@@ -6,6 +6,8 @@ One record per member and task (:class:`ExampleRecord`), one Arrow IPC file (unc
 same content). A row is one example of one split in one run: ``split`` (``validation`` / ``test``), ``run``
 (``full``, ``low_resource``), ``seed``, ``id`` (the example's stable id), ``cluster`` (the unit it was sampled with:
 its source article or film), then the kind's columns (:meth:`bert_pipeline.tasks.base.TaskKind.example_columns`).
+A member's retrieval runs are a record too (kind ``retrieval``, runs ``zero_shot`` / ``fine_tuned``, a query per
+row and its gold rank: :func:`bert_pipeline.evaluation.retrieval.retrieval_record`).
 The schema's metadata holds the kind, main metric, label names and each split's hash (:func:`split_hash`), so two
 records can be checked for pairing before they are compared.
 """

@@ -13,7 +13,8 @@ How it resamples (Efron and Tibshirani 1993, ch. 13, the percentile interval, an
   (:meth:`bert_pipeline.tasks.base.TaskKind.example_sums`) and recomputes the metric from the sums
   (:meth:`~bert_pipeline.tasks.base.TaskKind.metrics_from_sums`): entity micro-F1 from summed tp/fp/fn, not a
   mean of per-sentence F1s. One matrix product per model and split: ``counts (resamples, clusters) @ sums
-  (clusters, statistics)``.
+  (clusters, statistics)``. A retrieval record (kind ``retrieval``: each query's gold rank) is summed by
+  :data:`bert_pipeline.evaluation.retrieval.STATISTICS`, which has the same methods (:func:`statistics_of`).
 - **seeds as a second source** (the multi-bootstrap of Sellam et al. 2022, §3): where a model has several seeds,
   each draw also resamples its seeds and averages their scores on the drawn examples; two sides with the same
   number of seeds draw the same seed positions (seeds sorted), so they are paired on seeds too. The point estimate
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -150,17 +152,16 @@ class Bootstrap:
     # ------------------------------------------------------------------------------------------- estimates
     def estimates(self, record: ExampleRecord, split: str, run: str = "full") -> dict[str, Estimate]:
         """Each of the kind's :attr:`~bert_pipeline.tasks.base.TaskKind.interval_metrics` for ``record``'s
-        ``run`` on ``split``, over all its seeds.
+        ``run`` on ``split``, over all its seeds (the kind's statistics: :func:`statistics_of`).
 
         Raises:
             ExamplesError: no such run in the record.
+            ValueError: a record kind that is neither a task kind nor retrieval's.
         """
-        from bert_pipeline import tasks
-
         seeds = record.seeds(split, run)
         if not seeds:
             raise ExamplesError(f"no {run} run on {split} in the per-example record")
-        kind = tasks.get(record.kind)
+        kind = statistics_of(record.kind)
         info = self.draws(record.splits[split])
         n_draw = info.sizes()
         n_all = float(info.n)
@@ -233,6 +234,24 @@ class Bootstrap:
         _check_pair(a, b)
         ok = b.draws != 0
         return float(np.mean(a.draws[ok] / b.draws[ok] >= goal)) if ok.any() else float("nan")
+
+
+def statistics_of(kind: str) -> Any:
+    """What turns a record of kind ``kind`` into summed statistics and metrics (``example_sums``,
+    ``metrics_from_sums``, ``interval_metrics``): the task kind of that name (:func:`bert_pipeline.tasks.get`), or
+    for a retrieval record (kind ``retrieval``, not a task kind) the per-query statistics of
+    :data:`bert_pipeline.evaluation.retrieval.STATISTICS`.
+
+    Raises:
+        ValueError: an unknown kind (the message lists the task kinds).
+    """
+    if kind == "retrieval":
+        from bert_pipeline.evaluation.retrieval import STATISTICS
+
+        return STATISTICS
+    from bert_pipeline import tasks
+
+    return tasks.get(kind)
 
 
 def _check_pair(a: Estimate, b: Estimate) -> None:

@@ -29,6 +29,14 @@ class IntervalParams(Section):
     primary: list[Literal[CONTRASTS]]
 
 
+class BootstrapView(View):
+    """``evaluate.intervals`` as part of another stage's view: a stage that publishes intervals of its own
+    (``retrieval``, ``model_cards``) draws them as the report does, reading ``resamples``, ``confidence``, ``seed`` and ``method``
+    (not ``primary``, which only the report's contrasts read)."""
+
+    intervals: IntervalParams
+
+
 class EvaluateParams(Section):
     """``evaluate``: the family's roles, how CPU inference speed is measured, how many test examples the plots use.
 
@@ -49,12 +57,6 @@ class EvaluateParams(Section):
     timed_runs: Annotated[int, annotated_types.Ge(1)]
     num_threads: Annotated[int, annotated_types.Ge(1)]
     confusion_max_examples: Annotated[int, annotated_types.Ge(1)] | None
-    intervals: IntervalParams
-
-
-class EvaluateIntervals(View):
-    """The part of ``evaluate`` a stage that publishes intervals of its own reads: ``intervals``."""
-
     intervals: IntervalParams
 
 

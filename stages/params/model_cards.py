@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from stages.params.base import View
 from stages.params.distill import DistillParams
-from stages.params.evaluate import EvaluateIntervals
+from stages.params.evaluate import BootstrapView
 from stages.params.finetune import FinetuneParams
 from stages.params.pretrain import PretrainParams
 from stages.params.task_distill import TaskDistillParams
@@ -20,4 +20,4 @@ class ModelCardsView(View):
     distill: DistillParams
     finetune: FinetuneParams
     task_distill: TaskDistillParams
-    evaluate: EvaluateIntervals
+    evaluate: BootstrapView

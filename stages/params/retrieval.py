@@ -8,6 +8,7 @@ import annotated_types
 from pydantic import Field
 
 from stages.params.base import Section, View
+from stages.params.evaluate import BootstrapView
 from stages.params.finetune import FinetuneParams
 
 
@@ -17,6 +18,8 @@ class RetrievalParams(Section):
     after ``epochs`` of in-batch-negatives fine-tuning on at most ``train_pairs`` training pairs at
     ``learning_rate`` (``learning_rates``: per member), similarities times ``scale``, texts cut at ``max_length``
     tokens (:mod:`stages.retrieval`, :mod:`bert_pipeline.evaluation.retrieval`, :mod:`bert_pipeline.train.contrastive`).
+    The first of ``members`` is the reference: every other member's scores are also given as its paired difference
+    from the first's.
     """
 
     members: list[str] = Field(min_length=1)
@@ -33,7 +36,9 @@ class RetrievalParams(Section):
 
 class RetrievalView(View):
     """What stage ``retrieval`` reads: its section, the members it embeds (``finetune.models``,
-    ``finetune.num_threads``) and the precision it fine-tunes them in (``finetune.precision``)."""
+    ``finetune.num_threads``), the precision it fine-tunes them in (``finetune.precision``) and the bootstrap its
+    intervals are drawn with (``evaluate.intervals``' ``resamples``, ``confidence``, ``seed``, ``method``)."""
 
     retrieval: RetrievalParams
     finetune: FinetuneParams
+    evaluate: BootstrapView
