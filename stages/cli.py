@@ -37,12 +37,12 @@ per-token tags or decoded answers; ``speedup``: PyTorch ms / ONNX Runtime ms at 
 ``compare A B`` reads the per-example records (``metrics/examples/*.arrow``) of two runs, each a git revision, a DVC
 experiment's name or ``workspace`` (the files on disk now), from git and DVC's cache (:mod:`stages.revisions`: it
 trains and predicts nothing), and prints a Markdown table on stdout, one row per member and task both runs scored:
-the task's main metric, A's and B's score with its interval and ``B - A`` with its paired interval (points: 1.2 is
-0.012 of accuracy or F1; :func:`bert_pipeline.report.compare.compare_records`), and whether that interval excludes
-0; a line after the table names the members and tasks one run alone has. Intervals are the paired cluster
-bootstrap of ``params.yaml``'s ``evaluate.intervals`` (this workspace's file; ``--resamples`` overrides its
-``resamples``). It refuses, in one line, a pair of runs that scored different held-out examples of a member and
-task (the split hashes differ: the file and both hashes named) and a revision with no records (the fix named).
+the task's main metric, A's and B's score with its interval, ``B - A`` with its paired interval (points, e.g.
+``+1.2 [-0.8, +3.1]``: +0.012 of accuracy or F1; :func:`bert_pipeline.report.compare.compare_records`) and whether
+that interval excludes 0; a line after the table names the members and tasks one run alone has. The intervals are
+the paired cluster bootstrap of ``params.yaml``'s ``evaluate.intervals`` (this workspace's file; ``--resamples``
+overrides its ``resamples``). It refuses, in one line, two runs that scored different held-out examples of a member
+and task (the split hashes differ: the file and both hashes named) and a revision with no records (the fix named).
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ from bert_pipeline.errors import PipelineError
 from bert_pipeline.io import flatten
 from stages.dvc_log import is_missing_hash_warning, relay_filtered
 from stages.params.base import DEFAULT_PARAMS, ParamsError, View, load_view, read_yaml
-from stages.params.evaluate import IntervalParams
+from stages.params.evaluate import EvaluateIntervals
 from stages.params.root import load_params
 
 log = logging.getLogger(__name__)
@@ -491,14 +491,10 @@ def run_export(args: argparse.Namespace) -> None:
 
 
 # ------------------------------------------------------------------------------------------------ compare
-class _EvaluateIntervals(View):
-    intervals: IntervalParams
-
-
 class CompareView(View):
     """What ``compare`` reads of ``params.yaml``: ``evaluate.intervals``."""
 
-    evaluate: _EvaluateIntervals
+    evaluate: EvaluateIntervals
 
 
 def run_compare(args: argparse.Namespace) -> None:

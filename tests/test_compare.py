@@ -14,7 +14,8 @@ import pytest
 from bert_pipeline.errors import PipelineError
 from bert_pipeline.evaluation.examples import ExampleRecord, ExamplesError, SplitInfo, split_hash
 from bert_pipeline.evaluation.intervals import Bootstrap
-from bert_pipeline.report.compare import compare_records, comparison_table, member_task, points
+from bert_pipeline.report.compare import compare_records, comparison_table, member_task
+from bert_pipeline.report.report import fmt_change, fmt_score
 from stages.cli import main
 from tests.conftest import REPO
 from tests.flow_repos import GIT, commit, make_repo, sh
@@ -51,7 +52,7 @@ def test_identical_records_differ_by_exactly_zero():
     assert row.a == row.b and row.a.point == pytest.approx(f1.mean(), abs=1e-12)
     assert row.difference.sources == "examples+seeds"
     table = comparison_table(comparison, "HEAD", "workspace")
-    assert "| +0.0 [0.0, 0.0] | no " in table and "only in" not in table
+    assert "| +0.0 [+0.0, +0.0] | no " in table and "only in" not in table
 
 
 def test_shifted_scores_give_the_point_difference_and_its_paired_interval():
@@ -69,7 +70,7 @@ def test_shifted_scores_give_the_point_difference_and_its_paired_interval():
     # the unpaired intervals overlap although the paired one excludes 0: the pairing is what shows the gain
     assert row.b.low < row.a.high
     text = comparison_table(comparison, "A", "B")
-    assert f"| +5.0 [{points(row.difference.low)}, {points(row.difference.high)}] | yes " in text
+    assert f"| {fmt_change(0.05, row.difference, unit='')} | yes " in text and "| +5.0 [+" in text
     # a uniform shift: every draw gains exactly the same
     (row,) = compare_records({"minilm-qa": qa_record(a_f1)}, {"minilm-qa": qa_record(a_f1 + 0.1)}, boot).rows
     assert row.difference.point == pytest.approx(0.1, abs=1e-12)
@@ -100,9 +101,7 @@ def test_members_on_one_side_are_listed_after_the_table():
     assert len(lines) == 5  # header, rule, one row, blank, the line
 
 
-def test_points_and_names():
-    assert (points(0.63912), points(0.012, sign=True), points(-0.0004, sign=True), points(-0.0351)) == (
-        "63.9", "+1.2", "+0.0", "-3.5")
+def test_member_and_task_of_a_name():
     assert member_task("minilm_student-headline_match") == ("minilm_student", "headline_match")
     assert member_task("bert-my-task") == ("bert", "my-task")
 
@@ -169,10 +168,10 @@ def test_compare_reads_a_revision_an_experiment_and_the_workspace(runs, monkeypa
             "member", "task", "metric", "A: HEAD", f"B: {b}", "B - A [95%]", "excludes 0"], out
         assert len(lines) == 4, out  # header, rule, two rows: nothing else on stdout
         gained, same = row_of(out, "minilm-qa"), row_of(out, "scratch-qa")
-        assert gained[2] == "f1" and gained[5:] == ["+10.0 [10.0, 10.0]", "yes"], out
-        assert gained[3].startswith(f"{points(scores(0).mean())} [") and gained[4].startswith(
-            f"{points(scores(0).mean() + 0.1)} [")
-        assert same[5:] == ["+0.0 [0.0, 0.0]", "no"], out
+        assert gained[2] == "f1" and gained[5:] == ["+10.0 [+10.0, +10.0]", "yes"], out
+        assert gained[3].startswith(f"{fmt_score(scores(0).mean())} [") and gained[4].startswith(
+            f"{fmt_score(scores(0).mean() + 0.1)} [")
+        assert same[5:] == ["+0.0 [+0.0, +0.0]", "no"], out
     # the other way round, and at a named commit
     out = compare(["better", "HEAD", "--resamples", "100"], runs, monkeypatch, capsys)
     assert row_of(out, "minilm-qa")[5] == "-10.0 [-10.0, -10.0]"
@@ -211,7 +210,7 @@ def test_compare_imports_no_torch(runs):
              "assert 'torch' not in sys.modules, 'compare imported torch'\n")
     proc = run_cli(runs, "compare", "HEAD", "better", "--resamples", "100", code=probe)
     assert proc.returncode == 0, proc.stderr
-    assert "+10.0 [10.0, 10.0]" in proc.stdout
+    assert "+10.0 [+10.0, +10.0]" in proc.stdout
 
 
 def test_compare_refuses_runs_that_scored_different_examples(runs):

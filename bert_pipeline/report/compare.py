@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from bert_pipeline.evaluation.examples import ExampleRecord, check_paired
 from bert_pipeline.evaluation.intervals import Bootstrap, Interval
+from bert_pipeline.report.report import fmt_change, fmt_scored
 
 
 @dataclass(frozen=True)
@@ -81,28 +82,18 @@ def compare_records(a: Mapping[str, ExampleRecord], b: Mapping[str, ExampleRecor
     return out
 
 
-def points(value: float, sign: bool = False) -> str:
-    """A fraction as points with one decimal (``0.6391`` -> ``63.9``; ``sign``: ``+1.2``); never ``-0.0``."""
-    rounded = round(value * 100, 1)
-    if rounded == 0:
-        rounded = 0.0  # -0.04 would print -0.0
-    return f"{rounded:+.1f}" if sign else f"{rounded:.1f}"
-
-
-def interval_text(interval: Interval, sign: bool = False) -> str:
-    """``63.9 [58.1, 69.2]`` (points; ``sign``: the point with its sign, ``+1.2 [-0.8, 3.1]``)."""
-    return f"{points(interval.point, sign)} [{points(interval.low)}, {points(interval.high)}]"
-
-
 def comparison_table(comparison: Comparison, a_name: str, b_name: str) -> str:
     """The comparison as a Markdown table (columns padded for a terminal), one row per member and task: member,
-    task, metric, A's and B's score [interval], ``B - A`` [paired interval] in points, and whether that interval
-    excludes 0; then, when one side has records the other lacks, a line naming them. Ends with a newline."""
+    task, metric, A's and B's score with its interval (``63.9 [58.1, 69.2]``, points), ``B - A`` with its paired
+    interval (``+1.2 [-0.8, +3.1]``; the report's formats: :func:`~bert_pipeline.report.report.fmt_scored`,
+    :func:`~bert_pipeline.report.report.fmt_change`), and whether that interval excludes 0; then, when one side has
+    records the other lacks, a blank line and a line naming them. Ends with a newline."""
     level = f"{comparison.confidence * 100:g}%"
     header = ["member", "task", "metric", f"A: {a_name}", f"B: {b_name}", f"B - A [{level}]", "excludes 0"]
     right = {3, 4, 5}
-    body = [[r.member, r.task, r.metric, interval_text(r.a), interval_text(r.b), interval_text(r.difference, True),
-             "yes" if r.difference.excludes(0.0) else "no"] for r in comparison.rows]
+    body = [[r.member, r.task, r.metric, fmt_scored(r.a.point, r.a), fmt_scored(r.b.point, r.b),
+             fmt_change(r.difference.point, r.difference, unit=""), "yes" if r.difference.excludes(0.0) else "no"]
+            for r in comparison.rows]
     widths = [max(len(row[i]) for row in [header, *body]) for i in range(len(header))]
 
     def line(cells: list[str]) -> str:
