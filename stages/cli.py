@@ -4,6 +4,7 @@
     bert-pipeline promote [--tasks sentiment] [--force]  # register fine-tuned models, move candidate/champion
     bert-pipeline predict models/finetuned/minilm-sentiment "A gripping, funny film."   # one JSON line per input
     bert-pipeline export models/finetuned/minilm-qa [-o OUT_DIR] [--check-texts FILE]  # ONNX + parity, one JSON line
+    bert-pipeline compare baseline seed43 [--split validation] [--resamples N]   # two runs, paired intervals
 
 (``python -m stages.cli ...`` is the same command.) ``profile`` validates the profile's overrides against the schema
 first (a bad key fails before DVC starts), then runs ``dvc exp run --temp --set-param ...``: the run happens in a
@@ -32,6 +33,16 @@ it, on built-in inputs of several lengths, and prints ``{"model_dir", "out_dir",
 {"pytorch", "onnxruntime"}, "speedup", "threads"}`` (``agreement``: the share of equal predictions, i.e. labels,
 per-token tags or decoded answers; ``speedup``: PyTorch ms / ONNX Runtime ms at batch 1). A logit difference above
 ``--tolerance`` is an error and writes nothing.
+
+``compare A B`` reads the per-example records (``metrics/examples/*.arrow``) of two runs, each a git revision, a DVC
+experiment's name or ``workspace`` (the files on disk now), from git and DVC's cache (:mod:`stages.revisions`: it
+trains and predicts nothing), and prints a Markdown table on stdout, one row per member and task both runs scored:
+the task's main metric, A's and B's score with its interval, ``B - A`` with its paired interval (points, e.g.
+``+1.2 [-0.8, +3.1]``: +0.012 of accuracy or F1; :func:`bert_pipeline.report.compare.compare_records`) and whether
+that interval excludes 0; a line after the table names the members and tasks one run alone has. The intervals are
+the paired cluster bootstrap of ``params.yaml``'s ``evaluate.intervals`` (this workspace's file; ``--resamples``
+overrides its ``resamples``). It refuses, in one line, two runs that scored different held-out examples of a member
+and task (the split hashes differ: the file and both hashes named) and a revision with no records (the fix named).
 """
 
 from __future__ import annotations
@@ -52,7 +63,8 @@ from bert_pipeline.console import run_main
 from bert_pipeline.errors import PipelineError
 from bert_pipeline.io import flatten
 from stages.dvc_log import is_missing_hash_warning, relay_filtered
-from stages.params.base import DEFAULT_PARAMS, ParamsError, read_yaml
+from stages.params.base import DEFAULT_PARAMS, ParamsError, View, load_view, read_yaml
+from stages.params.evaluate import EvaluateIntervals
 from stages.params.root import load_params
 
 log = logging.getLogger(__name__)
@@ -478,6 +490,43 @@ def run_export(args: argparse.Namespace) -> None:
     sys.stdout.write(json.dumps(record) + "\n")
 
 
+# ------------------------------------------------------------------------------------------------ compare
+class CompareView(View):
+    """What ``compare`` reads of ``params.yaml``: ``evaluate.intervals``."""
+
+    evaluate: EvaluateIntervals
+
+
+def run_compare(args: argparse.Namespace) -> None:
+    """Compare run ``args.b`` against run ``args.a`` (module docstring): the table on stdout, progress in the log.
+
+    Raises:
+        PipelineError: a revision that is not one, or has no records; two runs that scored different examples.
+        ParamsError: ``evaluate.intervals`` of ``params.yaml`` breaks the schema.
+    """
+    from bert_pipeline.evaluation.examples import ExamplesError
+    from bert_pipeline.evaluation.intervals import Bootstrap
+    from bert_pipeline.report.compare import compare_records, comparison_table
+    from stages.revisions import EXAMPLES, read_revision
+
+    if args.a == args.b:
+        log.warning("comparing %s with itself: every difference is 0", args.a)
+    p = load_view(CompareView).evaluate.intervals
+    boot = Bootstrap(args.resamples or p.resamples, p.confidence, p.seed, p.method)
+    records = {rev: read_revision(rev) for rev in dict.fromkeys((args.a, args.b))}
+    log.info("%s split, %d resamples per split, %g%% %s intervals (evaluate.intervals)", args.split, boot.resamples,
+             boot.confidence * 100, boot.method)
+    try:
+        comparison = compare_records(records[args.a], records[args.b], boot, args.split, a_name=args.a,
+                                     b_name=args.b, label=lambda name: (EXAMPLES / f"{name}.arrow").as_posix())
+    except ExamplesError as exc:
+        raise PipelineError(str(exc)) from None  # one line: the file, both runs and what differs
+    if not comparison.rows:
+        raise PipelineError(f"{args.a} and {args.b} have no member and task in common (A: "
+                            f"{', '.join(comparison.only_a)}; B: {', '.join(comparison.only_b)})")
+    sys.stdout.write(comparison_table(comparison, args.a, args.b))
+
+
 def _positive_float(text: str) -> float:
     """An argparse type: a float > 0."""
     try:
@@ -520,7 +569,7 @@ def parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     """The ``bert-pipeline`` argument parser (one sub-command per tool) and its ``predict`` sub-parser."""
     top = argparse.ArgumentParser(prog="bert-pipeline", description="The BERT pipeline's tools that are not DVC "
                                   "stages (python -m stages.NAME runs those).")
-    sub = top.add_subparsers(dest="command", required=True, metavar="{profile,promote,predict,export}")
+    sub = top.add_subparsers(dest="command", required=True, metavar="{profile,promote,predict,export,compare}")
     prof = sub.add_parser("profile", help="run the pipeline under profiles/NAME.yaml as a DVC experiment",
                           description="Other options (e.g. -n NAME, or -S KEY=VALUE for a further params override, checked "
                           "like the profile's) go to dvc exp run; -- TARGET ... limits the run to those stages.")
@@ -563,6 +612,18 @@ def parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     exp.add_argument("--warmup-runs", type=_non_negative, default=2, help="untimed rounds first (default 2)")
     exp.add_argument("--timed-runs", type=_positive, default=10, help="timed rounds, the median is reported (default 10)")
     exp.add_argument("--num-threads", type=_positive, default=1, help="intra-op threads of both runtimes (default 1)")
+    cmp = sub.add_parser(
+        "compare", help="two runs' scores per member and task, with paired bootstrap intervals; trains nothing",
+        description="Read the per-example records (metrics/examples/*.arrow) of runs A and B from git and DVC's "
+        "cache and print, per member and task both scored, each run's main metric and B - A with paired bootstrap "
+        "intervals (evaluate.intervals of params.yaml), in points. A and B: a git revision (HEAD, a branch, a "
+        "commit), a DVC experiment's name, or 'workspace' (the files on disk now).")
+    cmp.add_argument("a", metavar="A", help="the reference run: revision, experiment name or 'workspace'")
+    cmp.add_argument("b", metavar="B", help="the run compared with it (the table shows B - A)")
+    cmp.add_argument("--split", choices=("test", "validation"), default="test",
+                     help="the held-out split compared (default test)")
+    cmp.add_argument("--resamples", type=_positive, default=None,
+                     help="bootstrap draws per split (default: evaluate.intervals.resamples)")
     return top, pred
 
 
@@ -579,6 +640,8 @@ def main(argv: list[str] | None = None) -> None:
         top.error(f"unrecognized arguments: {' '.join(extra)}")
     elif args.command == "export":
         run_export(args)
+    elif args.command == "compare":
+        run_compare(args)
     else:
         run_promote(args)
 
