@@ -64,7 +64,7 @@ from bert_pipeline.errors import PipelineError
 from bert_pipeline.io import flatten
 from stages.dvc_log import is_missing_hash_warning, relay_filtered
 from stages.params.base import DEFAULT_PARAMS, ParamsError, View, load_view, read_yaml
-from stages.params.evaluate import EvaluateIntervals
+from stages.params.evaluate import BootstrapView
 from stages.params.root import load_params
 
 log = logging.getLogger(__name__)
@@ -494,7 +494,7 @@ def run_export(args: argparse.Namespace) -> None:
 class CompareView(View):
     """What ``compare`` reads of ``params.yaml``: ``evaluate.intervals``."""
 
-    evaluate: EvaluateIntervals
+    evaluate: BootstrapView
 
 
 def run_compare(args: argparse.Namespace) -> None:
