@@ -36,7 +36,7 @@ from bert_pipeline.io import atomic_dir
 from bert_pipeline.model import card, card_encoders, card_finetuned
 from stages import require_inputs
 from stages.params.base import DEFAULT_PARAMS, load_view
-from stages.params.evaluate import IntervalParams
+from stages.params.evaluate import IntervalSettings
 from stages.params.finetune import FinetuneModel, FinetuneParams
 from stages.params.model_cards import ModelCardsView
 from stages.params.task_distill import TaskDistillParams
@@ -150,7 +150,7 @@ def member_settings(record: dict[str, Any], finetune: FinetuneParams,
 
 def finetuned_card(record: dict[str, Any], finetune: FinetuneParams, sources: list[Any], *,
                    task_distill: TaskDistillParams | None = None, cards: Path = RELEASE,
-                   intervals: IntervalParams | None = None) -> str:
+                   intervals: IntervalSettings | None = None) -> str:
     """The card of ``models/finetuned/{model}-{task}/`` from its metrics record (with the ``parameters`` and
     resolved ``precision`` the stage recorded), the task's ``task.json``, the base folder's own card and the
     member's, task's and loop's params. The pipeline's own encoders' cards are read from their copies under
@@ -175,7 +175,7 @@ def finetuned_card(record: dict[str, Any], finetune: FinetuneParams, sources: li
         interval_text=text)
 
 
-def score_intervals(path: Path, settings: IntervalParams | None) -> tuple[dict[str, Any], str]:
+def score_intervals(path: Path, settings: IntervalSettings | None) -> tuple[dict[str, Any], str]:
     """Each test metric's interval from the member's per-example record at ``path`` (``{}`` without a record or
     ``settings``), and the card's sentence on how they were computed."""
     if settings is None or not path.exists():

@@ -24,14 +24,21 @@ Writes
 
 - ``metrics/variants.json``: per family its recipe, parameters, steps, peak learning rate, tokens seen, held-out
   MLM loss (nats) and accuracy, and each task's main metric (test mean, per-seed test values, validation mean) for
-  the pre-trained model and, with ``variants.scratch``, its scratch (quality only, byte-identical on CPU);
+  the pre-trained model and, with ``variants.scratch``, its scratch; every test figure with its interval
+  (``ci_low``, ``ci_high``, ``sources``): each score, the mean over tasks, the gain over the family's own scratch
+  and, when ``bert`` is a family, each other family's difference from it (the paired bootstrap of the members'
+  per-example records, ``evaluate.intervals``' ``resamples``, ``confidence``, ``seed``, ``method``) (quality only,
+  byte-identical on CPU);
+- ``metrics/examples-variants/{family}-{member}-{task}.arrow`` and ``{family}-scratch-{task}.arrow``: the
+  per-example record of each family's fine-tuning and its scratch's (every seed's validation and test predictions'
+  statistics; byte-identical on CPU);
 - ``metrics/headline/variants.json``: per family the average of the tasks' test main metrics (the DVC metric);
 - ``metrics/variants-timing.json``: per family the wall and CPU seconds of each part (the scratch's fine-tuning
   apart) and the encoder's inference throughput, every family timed side by side in one call (``cache: false``).
 
-A finished family is kept in ``checkpoints/variants/{family}/`` (its vocabulary, pre-trained model and
-``family.json``, fingerprinted by its params, inputs and this package's code), so a stopped run resumes at the
-next family; its pre-training resumes from its own checkpoints.
+A finished family is kept in ``checkpoints/variants/{family}/`` (its vocabulary, pre-trained model, per-example
+records ``examples/`` and ``family.json``, fingerprinted by its params, inputs and this package's code), so a stopped
+run resumes at the next family; its pre-training resumes from its own checkpoints.
 """
 
 from __future__ import annotations
@@ -44,10 +51,19 @@ from typing import Any
 
 from bert_pipeline.console import run_main
 from bert_pipeline.errors import PipelineError
+from bert_pipeline.evaluation.examples import ExampleRecord, ExamplesError
+from bert_pipeline.evaluation.intervals import Bootstrap
 from bert_pipeline.io import atomic_dir, atomic_write_text, write_json
 from bert_pipeline.model.families import FAMILIES
 from bert_pipeline.report.report import parse_finetune_metrics
-from bert_pipeline.report.variants import albert_embedding_size, average, recipe_of, variants_record
+from bert_pipeline.report.variants import (
+    SIDES,
+    albert_embedding_size,
+    average,
+    recipe_of,
+    variants_record,
+    with_intervals,
+)
 from stages import require_inputs
 from stages.headline import write_headline
 from stages.params.base import load_view
@@ -57,6 +73,7 @@ log = logging.getLogger(__name__)
 
 CORPUS_DIR = Path("data/corpus")
 METRICS = Path("metrics/variants.json")
+EXAMPLES = Path("metrics/examples-variants")
 TIMING = Path("metrics/variants-timing.json")
 WORK = Path("checkpoints/variants")
 PRETRAINED = "models/pretrained"
@@ -134,9 +151,17 @@ def task_score(record: dict[str, Any], source: str) -> dict[str, Any]:
             "validation_mean": round(float(validation["mean"]), 6)}
 
 
-def train_family(family: str, params: VariantsView) -> tuple[dict[str, Any], dict[str, Any], Any]:
+def member_name(family: str, side: str, member: str) -> str:
+    """The name a family's fine-tuned member goes by in logs and file names: ``{family}-{member}`` (pre-trained)
+    or ``{family}-scratch``."""
+    return f"{family}-{member}" if side == "pretrained" else f"{family}-scratch"
+
+
+def train_family(family: str, params: VariantsView
+                 ) -> tuple[dict[str, Any], dict[str, Any], Any, dict[tuple[str, str, str], ExampleRecord]]:
     """Train ``family``'s vocabulary, data and model and fine-tune it on ``variants.tasks`` (or reuse its finished
-    ``family.json``); returns its record row, its timing row and the pre-trained encoder (for the side-by-side speed).
+    ``family.json`` and per-example records); returns its record row (without intervals), its timing row, the
+    pre-trained encoder (for the side-by-side speed) and its per-example records by ``(family, side, task)``.
 
     Raises:
         PipelineError: a part failed (one line naming the family and the part).
@@ -161,11 +186,14 @@ def train_family(family: str, params: VariantsView) -> tuple[dict[str, Any], dic
                        "scratch": var.scratch},
                       [*FAMILY_INPUTS, *code])
     done = folder / "family.json"
-    if done.is_file():
+    kept = {(family, side, task): folder / "examples" / f"{member_name(family, side, var.member)}-{task}.arrow"
+            for side in (SIDES if var.scratch else SIDES[:1]) for task in var.tasks}
+    if done.is_file() and all(path.is_file() for path in kept.values()):
         saved = json.loads(done.read_text(encoding="utf-8"))
         if saved.get("fingerprint") == key:
             log.info("variants %s: reusing %s (same params, inputs and code)", family, done)
-            return saved["row"], saved["timing"], AutoModelForMaskedLM.from_pretrained(folder / "model")
+            return (saved["row"], saved["timing"], AutoModelForMaskedLM.from_pretrained(folder / "model"),
+                    {k: read_examples(path) for k, path in kept.items()})
     timing: dict[str, Any] = {"family": family}
     clock = time.perf_counter(), time.process_time()
 
@@ -193,15 +221,19 @@ def train_family(family: str, params: VariantsView) -> tuple[dict[str, Any], dic
     lap("pretrain")
     spec = fine.models[var.member].model_copy(update={"path": (folder / "model").as_posix()})
 
-    def scores_of(name: str, member: Any) -> dict[str, dict[str, Any]]:
-        out = {}
+    records: dict[tuple[str, str, str], ExampleRecord] = {}
+
+    def scores_of(side: str, member: Any) -> dict[str, dict[str, Any]]:
+        name, out = member_name(family, side, var.member), {}
         for task in var.tasks:
             log.info("variants %s: fine-tuning %s", name, task)
-            record = train_member(name, member, task, fine).metrics
-            out[task] = task_score({"model": name, "task": task, **record}, f"{folder}/{task}")
+            outcome_task = train_member(name, member, task, fine)
+            out[task] = task_score({"model": name, "task": task, **outcome_task.metrics}, f"{folder}/{task}")
+            records[(family, side, task)] = outcome_task.examples
+            outcome_task.examples.write(kept[(family, side, task)])  # before family.json, which says it is finished
         return out
 
-    scores = scores_of(f"{family}-{var.member}", spec)
+    scores = scores_of("pretrained", spec)
     lap("finetune")
     row = {"family": family, "recipe": {k: (v if not hasattr(v, "items") else dict(v))
                                         for k, v in vars(recipe_of(family)).items()},
@@ -210,10 +242,28 @@ def train_family(family: str, params: VariantsView) -> tuple[dict[str, Any], dic
            "mlm_loss": round(float(outcome.quality["eval"]["mlm_loss"]), 6),
            "mlm_accuracy": round(float(outcome.quality["eval"]["mlm_accuracy"]), 6), "scores": scores}
     if var.scratch:  # the same config, vocabulary, settings and seeds, every weight drawn afresh
-        row["scratch_scores"] = scores_of(f"{family}-scratch", spec.model_copy(update={"init": "random"}))
+        row["scratch_scores"] = scores_of("scratch", spec.model_copy(update={"init": "random"}))
         lap("scratch_finetune")
     atomic_write_text(done, json.dumps({"fingerprint": key, "row": row, "timing": timing}, indent=1) + "\n")
-    return row, timing, outcome.model
+    return row, timing, outcome.model, records
+
+
+def read_examples(path: Path) -> ExampleRecord:
+    """A finished family's per-example record.
+
+    Raises:
+        PipelineError: not a record of this layout.
+    """
+    try:
+        return ExampleRecord.read(path)
+    except ExamplesError as exc:
+        raise PipelineError(str(exc)) from None
+
+
+def bootstrap(params: VariantsView) -> Bootstrap:
+    """The paired bootstrap of ``evaluate.intervals``' resampling settings."""
+    settings = params.evaluate.intervals
+    return Bootstrap(settings.resamples, settings.confidence, settings.seed, settings.method)
 
 
 def check_variants(params: VariantsView) -> None:
@@ -247,19 +297,28 @@ def main() -> None:
     from bert_pipeline.train.runtime import make_runtime
     from stages import dvc_adapter
 
-    rows, timings, encoders = [], [], {}
+    rows, timings, encoders, records = [], [], {}, {}
+    boot = bootstrap(params)
     with dvc_adapter.stage_run("variants", {"variants": var.model_dump(), "seeds": params.finetune.seeds}) as run:
         for family in var.families:
-            row, timing, model = train_family(family, params)
+            row, timing, model, family_records = train_family(family, params)
             rows.append(row)
             timings.append(timing)
             encoders[family] = model.base_model
+            records.update(family_records)
         if encoders:  # every family timed in one call, side by side (the relative speed is a paired ratio)
             speed = measure_throughput(encoders, make_runtime(params.pretrain.precision),
                                        seq_len=params.evaluate.seq_length)
             for timing in timings:
                 timing["examples_per_second"] = round(speed[timing["family"]]["sequences_per_second"], 1)
-        record = variants_record(rows, member=var.member, tasks=var.tasks, seeds=params.finetune.seeds)
+        try:
+            rows = with_intervals(rows, records, var.tasks, boot)
+        except ExamplesError as exc:
+            raise PipelineError(f"variants ({WORK}/*/examples): {exc}") from None
+        record = variants_record(rows, member=var.member, tasks=var.tasks, seeds=params.finetune.seeds, boot=boot)
+        with atomic_dir(EXAMPLES) as out:
+            for (family, side, task), examples in records.items():
+                examples.write(out / f"{member_name(family, side, var.member)}-{task}.arrow")
         write_json(METRICS, record)
         write_headline("variants", {"variants": {f"{r['family']}_average": round(average(r["scores"], var.tasks), 6)
                                                  for r in rows}})

@@ -1,6 +1,7 @@
-"""The budget curve's arithmetic, record, CSV and report section (bert_pipeline.report.budget_curve), and the
-stage itself on a tiny workspace: one extra budget pre-trained and fine-tuned for real, in process (the smoke
-profile of tests/test_e2e_smoke.py trains none)."""
+"""The budget curve's arithmetic, intervals, record, CSV and report section (bert_pipeline.report.budget_curve), and
+the stage itself on a tiny workspace: one extra budget pre-trained and fine-tuned for real, in process (the smoke
+profile of tests/test_e2e_smoke.py trains none), its per-example records and intervals checked against its
+metrics."""
 
 from __future__ import annotations
 
@@ -9,9 +10,13 @@ import io
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+from bert_pipeline import tasks
 from bert_pipeline.errors import PipelineError
+from bert_pipeline.evaluation.examples import ExampleRecord, ExamplesError, SplitInfo, split_hash
+from bert_pipeline.evaluation.intervals import Bootstrap
 from bert_pipeline.report.budget_curve import (
     BudgetPoint,
     budget_curve_section,
@@ -20,6 +25,7 @@ from bert_pipeline.report.budget_curve import (
     curve_record,
     gains,
     no_pretraining,
+    with_intervals,
 )
 from bert_pipeline.report.figures import budget_curve_png
 from bert_pipeline.report.report import parse_finetune_metrics
@@ -99,9 +105,11 @@ def test_the_section_gives_every_budget_with_tokens_cpu_minutes_and_the_range():
     assert lines[0].split("|")[1:-1] == [" budget ", " steps ", " tokens seen ", " pre-training CPU min ",
                                          " held-out MLM acc ", " ner ", " sentiment ", " sentiment @500 "]
     full = next(line for line in lines if line.startswith("| 1x"))
-    assert "6.10M" in full and "10.0" in full and "13.50%" in full and "+4.0 [+3.0, +5.0]" in full
+    # a record from before the intervals: the mean and, apart, the seeds' range
+    assert "6.10M" in full and "10.0" in full and "13.50%" in full and "| +4.0; seeds +3.0 to +5.0 |" in full
     quarter = next(line for line in lines if line.startswith("| 0.25x"))
-    assert "2.0" in quarter and "-1.0 [-1.0, -1.0]" in quarter
+    assert "2.0" in quarter and "-1.0; seeds -1.0 to -1.0" in quarter
+    assert "[low, high]" not in text
     assert "From scratch: ner 32.0, sentiment 61.0, sentiment @500 51.0." in text
     assert budget_curve_section({"points": _curve()["points"][:1]}, None, "a", "b") == ""
     assert budget_curve_section(None, None, "a", "b") == ""
@@ -109,6 +117,108 @@ def test_the_section_gives_every_budget_with_tokens_cpu_minutes_and_the_range():
 
 def test_the_figure_is_a_png():
     assert budget_curve_png(_curve())[:8] == b"\x89PNG\r\n\x1a\n"
+    with_bars = budget_curve_png(_curve_with_intervals()[0])
+    assert with_bars[:8] == b"\x89PNG\r\n\x1a\n" and with_bars != budget_curve_png(_curve())
+
+
+GOLD = np.random.default_rng(0).integers(0, 2, 120)
+
+
+def _predictions(accuracy: float, seed: int) -> np.ndarray:
+    """Predictions of GOLD right on about ``accuracy`` of the examples."""
+    wrong = np.random.default_rng(seed).random(len(GOLD)) > accuracy
+    return np.where(wrong, 1 - GOLD, GOLD)
+
+
+def _examples(accuracies: dict[int, float], low: dict[int, float] | None = None, n: int = len(GOLD),
+              offset: int = 0) -> tuple[ExampleRecord, list[float], list[float]]:
+    """A sentiment member's per-example record (test examples in articles of 3, seeds 42 and 43, a full and a
+    low-resource run) and each run's per-seed accuracy, as its metrics file gives them."""
+    kind, names = tasks.get("classification"), ["negative", "positive"]
+    gold = GOLD[:n]
+    ids = [f"test:{i}" for i in range(n)]
+    rec = ExampleRecord("classification", "accuracy", names)
+    rec.splits["test"] = SplitInfo(ids, [f"doc{i // 3}" for i in range(n)], split_hash(ids, gold.tolist()))
+    scores: dict[str, list[float]] = {"full": [], "low_resource": []}
+    for run, per_seed in (("full", accuracies), ("low_resource", low or {})):
+        for seed, acc in per_seed.items():
+            pred = _predictions(acc, seed + offset)[:n]
+            rec.add("test", run, seed, kind.example_columns(gold, pred, names))
+            scores[run].append(round(float(np.mean(pred == gold)), 6))
+    return rec, scores["full"], scores["low_resource"]
+
+
+def _curve_with_intervals():
+    """Budgets 0 and 1 of a sentiment curve, seeds 42 and 43, with their records' intervals."""
+    scratch, s_full, s_low = _examples({42: 0.6, 43: 0.62}, {42: 0.5, 43: 0.55}, offset=100)
+    pretrained, p_full, p_low = _examples({42: 0.8, 43: 0.75}, {42: 0.6, 43: 0.7})
+    base = [_result("scratch", "sentiment", s_full, low=s_low, metric="accuracy")]
+    own = [_result("pretrained", "sentiment", p_full, low=p_low, metric="accuracy")]
+    boot = Bootstrap(resamples=2000, seed=3)
+    points = [with_intervals(no_pretraining(base), {"sentiment": scratch}, {"sentiment": scratch}, boot),
+              with_intervals(BudgetPoint(1.0, 100, 1_000_000, 0.2, gains(own, base)), {"sentiment": pretrained},
+                             {"sentiment": scratch}, boot)]
+    return curve_record(points, [42, 43], "pretrained", "scratch", boot), pretrained, scratch, own, base
+
+
+def test_a_gains_interval_is_paired_and_holds_its_point():
+    """The gain's interval: identical records (budget 0, the baseline against itself) give exactly [0, 0]; another
+    member's gain lies inside its interval, which resamples examples and seeds; the low-resource key reads the
+    records' low-resource run; the seeds' range stays apart."""
+    record, pretrained, scratch, own, base = _curve_with_intervals()
+    assert record["intervals"] == {"resamples": 2000, "confidence": 0.95, "seed": 3, "method": "percentile"}
+    zero, full = record["points"]
+    for gain in zero["gain"].values():
+        assert (gain["mean"], gain["ci_low"], gain["ci_high"]) == (0.0, 0.0, 0.0)
+    for key in ("sentiment", "sentiment@500"):
+        gain = full["gain"][key]
+        assert gain["sources"] == "examples+seeds"
+        assert gain["ci_low"] - 1e-6 <= gain["mean"] <= gain["ci_high"] + 1e-6 and gain["ci_low"] < gain["ci_high"]
+        assert (gain["min"], gain["max"]) == (min(gain["seeds"]), max(gain["seeds"]))
+    assert full["gain"]["sentiment"]["mean"] > 0.1 and full["gain"]["sentiment"]["ci_low"] > 0
+    # the same records' gain through the contrasts helper directly: the same interval
+    from bert_pipeline.report.contrasts import difference
+
+    direct = difference(pretrained, scratch, Bootstrap(resamples=2000, seed=3)).rounded()
+    assert (direct.low, direct.high) == (full["gain"]["sentiment"]["ci_low"], full["gain"]["sentiment"]["ci_high"])
+
+
+def test_intervals_refuse_records_of_other_runs_or_other_examples():
+    _, pretrained, scratch, own, base = _curve_with_intervals()
+    boot = Bootstrap(resamples=200)
+    point = BudgetPoint(1.0, 100, 1_000_000, 0.2, gains(own, base))
+    with pytest.raises(ExamplesError, match=r"sentiment, pre-trained: the per-example record gives per-seed scores"):
+        with_intervals(point, {"sentiment": scratch}, {"sentiment": scratch}, boot)  # not the metrics' runs
+    other, *_ = _examples({42: 0.8, 43: 0.75}, {42: 0.6, 43: 0.7}, n=90)
+    with pytest.raises(ExamplesError, match="scored different test examples"):
+        with_intervals(point, {"sentiment": other}, {"sentiment": scratch}, boot)
+    one_seed, *_ = _examples({42: 0.8}, {42: 0.6})
+    with pytest.raises(ExamplesError, match=r"seeds \[42\] on test, .* \[42, 43\]: not paired on seeds"):
+        with_intervals(point, {"sentiment": one_seed}, {"sentiment": scratch}, boot)
+    with pytest.raises(ExamplesError, match="no from-scratch per-example record of task 'sentiment'"):
+        with_intervals(point, {"sentiment": pretrained}, {}, boot)
+
+
+def test_the_section_shows_each_gains_interval_and_the_seeds_range_apart():
+    record = _curve_with_intervals()[0]
+    text = budget_curve_section(record, None, "metrics/budget_curve.json", "metrics/budget_curve-timing.json")
+    full = next(line for line in text.splitlines() if line.startswith("| 1x"))
+    gain = record["points"][1]["gain"]["sentiment"]
+    expected = (f"{100 * gain['mean']:+.1f} [{100 * gain['ci_low']:.1f}, {100 * gain['ci_high']:.1f}]; "
+                f"seeds {100 * gain['min']:+.1f} to {100 * gain['max']:+.1f}")
+    assert f"| {expected} |" in full
+    assert "[low, high]: the 95% paired bootstrap interval (percentile, 2,000 draws, seed 3), resampling the test " \
+           "examples, whole source articles or films at a time, and the fine-tuning seeds (sources " \
+           "`examples+seeds`)." in text
+    assert "the seeds' own spread (not an interval)" in text
+    zero = next(line for line in text.splitlines() if line.startswith("| 0x"))
+    assert "| +0.0 | +0.0 |" in zero
+    # intervals of different sources in one table: each cell names its own
+    record["points"][1]["gain"]["sentiment@500"]["sources"] = "examples"
+    text = budget_curve_section(record, None, "metrics/budget_curve.json", "metrics/budget_curve-timing.json")
+    full = next(line for line in text.splitlines() if line.startswith("| 1x"))
+    assert f"{100 * gain['ci_high']:.1f}] examples+seeds; seeds" in full and "] examples; seeds" in full
+    assert "(sources `examples`); the test examples" in text
 
 
 @pytest.mark.parametrize(("overrides", "message"), [
@@ -205,8 +315,37 @@ def test_stage_trains_an_extra_budget_reads_what_dvc_yaml_declares_and_reuses_it
     declared = declared_params(REPO)["python -m stages.budget_curve"][1]
     assert mismatches(declared, reads) == ([], [])
 
+    # the extra budget's per-example record: its summed statistics give each seed's score in the metrics file
+    examples = sorted(Path("metrics/examples-budget_curve").iterdir())
+    assert [p.name for p in examples] == ["pretrained@0.5-sentiment.arrow"]
+    rec = ExampleRecord.read(examples[0])
+    kind = tasks.get(rec.kind)
+    for key, run in (("sentiment", "full"), ("sentiment@8", "low_resource")):
+        per_seed = []
+        for seed in rec.seeds("test", run):
+            sums = kind.example_sums(rec.runs[("test", run, seed)], rec.label_names)
+            n = np.asarray(float(len(rec.splits["test"].ids)))
+            per_seed.append(float(kind.metrics_from_sums({k: np.asarray(v.sum()) for k, v in sums.items()}, n,
+                                                         rec.label_names)[rec.main_metric]))
+        assert per_seed == pytest.approx(points[1]["gain"][key]["pretrained"], abs=1e-6)
+    # every gain with its interval (one seed: examples only), paired: budget 0 exactly [0, 0]
+    intervals = raw["evaluate"]["intervals"]
+    assert curve["intervals"] == {k: intervals[k] for k in ("resamples", "confidence", "seed", "method")}
+    for point in points:
+        for gain in point["gain"].values():
+            assert gain["sources"] == "examples"
+            assert gain["ci_low"] - 1e-6 <= gain["mean"] <= gain["ci_high"] + 1e-6
+            if point["fraction"] == 0.0:
+                assert (gain["ci_low"], gain["ci_high"]) == (0.0, 0.0)
+
     before = Path("metrics/budget_curve.json").read_bytes()
+    before_examples = examples[0].read_bytes()
     code, err = run_stage(budget_curve.main, capsys)
     assert code == 0, err
     assert "budget 0.5x: reusing checkpoints/budget_curve/0.5/point.json" in err and "pre-training" not in err
     assert Path("metrics/budget_curve.json").read_bytes() == before
+    assert Path("metrics/examples-budget_curve/pretrained@0.5-sentiment.arrow").read_bytes() == before_examples
+    text = budget_curve_section(curve, None, "metrics/budget_curve.json", "metrics/budget_curve-timing.json")
+    gain = points[2]["gain"]["sentiment"]
+    assert f"{100 * gain['mean']:+.1f} [{100 * gain['ci_low']:.1f}, {100 * gain['ci_high']:.1f}]" in text
+    assert "(sources `examples`)" in text

@@ -126,9 +126,9 @@ def test_sentiment_layout_learning_and_byte_identical(workdir):
     examples_bytes = examples.read_bytes()
     # the card shows each test score's interval from the record, beside the mean
     from stages import model_cards
-    from stages.params.evaluate import IntervalParams
+    from stages.params.evaluate import IntervalSettings
 
-    settings = IntervalParams(resamples=500, confidence=0.9, seed=0, method="percentile", primary=[])
+    settings = IntervalSettings(resamples=500, confidence=0.9, seed=0, method="percentile")
     with_iv = model_cards.finetuned_card(got, p, [], intervals=settings)
     ivs, _ = model_cards.score_intervals(examples, settings)
     row = next(line for line in with_iv.splitlines() if line.startswith("| **accuracy** |"))

@@ -1,16 +1,21 @@
-"""The variants comparison: recipes, record and the report's table (bert_pipeline.report.variants), and the
-stage itself training RoBERTa and ALBERT for real on a tiny corpus, in process (the smoke profile of
-tests/test_e2e_smoke.py trains no family)."""
+"""The variants comparison: recipes, record, intervals and the report's tables (bert_pipeline.report.variants), and
+the stage itself training RoBERTa and ALBERT for real on a tiny corpus, in process (the smoke profile of
+tests/test_e2e_smoke.py trains no family), its per-example records and intervals checked against its metrics."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+from bert_pipeline import tasks
 from bert_pipeline.errors import PipelineError
+from bert_pipeline.evaluation.examples import ExampleRecord, ExamplesError, SplitInfo, split_hash
+from bert_pipeline.evaluation.intervals import Bootstrap
 from bert_pipeline.report.variants import (
+    BASE_DIFFERENCE,
     PUBLISHED,
     RECIPES,
     albert_embedding_size,
@@ -18,6 +23,7 @@ from bert_pipeline.report.variants import (
     recipe_of,
     variants_record,
     variants_section,
+    with_intervals,
 )
 from tests.conftest import REPO, run_stage, save_tiny_tasks, synthetic_texts, tiny_finetune, write_params
 
@@ -184,6 +190,116 @@ def test_section_gives_each_familys_gain_over_its_own_scratch_on_validation_and_
     assert gains[3] == ["bert (ours)", "– / +5.0", "", ""]
 
 
+GOLD = np.random.default_rng(1).integers(0, 3, 90)
+NAMES = ["negative", "neutral", "positive"]
+
+
+def _examples(task: str, accuracies: dict[int, float], offset: int) -> tuple[ExampleRecord, list[float]]:
+    """A member's per-example record on ``task`` (the same 90 test examples for every member of a task, in articles
+    of 3; one full run per seed) and its per-seed accuracies as its metrics file gives them."""
+    kind = tasks.get("classification")
+    gold = GOLD if task == "sentiment" else GOLD[::-1].copy()
+    ids = [f"{task}:{i}" for i in range(len(gold))]
+    rec = ExampleRecord("classification", "accuracy", NAMES)
+    rec.splits["test"] = SplitInfo(ids, [f"doc{i // 3}" for i in range(len(gold))], split_hash(ids, gold.tolist()))
+    scores = []
+    for seed, acc in accuracies.items():
+        rng = np.random.default_rng(seed + offset)
+        pred = np.where(rng.random(len(gold)) > acc, (gold + 1) % 3, gold)
+        rec.add("test", "full", seed, kind.example_columns(gold, pred, NAMES))
+        scores.append(round(float(np.mean(pred == gold)), 6))
+    return rec, scores
+
+
+def _rows_and_records():
+    """BERT and ALBERT on sentiment and ner, seeds 42 and 43, each beside its own scratch; ALBERT's scratch is
+    BERT's scratch exactly (the same predictions), so their records are identical."""
+    accuracy = {("bert", "pretrained"): 0.8, ("bert", "scratch"): 0.5, ("albert", "pretrained"): 0.7,
+                ("albert", "scratch"): 0.5}
+    offsets = {("bert", "pretrained"): 0, ("bert", "scratch"): 100, ("albert", "pretrained"): 200,
+               ("albert", "scratch"): 100}
+    rows, records = [], {}
+    for family in ("bert", "albert"):
+        row = _row(family, 4_400_000, 0.3, {})
+        for side, key in (("pretrained", "scores"), ("scratch", "scratch_scores")):
+            row[key] = {}
+            for task in ("sentiment", "ner"):
+                rec, seeds = _examples(task, {42: accuracy[family, side], 43: accuracy[family, side] - 0.05},
+                                       offsets[family, side] + (7 if task == "ner" else 0))
+                records[(family, side, task)] = rec
+                row[key][task] = {"metric": "accuracy", "mean": round(sum(seeds) / 2, 6), "seeds": seeds,
+                                  "validation_mean": 0.5}
+        rows.append(row)
+    return rows, records
+
+
+def test_intervals_of_every_score_gain_and_difference_from_bert():
+    """Each score gets its interval; each family's gain over its scratch and ALBERT's difference from BERT are
+    paired differences whose intervals hold their points, the mean over tasks too; identical records differ by
+    exactly [0, 0]; records of other runs are refused."""
+    rows, records = _rows_and_records()
+    boot = Bootstrap(resamples=1000, seed=5)
+    bert, albert = with_intervals(rows, records, ["sentiment", "ner"], boot)
+    for row in (bert, albert):
+        for key in ("scores", "scratch_scores"):
+            for entry in row[key].values():
+                assert entry["sources"] == "examples+seeds" and entry["ci_low"] <= entry["mean"] <= entry["ci_high"]
+        for entry in row["gain_over_scratch"].values():
+            assert entry["ci_low"] - 1e-6 <= entry["mean"] <= entry["ci_high"] + 1e-6
+        assert row["average"]["ci_low"] <= row["average"]["mean"] <= row["average"]["ci_high"]
+    assert bert["gain_over_scratch"]["sentiment"]["ci_low"] > 0  # 80 vs 50 on 90 examples
+    assert bert["gain_over_scratch"]["average"]["mean"] == pytest.approx(
+        (bert["gain_over_scratch"]["sentiment"]["mean"] + bert["gain_over_scratch"]["ner"]["mean"]) / 2, abs=1e-6)
+    assert BASE_DIFFERENCE == "difference_from_bert" and BASE_DIFFERENCE not in bert
+    diff = albert[BASE_DIFFERENCE]
+    assert list(diff) == ["sentiment", "ner", "average"]
+    for task in ("sentiment", "ner"):
+        assert diff[task]["mean"] == pytest.approx(albert["scores"][task]["mean"] - bert["scores"][task]["mean"],
+                                                   abs=1e-6)
+        assert diff[task]["ci_low"] - 1e-6 <= diff[task]["mean"] <= diff[task]["ci_high"] + 1e-6
+        assert diff[task]["seeds"] == [round(a - b, 6) for a, b in zip(albert["scores"][task]["seeds"],
+                                                                       bert["scores"][task]["seeds"], strict=True)]
+
+    # identical records (ALBERT's scratch is BERT's): the paired difference is exactly [0, 0]
+    from bert_pipeline.report.contrasts import difference
+
+    same = difference(records[("albert", "scratch", "ner")], records[("bert", "scratch", "ner")], boot)
+    assert (same.point, same.low, same.high) == (0.0, 0.0, 0.0)
+
+    stale = {**records, ("albert", "pretrained", "ner"): records[("bert", "pretrained", "ner")]}  # not ALBERT's runs
+    with pytest.raises(ExamplesError, match="albert pre-trained on ner: the per-example record gives per-seed scores"):
+        with_intervals(rows, stale, ["sentiment", "ner"], boot)
+    del records[("albert", "scratch", "sentiment")]
+    with pytest.raises(ExamplesError, match="albert scratch on sentiment: no per-example record"):
+        with_intervals(rows, records, ["sentiment", "ner"], boot)
+
+
+def test_section_prints_each_figure_with_its_interval_and_the_difference_from_bert():
+    rows, records = _rows_and_records()
+    boot = Bootstrap(resamples=1000, seed=5)
+    record = variants_record(with_intervals(rows, records, ["sentiment", "ner"], boot), member="pretrained",
+                             tasks=["sentiment", "ner"], seeds=[42, 43], boot=boot)
+    text = variants_section(record, None, "metrics/variants.json", "metrics/variants-timing.json")
+    bert, albert = record["families"]
+    score = bert["scores"]["sentiment"]
+    tables = [[[c.strip() for c in line.strip("|").split("|")] for line in block.splitlines()]
+              for block in text.split("\n\n") if block.startswith("| ")]
+    main, scratch, versus = tables
+    assert main[2][7] == f"{100 * score['mean']:.1f} [{100 * score['ci_low']:.1f}, {100 * score['ci_high']:.1f}]"
+    avg = bert["average"]
+    assert main[2][9] == f"{100 * avg['mean']:.1f} [{100 * avg['ci_low']:.1f}, {100 * avg['ci_high']:.1f}]"
+    gain = bert["gain_over_scratch"]["sentiment"]
+    assert scratch[2][1] == (f"+0.0 / {100 * gain['mean']:+.1f} [{100 * gain['ci_low']:.1f}, "
+                             f"{100 * gain['ci_high']:.1f}]")
+    assert versus[0] == ["model", "sentiment", "ner", "average"] and [r[0] for r in versus[2:]] == ["albert (ours)"]
+    diff = albert[BASE_DIFFERENCE]["ner"]
+    assert versus[2][2] == f"{100 * diff['mean']:+.1f} [{100 * diff['ci_low']:.1f}, {100 * diff['ci_high']:.1f}]"
+    assert "Difference from our `bert` (test, points)" in text
+    assert ("[low, high]: the 95% paired bootstrap interval (percentile, 1,000 draws, seed 5), resampling the test "
+            "examples, whole source articles or films at a time, and the fine-tuning seeds (sources "
+            "`examples+seeds`).") in text
+
+
 def test_section_is_empty_without_families():
     assert variants_section(None, None, "a", "b") == ""
     assert variants_section({"families": [], "tasks": []}, None, "a", "b") == ""
@@ -197,9 +313,11 @@ def test_stage_without_families_writes_an_empty_record_and_trains_nothing(mlflow
     assert code == 0, err
     record = json.loads(open("metrics/variants.json", encoding="utf-8").read())
     assert record == {"member": "pretrained", "tasks": ["sentiment", "ner", "qa"], "seeds": record["seeds"],
-                      "families": []}
+                      "intervals": record["intervals"], "families": []}
+    assert set(record["intervals"]) == {"resamples", "confidence", "seed", "method"}
     assert json.loads(open("metrics/variants-timing.json", encoding="utf-8").read()) == {"families": []}
     assert not Path("checkpoints/variants").exists()
+    assert list(Path("metrics/examples-variants").iterdir()) == []  # the declared output, empty
 
 
 def test_stage_refuses_a_member_that_is_not_pretrained(in_tmp, capsys):
@@ -287,6 +405,35 @@ def test_stage_trains_roberta_and_albert_and_reads_what_dvc_yaml_declares(in_tmp
 
     declared = declared_params(REPO)["python -m stages.variants"][1]
     assert mismatches(declared, reads) == ([], [])
+
+    # each member's per-example record: its summed statistics give each seed's score in the metrics file
+    folder = Path("metrics/examples-variants")
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "albert-pretrained-sentiment.arrow", "albert-scratch-sentiment.arrow", "roberta-pretrained-sentiment.arrow",
+        "roberta-scratch-sentiment.arrow"]
+    for family, row in rows.items():
+        for side, key in (("pretrained", "scores"), ("scratch", "scratch_scores")):
+            rec = ExampleRecord.read(folder / f"{family}-{side}-sentiment.arrow")
+            kind, n = tasks.get(rec.kind), np.asarray(float(len(rec.splits["test"].ids)))
+            per_seed = [float(kind.metrics_from_sums({k: np.asarray(v.sum()) for k, v in kind.example_sums(
+                rec.runs[("test", "full", seed)], rec.label_names).items()}, n, rec.label_names)[rec.main_metric])
+                for seed in rec.seeds("test")]
+            assert per_seed == pytest.approx(row[key]["sentiment"]["seeds"], abs=1e-6)
+            score = row[key]["sentiment"]
+            assert score["sources"] == "examples" and score["ci_low"] <= score["mean"] <= score["ci_high"]
+        gain = row["gain_over_scratch"]["sentiment"]
+        assert gain["mean"] == round(row["scores"]["sentiment"]["mean"] - row["scratch_scores"]["sentiment"]["mean"], 6)
+        assert gain["ci_low"] - 1e-6 <= gain["mean"] <= gain["ci_high"] + 1e-6
+        assert "difference_from_bert" not in row  # no bert among the families
+    intervals = raw["evaluate"]["intervals"]
+    assert record["intervals"] == {k: intervals[k] for k in ("resamples", "confidence", "seed", "method")}
+
+    # a rerun reuses both families and writes the same bytes
+    before = {p.name: p.read_bytes() for p in [Path("metrics/variants.json"), *folder.iterdir()]}
+    code, err = run_stage(variants.main, capsys)
+    assert code == 0, err
+    assert "variants roberta: reusing" in err and "variants albert: reusing" in err
+    assert {p.name: p.read_bytes() for p in [Path("metrics/variants.json"), *folder.iterdir()]} == before
 
 
 def test_stage_trains_modernbert_and_deberta_on_wordpiece(in_tmp, mlflow_in_tmp, raw, capsys, one_thread):

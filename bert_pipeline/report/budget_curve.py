@@ -7,8 +7,13 @@ over budgets is the small-model counterpart of the data-scaling curves of pre-tr
 downstream transfer, Zhang et al. 2021, "When Do You Need Billions of Words of Pretraining Data?"), with the
 from-scratch baseline that tells whether pre-training paid at all.
 
-Everything here reads fine-tuning results (:class:`bert_pipeline.report.report.FinetuneResult`) and returns
-records, CSV and Markdown; the ``budget_curve`` stage trains the points and writes them.
+Each gain carries its interval (:func:`with_intervals`): the paired bootstrap of the mean gain from the two
+members' per-example records (:mod:`bert_pipeline.report.contrasts`), test examples resampled by source article or
+film, and seeds too where there are several, both sides drawn alike; the seeds' own range (lowest and highest
+per-seed gain) stays beside it, apart: it is the spread of the fine-tuning seeds alone, not an interval.
+
+Everything here reads fine-tuning results (:class:`bert_pipeline.report.report.FinetuneResult`) and per-example
+records and returns records, CSV and Markdown; the ``budget_curve`` stage trains the points and writes them.
 """
 
 from __future__ import annotations
@@ -16,20 +21,34 @@ from __future__ import annotations
 import csv
 import io
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from bert_pipeline.errors import PipelineError
+from bert_pipeline.evaluation.examples import ExampleRecord, ExamplesError
+from bert_pipeline.evaluation.intervals import Bootstrap, Interval
+from bert_pipeline.report.contrasts import (
+    bracketed,
+    check_pairable,
+    check_seed_scores,
+    estimate,
+    interval_entry,
+    mixed_sources,
+    settings,
+    sources_text,
+)
 from bert_pipeline.report.report import FinetuneResult, markdown_table
 
 
 @dataclass(frozen=True)
 class Gain:
     """One score of a budget point, per fine-tuning seed: the pre-trained and from-scratch values (fractions in
-    [0, 1]) and their difference."""
+    [0, 1]) and their difference; ``interval``: the mean gain's paired bootstrap interval (:func:`with_intervals`),
+    None until computed."""
 
     pretrained: tuple[float, ...]
     scratch: tuple[float, ...]
+    interval: Interval | None = None
 
     @property
     def seeds(self) -> tuple[float, ...]:
@@ -41,10 +60,14 @@ class Gain:
         return sum(self.seeds) / len(self.seeds)
 
     def record(self) -> dict[str, Any]:
-        """``{"mean", "min", "max", "seeds", "pretrained", "scratch"}`` (fractions, 6 decimals)."""
+        """``{"mean", "min", "max", "seeds", "pretrained", "scratch"}`` (fractions, 6 decimals; ``min``/``max``: the
+        seeds' range), with the interval's ``"ci_low", "ci_high", "sources"`` when it has one."""
         gains = [round(g, 6) for g in self.seeds]
-        return {"mean": round(self.mean, 6), "min": min(gains), "max": max(gains), "seeds": gains,
-                "pretrained": [round(v, 6) for v in self.pretrained], "scratch": [round(v, 6) for v in self.scratch]}
+        out = {"mean": round(self.mean, 6), "min": min(gains), "max": max(gains), "seeds": gains,
+               "pretrained": [round(v, 6) for v in self.pretrained], "scratch": [round(v, 6) for v in self.scratch]}
+        if self.interval is not None:
+            out.update(interval_entry(self.interval))
+        return out
 
 
 @dataclass(frozen=True)
@@ -63,6 +86,13 @@ class BudgetPoint:
 def score_key(task: str, low_resource_examples: int | None = None) -> str:
     """The curve's name of a score: the task (``ner``), or ``{task}@{n}`` for its run on ``n`` labelled examples."""
     return task if low_resource_examples is None else f"{task}@{low_resource_examples}"
+
+
+def key_run(key: str) -> tuple[str, str]:
+    """A score key's task and its run in the per-example record: ``ner`` -> ``("ner", "full")``, ``ner@500`` ->
+    ``("ner", "low_resource")``."""
+    task, _, examples = key.partition("@")
+    return task, "low_resource" if examples else "full"
 
 
 def _scores(result: FinetuneResult) -> dict[str, tuple[float, ...]]:
@@ -111,11 +141,42 @@ def no_pretraining(scratch: Sequence[FinetuneResult]) -> BudgetPoint:
     return BudgetPoint(0.0, 0, 0, None, {k: Gain(v, v) for k, v in sorted(scores.items())})
 
 
-def curve_record(points: Sequence[BudgetPoint], seeds: Sequence[int], member: str, baseline: str) -> dict[str, Any]:
+def with_intervals(point: BudgetPoint, pretrained: Mapping[str, ExampleRecord], scratch: Mapping[str, ExampleRecord],
+                   boot: Bootstrap) -> BudgetPoint:
+    """``point`` with each gain's interval: the pre-trained member's test main metric minus the from-scratch
+    baseline's, paired on examples and seeds (:func:`bert_pipeline.report.contrasts.difference`), from their
+    per-example records by task (``pretrained``, ``scratch``; a ``{task}@{n}`` key reads the records'
+    ``low_resource`` run). Budget 0 (the baseline against itself) gets exactly ``[0, 0]``. Each side's per-seed
+    scores must be the gain's: the records and the metrics files come from the same runs.
+
+    Raises:
+        ExamplesError: a task without a record on either side, records not paired (other examples or seeds), or
+            per-seed scores other than the gain's (one line naming the score and the side).
+    """
+    gains_out: dict[str, Gain] = {}
+    for key, gain in point.gains.items():
+        task, run = key_run(key)
+        sides = {"pre-trained": pretrained.get(task), "from-scratch": scratch.get(task)}
+        for side, rec in sides.items():
+            if rec is None:
+                raise ExamplesError(f"{key}: no {side} per-example record of task {task!r}")
+        a_rec, b_rec = sides["pre-trained"], sides["from-scratch"]
+        check_pairable(a_rec, b_rec, (f"the pre-trained {task} record", f"the from-scratch {task} record"), run)
+        a, b = estimate(a_rec, boot, run), estimate(b_rec, boot, run)
+        check_seed_scores(a, gain.pretrained, f"{key}, pre-trained")
+        check_seed_scores(b, gain.scratch, f"{key}, from scratch")
+        gains_out[key] = replace(gain, interval=boot.difference(a, b))
+    return replace(point, gains=gains_out)
+
+
+def curve_record(points: Sequence[BudgetPoint], seeds: Sequence[int], member: str, baseline: str,
+                 boot: Bootstrap | None = None) -> dict[str, Any]:
     """The budget curve's quality record: ``{"member", "baseline", "seeds", "points": [{"fraction",
     "steps", "tokens_seen", "mlm_accuracy", "gain": {key: Gain.record()}}]}``, points by budget (byte-identical
-    for the same inputs)."""
-    return {"member": member, "baseline": baseline, "seeds": list(seeds), "points": [
+    for the same inputs); with ``boot`` (the bootstrap the gains' intervals were drawn with), ``"intervals"``: its
+    settings."""
+    extra = {"intervals": settings(boot)} if boot is not None else {}
+    return {"member": member, "baseline": baseline, "seeds": list(seeds), **extra, "points": [
         {"fraction": p.fraction, "steps": p.steps, "tokens_seen": p.tokens_seen,
          "mlm_accuracy": None if p.mlm_accuracy is None else round(p.mlm_accuracy, 6),
          "gain": {k: g.record() for k, g in p.gains.items()}}
@@ -146,31 +207,37 @@ def _points(value: float) -> str:
     return f"{100 * value:+.1f}"
 
 
+def _gain_cell(gain: Mapping[str, Any], fraction: float, with_sources: bool) -> str:
+    """A gain in points with its interval (``+4.0 [2.1, 6.0]``) and, apart, the seeds' range
+    (``; seeds +3.0 to +5.0``) where there are several seeds; budget 0 (exactly 0) the point alone."""
+    if fraction == 0:
+        return _points(gain["mean"])
+    text = bracketed(gain["mean"], gain, with_sources=with_sources)
+    if len(gain["seeds"]) > 1:
+        text += f"; seeds {_points(gain['min'])} to {_points(gain['max'])}"
+    return text
+
+
 def budget_curve_section(record: Mapping[str, Any] | None, timing: Mapping[str, Any] | None,
                          source: str, source_timing: str) -> str:
     """The report's "Pre-training budget curve" section: per budget the steps, tokens, pre-training CPU minutes
     (``timing``: ``{"points": [{"fraction", "pretrain_cpu_seconds"}]}``), held-out MLM accuracy and each score's gain
-    in points (mean over seeds, with the range when there are several). Empty without a record or with fewer than
-    two points."""
+    in points: the mean over seeds with its interval (``+4.0 [2.1, 6.0]``, a record's ``ci_low``/``ci_high``) and,
+    apart, the seeds' range (``seeds +3.0 to +5.0``, when there are several). A record from before the intervals
+    shows the point and the seeds' range. Empty without a record or with fewer than two points."""
     if not record or len(record.get("points", ())) < 2:
         return ""
     cpu = {t["fraction"]: t.get("pretrain_cpu_seconds") for t in (timing or {}).get("points", ())}
     keys = sorted({k for p in record["points"] for k in p["gain"]})
     seeds = record.get("seeds", [])
+    shown = [g for p in record["points"] if p["fraction"] > 0 for g in p["gain"].values()]
+    mixed = mixed_sources(shown)
     header = ["budget", "steps", "tokens seen", "pre-training CPU min", "held-out MLM acc",
               *(k.replace("@", " @") for k in keys)]
     rows = []
     for p in record["points"]:
         seconds = cpu.get(p["fraction"])
-        cells = []
-        for k in keys:
-            g = p["gain"].get(k)
-            if g is None:
-                cells.append("")
-            elif len(g["seeds"]) > 1 and p["fraction"] > 0:
-                cells.append(f"{_points(g['mean'])} [{_points(g['min'])}, {_points(g['max'])}]")
-            else:
-                cells.append(_points(g["mean"]))
+        cells = ["" if p["gain"].get(k) is None else _gain_cell(p["gain"][k], p["fraction"], mixed) for k in keys]
         rows.append([f"{p['fraction']:g}x", f"{p['steps']:,}", f"{p['tokens_seen'] / 1e6:.2f}M",
                      "" if seconds is None else f"{seconds / 60:.1f}",
                      "" if p["mlm_accuracy"] is None else f"{100 * p['mlm_accuracy']:.2f}%", *cells])
@@ -180,13 +247,18 @@ def budget_curve_section(record: Mapping[str, Any] | None, timing: Mapping[str, 
         baseline = " From scratch: " + ", ".join(
             f"{k.replace('@', ' @')} {100 * sum(g['scratch']) / len(g['scratch']):.1f}" for k, g in first["gain"].items()
         ) + "."
+    intervals = sources_text(shown, record.get("intervals"))
+    several = len(seeds) > 1
     return "\n".join([
         "## Pre-training budget curve", "",
         f"Test main metric of `{record['member']}` minus `{record['baseline']}` (the same model from random weights, "
         f"the same fine-tuning), in points: the mean over fine-tuning seeds {seeds}"
-        + (", [lowest, highest]" if len(seeds) > 1 else "") + "; `@N`: fine-tuned on N labelled examples. Budget "
+        + (" with its interval [low, high]" if intervals else "")
+        + ("; apart, `seeds a to b`: the lowest and highest per-seed gain, the seeds' own spread (not an interval)"
+           if several else "")
+        + "; `@N`: fine-tuned on N labelled examples. Budget "
         "1x is the pipeline's own pre-training, 0 the baseline itself; CPU minutes are the pre-training's "
-        f"(`{source_timing}`)." + baseline, "",
+        f"(`{source_timing}`)." + baseline + (f" {intervals}" if intervals else ""), "",
         markdown_table(header, rows),
         f"Source: `{source}`.", "",
     ])

@@ -150,10 +150,17 @@ def training_curves_png(rows: Sequence[Mapping[str, Any]], title: str) -> bytes:
 
 def budget_curve_png(record: Mapping[str, Any]) -> bytes:
     """Pre-training gain (points, pre-trained minus from scratch) against tokens seen (millions), a line per score
-    with the seeds' range as error bars; the dashed line is no gain. ``record``: the budget curve's quality
-    record (:func:`bert_pipeline.report.budget_curve.curve_record`)."""
+    with each gain's interval as error bars (its ``ci_low``/``ci_high``: the paired bootstrap over test examples, and
+    seeds where there are several); a record from before the intervals gets the seeds' range instead, and the axis
+    says which. The dashed line is no gain. ``record``: the budget curve's quality record
+    (:func:`bert_pipeline.report.budget_curve.curve_record`)."""
     points = record.get("points", [])
     keys = sorted({k for p in points for k in p["gain"]})
+    gains = [p["gain"][k] for p in points for k in p["gain"]]
+    intervals = bool(gains) and all("ci_low" in g and "ci_high" in g for g in gains)
+    low_key, high_key = ("ci_low", "ci_high") if intervals else ("min", "max")
+    settings = record.get("intervals") or {}
+    bars = (f"{100 * settings['confidence']:g}% interval" if settings else "interval") if intervals else "seeds' range"
 
     def draw(fig):
         ax = fig.subplots()
@@ -161,14 +168,15 @@ def budget_curve_png(record: Mapping[str, Any]) -> bytes:
             rows = [p for p in points if key in p["gain"]]
             xs = [p["tokens_seen"] / 1e6 for p in rows]
             mean = [100 * p["gain"][key]["mean"] for p in rows]
-            low = [m - 100 * p["gain"][key]["min"] for m, p in zip(mean, rows, strict=True)]
-            high = [100 * p["gain"][key]["max"] - m for m, p in zip(mean, rows, strict=True)]
+            # a percentile interval need not hold its point: a bar never reaches past it the wrong way
+            low = [max(0.0, m - 100 * p["gain"][key][low_key]) for m, p in zip(mean, rows, strict=True)]
+            high = [max(0.0, 100 * p["gain"][key][high_key] - m) for m, p in zip(mean, rows, strict=True)]
             ax.errorbar(xs, mean, yerr=[low, high], color=PALETTE[i % len(PALETTE)], marker="o", markersize=4,
                         linewidth=1.2, capsize=3, label=key.replace("@", " @"))
         ax.axhline(0.0, color=PALETTE[7], linewidth=0.8, linestyle="--")
         ax.set_xlabel("pre-training tokens seen (millions)")
         ax.set_ylabel("gain over from scratch (test points)")
-        ax.set_title("Pre-training budget curve")
+        ax.set_title(f"Pre-training budget curve (bars: {bars})")
         if keys:
             ax.legend(loc="best", fontsize=7)
 

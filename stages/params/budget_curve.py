@@ -8,6 +8,7 @@ import annotated_types
 from pydantic import Field, model_validator
 
 from stages.params.base import Section, View
+from stages.params.evaluate import BootstrapView
 from stages.params.finetune import FinetuneParams
 from stages.params.pretrain import PretrainParams
 
@@ -37,8 +38,10 @@ class BudgetCurveParams(Section):
 
 
 class BudgetCurveView(View):
-    """What stage ``budget_curve`` reads: its section, and ``pretrain`` and ``finetune``, whose code it runs at each budget."""
+    """What stage ``budget_curve`` reads: its section, ``pretrain`` and ``finetune``, whose code it runs at each
+    budget, and ``evaluate.intervals``' resampling settings (the gains' intervals)."""
 
     budget_curve: BudgetCurveParams
     pretrain: PretrainParams
     finetune: FinetuneParams
+    evaluate: BootstrapView

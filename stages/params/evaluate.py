@@ -15,6 +15,11 @@ general-distillation student's share of the teacher, the same gain in the low-re
 student's share of its teacher."""
 
 
+Resamples = Annotated[int, annotated_types.Ge(100)]
+Confidence = Annotated[float, annotated_types.Gt(0.5), annotated_types.Lt(1.0)]
+IntervalMethod = Literal["percentile", "basic"]
+
+
 class IntervalParams(Section):
     """``evaluate.intervals``: the paired bootstrap every published comparison carries
     (:class:`bert_pipeline.evaluation.intervals.Bootstrap`): ``resamples`` draws of each held-out split (whole
@@ -22,19 +27,29 @@ class IntervalParams(Section):
     ``basic``). ``primary``: the contrast families declared before looking (:data:`CONTRASTS`); their intervals are
     Bonferroni-adjusted over every primary contrast of the report, and the rest are labelled exploratory."""
 
-    resamples: Annotated[int, annotated_types.Ge(100)]
-    confidence: Annotated[float, annotated_types.Gt(0.5), annotated_types.Lt(1.0)]
+    resamples: Resamples
+    confidence: Confidence
     seed: int
-    method: Literal["percentile", "basic"]
+    method: IntervalMethod
     primary: list[Literal[CONTRASTS]]
 
 
-class BootstrapView(View):
-    """``evaluate.intervals`` as part of another stage's view: a stage that publishes intervals of its own
-    (``retrieval``, ``model_cards``) draws them as the report does, reading ``resamples``, ``confidence``, ``seed`` and ``method``
-    (not ``primary``, which only the report's contrasts read)."""
+class IntervalSettings(View):
+    """The part of ``evaluate.intervals`` a stage reads that publishes intervals beside its own figures
+    (``budget_curve``, ``variants``, ``retrieval``, ``model_cards``, ``bert-pipeline compare``): how to resample
+    (``resamples``, ``confidence``, ``seed``, ``method``), not which of the report's contrasts are primary (those
+    intervals are not Bonferroni-adjusted)."""
 
-    intervals: IntervalParams
+    resamples: Resamples
+    confidence: Confidence
+    seed: int
+    method: IntervalMethod
+
+
+class BootstrapView(View):
+    """``evaluate.intervals``' resampling settings (:class:`IntervalSettings`), as part of another stage's view."""
+
+    intervals: IntervalSettings
 
 
 class EvaluateParams(Section):

@@ -9,6 +9,7 @@ from pydantic import Field, model_validator
 
 from stages.params.base import Section, SpeedSeqLength, View
 from stages.params.create_pretraining_data import CreatePretrainingDataParams
+from stages.params.evaluate import IntervalSettings
 from stages.params.finetune import FinetuneParams
 from stages.params.pretrain import FamilyName, PretrainParams
 from stages.params.train_tokenizer import TrainTokenizerParams
@@ -52,18 +53,22 @@ class VariantsParams(Section):
         return self
 
 
-class SpeedLength(View):
-    """``evaluate.seq_length``: the input length the speed of an encoder is measured at."""
+class SpeedLengthAndIntervals(View):
+    """``evaluate.seq_length``: the input length the speed of an encoder is measured at; ``evaluate.intervals``'
+    resampling settings (:class:`stages.params.evaluate.IntervalSettings`): the intervals of each score and
+    difference."""
 
     seq_length: SpeedSeqLength
+    intervals: IntervalSettings
 
 
 class VariantsView(View):
-    """What stage ``variants`` reads: its section, the sections whose stages it runs per family, and the length speed is measured at."""
+    """What stage ``variants`` reads: its section, the sections whose stages it runs per family, the length speed is
+    measured at and how its intervals resample."""
 
     variants: VariantsParams
     train_tokenizer: TrainTokenizerParams
     create_pretraining_data: CreatePretrainingDataParams
     pretrain: PretrainParams
     finetune: FinetuneParams
-    evaluate: SpeedLength
+    evaluate: SpeedLengthAndIntervals
