@@ -1,7 +1,7 @@
 """``bert-pipeline``: the pipeline's tools that are not DVC stages, behind one console script.
 
     bert-pipeline profile smoke [--print] [-n NAME]    # run the graph under profiles/smoke.yaml as a DVC experiment
-    bert-pipeline promote [--tasks sentiment] [--force]  # register fine-tuned models, move candidate/champion
+    bert-pipeline promote [--tasks sentiment] [--rule superiority] [--margin 0.0] [--force]  # register, move aliases
     bert-pipeline predict models/finetuned/minilm-sentiment "A gripping, funny film."   # one JSON line per input
     bert-pipeline export models/finetuned/minilm-qa [-o OUT_DIR] [--check-texts FILE]  # ONNX + parity, one JSON line
     bert-pipeline compare baseline seed43 [--split validation] [--resamples N]   # two runs, paired intervals
@@ -10,7 +10,9 @@
 first (a bad key fails before DVC starts), then runs ``dvc exp run --temp --set-param ...``: the run happens in a
 temporary copy, ``params.yaml`` is never edited and ``dvc exp show`` lists it. ``promote`` is the explicit,
 never-cached step that changes the shared registry (:mod:`bert_pipeline.mlops.registry`): run it after
-``dvc repro`` on results you mean to keep, never from a throwaway ``dvc exp run``. ``predict`` reads a fine-tuned
+``dvc repro`` on results you mean to keep, never from a throwaway ``dvc exp run``. It moves ``champion`` by
+``params.yaml``'s ``promote`` rule (``--rule``/``--margin`` override it) on the paired bootstrap of the per-example
+validation records (``evaluate.intervals``' settings), re-scoring a champion registered without one. ``predict`` reads a fine-tuned
 folder: sentiment ``{"text", "label", "probability", "tokens", "truncated"}`` (``truncated``: the text is longer than
 ``--max-seq-length`` tokens and was classified on its beginning); NER ``{"text", "entities": [{"type", "text",
 "start", "end", "score"}]}`` (character offsets; a long text is tagged whole, in overlapping windows); QA
@@ -259,14 +261,17 @@ def run_profile(args: argparse.Namespace, extra: list[str]) -> None:
 
 
 def entries_by_task(teacher: str, student: str, scratch: str, only: list[str] | None, data_seed: int = 0) -> dict:
-    """Per task, the registrable :class:`bert_pipeline.mlops.registry.Entry` list in family order.
+    """Per task, the registrable :class:`bert_pipeline.mlops.registry.Entry` list in family order, each with its
+    per-example record (``metrics/examples/{member}-{task}.arrow``; None where the member has none).
 
     Raises:
-        PipelineError: a requested task has no results, or a metrics file's model folder is missing.
+        PipelineError: a requested task has no results, a metrics file's model folder is missing, or a per-example
+            record is unreadable.
     """
+    from bert_pipeline.evaluation.examples import ExampleRecord, ExamplesError
     from bert_pipeline.mlops.registry import Entry, split_sha256
     from bert_pipeline.report.report import by_model_task, family_order, load_finetune_results, task_order
-    from stages.members import METRICS, TASKS
+    from stages.members import EXAMPLES, METRICS, TASKS
     from stages.model_cards import FINETUNED, released
 
     index = by_model_task(load_finetune_results(METRICS))
@@ -292,8 +297,18 @@ def entries_by_task(teacher: str, student: str, scratch: str, only: list[str] | 
             means = record["validation"][main]["mean"], record["test"][main]["mean"]
             own = (saved["validation"][main] if "validation" in saved else means[0],
                    saved["test"][main] if "test" in saved else means[1])
+            examples_path = EXAMPLES / f"{m.replace('/', '--')}-{t}.arrow"
+            examples = None
+            if examples_path.exists():
+                try:
+                    examples = ExampleRecord.read(examples_path)
+                except ExamplesError as exc:
+                    raise PipelineError(f"{exc}; rerun `dvc repro` to rewrite it") from None
+            else:
+                log.warning("%s: missing; %s cannot be compared on evidence (rerun its fine-tuning stage)",
+                            examples_path, m)
             entries.append(Entry(m, t, folder, saved["seed"], main, own[0], validation_split, own[1], test_split,
-                                 r.source, validation_mean=means[0], test_mean=means[1]))
+                                 r.source, validation_mean=means[0], test_mean=means[1], examples=examples))
         out[t] = entries
     return out
 
@@ -317,9 +332,39 @@ def quiet_artifact_transfers() -> Iterator[None]:
         os.environ.pop(PROGRESS_BAR_ENV, None)
 
 
+def promotion_rule(args: argparse.Namespace, params: Any) -> Any:
+    """The :class:`bert_pipeline.mlops.promotion.PromotionRule` of ``params.yaml``'s ``promote`` section (``--rule``,
+    ``--margin`` override it) with ``evaluate.intervals``' bootstrap settings."""
+    from bert_pipeline.mlops.promotion import PromotionRule
+
+    own, boot = params.promote, params.evaluate.intervals
+    return PromotionRule(rule=args.rule or own.rule, margin=own.margin if args.margin is None else args.margin,
+                         resamples=boot.resamples, confidence=boot.confidence, seed=boot.seed, method=boot.method)
+
+
+def rescorer(task: str, params: Any) -> Any:
+    """The :data:`bert_pipeline.mlops.registry.Rescore` of ``task``: a registered folder scored on
+    ``data/tasks/{task}``'s validation subset as fine-tuning drew it (``finetune.tasks.{task}``,
+    ``finetune.data_seed``, ``finetune.precision``, ``finetune.eval_batch_size``).
+
+    The returned callable raises PipelineError when ``task`` has no ``finetune.tasks`` entry."""
+    from bert_pipeline.mlops.promotion import rescore_validation
+    from stages.members import TASKS
+
+    p = params.finetune
+
+    def rescore(model_dir: Path, seed: int) -> Any:
+        if task not in p.tasks:
+            raise PipelineError(f"params.yaml: finetune.tasks: no settings for task {task!r}")
+        return rescore_validation(model_dir, TASKS / task, p.tasks[task].model_dump(), p.data_seed, seed,
+                                  precision=p.precision, batch_size=p.eval_batch_size)
+    return rescore
+
+
 def run_promote(args: argparse.Namespace) -> None:
     """Register each task's fine-tuned versions and move its aliases: one INFO line per version on stderr
-    (:func:`bert_pipeline.mlops.registry.version_line`), the task's decision on stdout."""
+    (:func:`bert_pipeline.mlops.registry.version_line`), the task's decision on stdout
+    (:meth:`bert_pipeline.mlops.registry.Decision.line`)."""
     from mlflow import MlflowClient
 
     from bert_pipeline.mlops.registry import promote_task
@@ -327,11 +372,14 @@ def run_promote(args: argparse.Namespace) -> None:
 
     params = load_params()
     p = params.evaluate
+    rule = promotion_rule(args, params)
     uri = tracking_uri()
     client = MlflowClient(tracking_uri=uri, registry_uri=uri)
     with quiet_artifact_transfers():
-        for entries in entries_by_task(p.teacher, p.student, p.scratch, args.tasks, params.finetune.data_seed).values():
-            decision = promote_task(client, entries, uri, force=args.force, copy_origin=copy_origin)
+        for task, entries in entries_by_task(p.teacher, p.student, p.scratch, args.tasks,
+                                             params.finetune.data_seed).items():
+            decision = promote_task(client, entries, uri, force=args.force, copy_origin=copy_origin, rule=rule,
+                                    rescore=rescorer(task, params))
             sys.stdout.write(decision.line() + "\n")
 
 
@@ -538,6 +586,17 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _fraction(text: str) -> float:
+    """An argparse type: a float in [0, 1)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a fraction in [0, 1), got {text!r}") from None
+    if not 0.0 <= value < 1.0:
+        raise argparse.ArgumentTypeError(f"expected a fraction in [0, 1), got {value:g}")
+    return value
+
+
 # ---------------------------------------------------------------------------------------------------- main
 def _int_at_least(minimum: int):
     """An argparse type: an int >= ``minimum``."""
@@ -578,8 +637,13 @@ def parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     prof.add_argument("--print", action="store_true", help="print the dvc command instead of running it")
     prom = sub.add_parser("promote", help="register fine-tuned models; move candidate and champion per task")
     prom.add_argument("--tasks", nargs="+", help="only these tasks (default: every task with results)")
+    prom.add_argument("--rule", choices=("superiority", "non_inferiority", "point"),
+                      help="how champion moves (default: params.yaml promote.rule)")
+    prom.add_argument("--margin", type=_fraction, help="the rule's margin, a fraction in [0, 1) (default: "
+                      "params.yaml promote.margin; e.g. 0.02 for non_inferiority)")
     prom.add_argument("--force", action="store_true",
-                      help="promote the candidate even when the test split changed since the champion was scored")
+                      help="promote the candidate without a comparison when it cannot be compared with the champion "
+                      "(validation split changed, no per-example record to pair); never over a comparison it lost")
     pred = sub.add_parser(
         "predict", help="one JSON line per input from a fine-tuned model folder",
         description="One JSON line per input. Sentiment: label, probability, tokens, truncated. NER: entities with "

@@ -10,10 +10,12 @@ import subprocess
 import sys
 from logging import INFO
 
+import numpy as np
 import pytest
 from datasets import ClassLabel, Dataset, DatasetDict, Features, Value
 
 from bert_pipeline.errors import PipelineError
+from bert_pipeline.evaluation.examples import ExampleRecord, SplitInfo, split_hash
 from bert_pipeline.io import write_json
 from stages.cli import main
 from tests.conftest import REPO
@@ -28,6 +30,8 @@ def _workspace(root) -> None:
     feats = Features({"text": Value("string"), "label": ClassLabel(names=["negative", "positive"])})
     split = Dataset.from_dict({"text": ["good", "bad", "fine"], "label": [1, 0, 1]}, features=feats)
     DatasetDict({"train": split, "validation": split, "test": split}).save_to_disk(str(root / "data/tasks/sentiment"))
+    write_json(root / "data/tasks/sentiment/task.json", {"kind": "classification", "main_metric": "accuracy",
+                                                         "label_names": ["negative", "positive"]})
     for i, (member, (score, validation)) in enumerate(SCORES.items()):
         save_classifier(root / f"models/release/finetuned/{member}-sentiment", favour=1, seed=i)  # model_cards' copies
         if member == "scratch":  # mean pooling, as finetune's members: a pyfunc version (its folder as an artifact)
@@ -41,6 +45,19 @@ def _workspace(root) -> None:
             # scratch's saved weights are its second seed's (the better on validation): their own scores
             **({"saved": {"seed": 99, "validation": {"accuracy": 0.55}, "test": {"accuracy": 0.58}}}
                if member == "scratch" else {})})
+        _examples(root, member, [7 + i, 99])
+
+
+def _examples(root, member, seeds, right=(True, False, True)) -> None:
+    """The member's per-example record as fine-tuning writes it (``metrics/examples/{member}-sentiment.arrow``):
+    each seed's validation predictions, ``right`` saying which of the 3 examples it got right."""
+    gold = np.array([1, 0, 1])
+    ids = [f"validation:{r}" for r in range(3)]
+    rec = ExampleRecord("classification", "accuracy", ["negative", "positive"])
+    rec.splits["validation"] = SplitInfo(ids, ids, split_hash(ids, gold.tolist()))
+    for seed in seeds:
+        rec.add("validation", "full", seed, {"gold": gold, "pred": np.where(right, gold, 1 - gold)})
+    rec.write(root / f"metrics/examples/{member}-sentiment.arrow")
 
 
 def _version_lines(caplog) -> list[str]:
@@ -61,7 +78,7 @@ def test_promote_registers_the_family_and_moves_champion_to_the_best(in_tmp, mon
     main(["promote"])
     out, err = capsys.readouterr()
     (line,) = out.splitlines()
-    assert line.startswith("sentiment: candidate v1 pretrained (validation 0.8000) vs champion none: PROMOTED")
+    assert line == "sentiment: champion moves to v1 (pretrained): no champion yet"
     # one log line per registered version, no MLflow progress bars (4 "Downloading artifacts" bars per version before)
     assert "Downloading artifacts" not in err and "Uploading artifacts" not in err
     assert "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR" not in os.environ  # switched off for promote alone
@@ -81,6 +98,10 @@ def test_promote_registers_the_family_and_moves_champion_to_the_best(in_tmp, mon
     assert (scratch["seed"], float(scratch["validation_score"]), float(scratch["test_score"])) == ("99", 0.55, 0.58)
     assert (float(scratch["validation_mean"]), float(scratch["test_mean"])) == (0.50, 0.60)
     assert len(versions["scratch"].tags["validation_split_sha256"]) == 64 == len(versions["scratch"].tags["test_split_sha256"])
+    # each version carries its saved seed's validation run
+    for member, seed in (("pretrained", 7), ("scratch", 99)):
+        local = client.download_artifacts(versions[member].run_id, "examples/validation.arrow", str(in_tmp / member))
+        assert ExampleRecord.read(local).seeds("validation") == [seed]
 
     main(["promote"])  # the same folders again: no new version, champion stays
     (again,) = capsys.readouterr().out.splitlines()
@@ -88,6 +109,32 @@ def test_promote_registers_the_family_and_moves_champion_to_the_best(in_tmp, mon
     assert _version_lines(caplog)[0] == "sentiment v1: pretrained seed 7, validation accuracy 0.8000, test 0.7000, " \
                                         "already registered, aliases candidate, champion"
     assert len(client.search_model_versions("name='sentiment'")) == 3
+
+    # a champion registered before records were (and no longer among the results, which would store its record
+    # again) is re-scored on data/tasks/sentiment with finetune.tasks.sentiment's settings; 3 validation examples
+    # prove nothing, so it stays
+    client.delete_model_version_tag("sentiment", "1", "validation_record_sha256")
+    (in_tmp / "metrics/finetune/pretrained-sentiment.json").unlink()
+    write_json(in_tmp / "metrics/finetune/distilled-sentiment.json", {
+        **json.loads((in_tmp / "metrics/finetune/distilled-sentiment.json").read_text()),
+        "validation": {"accuracy": {"mean": 1.0, "seeds": [1.0, 1.0]}}})
+    _examples(in_tmp, "distilled", [8, 99], right=(True, True, True))
+    main(["promote"])
+    (kept,) = capsys.readouterr().out.splitlines()
+    assert kept.startswith("sentiment: champion stays v1 (pretrained); challenger v2 (distilled): validation accuracy ")
+    assert kept.endswith("lower bound not above 0.0 (superiority; champion re-scored)")
+    main(["promote", "--rule", "point"])  # the old rule: any gain moves it
+    (moved,) = capsys.readouterr().out.splitlines()
+    assert moved.startswith("sentiment: champion moves to v2 (distilled) from v1 (pretrained): validation accuracy "
+                            "1.0000 vs 0.8000")
+
+
+def test_promote_flags_are_checked(in_tmp, capsys):
+    for argv, message in ((["--rule", "best"], "invalid choice: 'best'"),
+                          (["--margin", "1.5"], "expected a fraction in [0, 1), got 1.5")):
+        with pytest.raises(SystemExit):
+            main(["promote", *argv])
+        assert message in capsys.readouterr().err
 
 
 def test_unknown_task_is_one_line(in_tmp):

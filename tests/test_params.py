@@ -146,7 +146,8 @@ def test_misspelt_section_is_named_first_with_the_close_match(raw):
     raw["extras"] = {}  # nothing close: every section it takes
     assert params_error(raw) == ("params.yaml: unknown section 'extras' (expected one of fetch_data, prepare_corpus, "
                                  "train_tokenizer, create_pretraining_data, pretrain, distill, prepare_tasks, "
-                                 "finetune, task_distill, export, budget_curve, variants, retrieval, evaluate, orchestration)")
+                                 "finetune, task_distill, export, budget_curve, variants, retrieval, evaluate, promote, "
+                                 "orchestration)")
 
 
 def test_floats_are_read_as_yaml_1_2_and_dvc_read_them(tmp_path):
@@ -216,6 +217,20 @@ def test_bad_literal(raw):
     bad = copy.deepcopy(raw)
     bad["prepare_corpus"]["sentence_splitter"] = "regex"
     assert "prepare_corpus.sentence_splitter: expected one of" in params_error(bad)
+
+
+def test_promote_section_names_its_key_and_defaults_when_left_out(raw):
+    """``promote`` (read by ``bert-pipeline promote``, no stage): a rule, a margin in [0, 1); its defaults are the
+    schema's (superiority at 0), so a user's file may leave its keys out."""
+    bad = copy.deepcopy(raw)
+    bad["promote"]["rule"] = "best"
+    assert params_error(bad) == ('params.yaml: promote.rule: expected one of "superiority", "non_inferiority", '
+                                 '"point", got "best"')
+    bad["promote"] = {"margin": 1.0}
+    assert params_error(bad) == "params.yaml: promote.margin: expected float >= 0.0 and < 1.0, got 1.0"
+    bad["promote"] = {}
+    params = validate_params(bad)
+    assert (params.promote.rule, params.promote.margin) == ("superiority", 0.0)
 
 
 def test_fp16_is_a_precision_of_every_training_section(raw):

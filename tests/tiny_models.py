@@ -56,11 +56,13 @@ def _config(tokenizer, **kw) -> BertConfig:
     return tiny_config(vocab_size=len(tokenizer), **kw)
 
 
-def save_classifier(path: Path, labels=("negative", "positive"), favour: int | None = 1, seed: int = 0) -> Path:
-    """A sequence classifier whose head bias makes ``labels[favour]`` win by a wide margin (None: random)."""
+def save_classifier(path: Path, labels=("negative", "positive"), favour: int | None = 1, seed: int = 0,
+                    **config) -> Path:
+    """A sequence classifier whose head bias makes ``labels[favour]`` win by a wide margin (None: random);
+    ``config``: BertConfig fields that differ (e.g. ``num_hidden_layers=1`` for a smaller one)."""
     torch.manual_seed(seed)
     tok = tiny_tokenizer()
-    cfg = _config(tok, id2label=dict(enumerate(labels)), label2id={v: i for i, v in enumerate(labels)})
+    cfg = _config(tok, id2label=dict(enumerate(labels)), label2id={v: i for i, v in enumerate(labels)}, **config)
     model = BertForSequenceClassification(cfg)
     if favour is not None:
         with torch.no_grad():

@@ -19,14 +19,24 @@ moving aliases change shared state. Rules (ARCHITECTURE.md, "who owns what"):
   metric) and ``validation_split_sha256`` (content hash of the validation examples it was scored on),
   ``test_score`` and ``test_split_sha256`` (recorded beside, never used to choose), ``validation_mean`` and
   ``test_mean`` (over every fine-tuning seed; the scores are those of the registered weights: the best-validation
-  seed's, which finetune saves), ``model_sha256``, ``source``.
+  seed's, which finetune saves), ``parameters`` (floating-point weights in the folder), ``model_sha256``,
+  ``source``, and ``validation_record_sha256`` when the version carries its per-example validation record.
+- Each version's run carries that record as artifact ``examples/validation.arrow`` (:data:`EXAMPLES_ARTIFACT`): the
+  saved seed's validation run only (:func:`bert_pipeline.mlops.promotion.validation_record`), so a later challenger
+  is compared with it example by example. A version registered again with another record (the validation split
+  changed) has the artifact replaced.
 - The choice is made on validation, as fine-tuning's own grid is (Devlin et al. 2019, §4: "we selected the best
   fine-tuning learning rate on the Dev set"); a test score that chose would be an optimistic one.
 - ``candidate`` moves to the best current version (highest validation score; ties go to the earlier family member).
-- ``champion`` moves to the candidate only when the candidate's validation score is strictly higher than the
-  champion's on the same validation examples (equal split hash). A different split, or a champion chosen before
-  validation scores were recorded (no ``validation_score`` tag), is not comparable: the champion stays unless
-  forced.
+- ``champion`` moves to the candidate (the challenger) by the :class:`~bert_pipeline.mlops.promotion.PromotionRule`:
+  ``superiority`` (default: the paired bootstrap interval of challenger minus champion has its lower bound above
+  the margin), ``non_inferiority`` (a smaller challenger keeping at least ``1 - margin`` of the champion's score at
+  the interval's lower bound) or ``point`` (the old rule: any higher validation score). Records are paired on the
+  same validation examples: the champion's stored record, or, for a champion registered without one, its
+  registered model re-scored on the challenger's validation split (the caller's ``rescore``); a champion that can
+  be neither is kept, never compared unpaired. A different split (``validation_split_sha256``), a champion chosen
+  before validation scores were recorded (no ``validation_score`` tag), or either side without a record is not
+  comparable: the champion stays unless forced.
 """
 
 from __future__ import annotations
@@ -36,14 +46,25 @@ import hashlib
 import json
 import logging
 import os
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from bert_pipeline.errors import PipelineError
+from bert_pipeline.evaluation.examples import ExampleRecord, ExamplesError
+from bert_pipeline.evaluation.intervals import Interval
 from bert_pipeline.mlops import tracking
+from bert_pipeline.mlops.promotion import (
+    PromotionRule,
+    describe,
+    judge,
+    validation_record,
+    weights_parameters,
+)
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +74,15 @@ WEIGHT_FILES = ("model.safetensors", "config.json", "tokenizer.json", "vocab.txt
 PYFUNC_CODE = Path(__file__).with_name("pyfunc_model.py")
 LIBRARY_DIR = Path(__file__).resolve().parents[1]
 """The ``bert_pipeline`` package, logged as the pyfunc model's code so a served version imports it."""
+EXAMPLES_ARTIFACT = "examples/validation.arrow"
+"""Where a version's run keeps its per-example validation record (the saved seed's validation run)."""
+RECORD_TAG = "validation_record_sha256"
+"""The version tag holding the sha256 of that record's bytes; a version without it carries no record."""
+
+Rescore = Callable[[Path, int], ExampleRecord]
+"""``(model_dir, seed) -> record``: the registered folder of a champion scored on the current validation examples
+(:func:`bert_pipeline.mlops.promotion.rescore_validation` with the task's settings bound), its run filed under
+``seed``."""
 
 
 @dataclass(frozen=True)
@@ -60,7 +90,9 @@ class Entry:
     """One fine-tuned model to register: family ``member``, ``task``, ``model_dir``, the ``seed`` its weights
     came from, ``main_metric``, the validation score of those weights (``validation_score``, fraction: what
     chooses) with the ``validation_split_sha256`` of the examples scored, their test score and split hash (recorded
-    only), and the means over every fine-tuning seed (``validation_mean``, ``test_mean``: recorded beside)."""
+    only), the means over every fine-tuning seed (``validation_mean``, ``test_mean``: recorded beside), and the
+    member's per-example record (``examples``, :class:`~bert_pipeline.evaluation.examples.ExampleRecord`, every
+    seed and split; None: none was written), of which the version keeps the ``seed``'s validation run."""
 
     member: str
     task: str
@@ -74,12 +106,15 @@ class Entry:
     source: str = ""
     validation_mean: float | None = None
     test_mean: float | None = None
+    examples: ExampleRecord | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
 class Decision:
-    """What :func:`promote_task` did: versions, their validation scores, whether ``champion`` moved, and why (one
-    line)."""
+    """What :func:`promote_task` did: versions, their members and validation scores, whether ``champion`` moved,
+    why (``reason``, a clause), and the evidence: the ``rule`` applied, the main ``metric``, the paired ``interval``
+    it read (``statistic``: ``difference``, challenger minus champion, or ``share``, challenger over champion) and
+    where the champion's record came from (``paired``: ``stored`` or ``re-scored``)."""
 
     task: str
     candidate_version: str
@@ -89,14 +124,38 @@ class Decision:
     champion_score: float | None
     promoted: bool
     reason: str
+    champion_member: str | None = None
+    rule: str = "point"
+    metric: str = ""
+    interval: Interval | None = None
+    statistic: str = "difference"
+    paired: str = ""
+    compared: bool = False
 
     def line(self) -> str:
-        """The decision as one printable line."""
-        verb = "PROMOTED" if self.promoted else "kept"
-        score = "no validation score" if self.champion_score is None else f"{self.champion_score:.4f}"
-        champ = "none" if self.champion_version is None else f"v{self.champion_version} ({score})"
-        return (f"{self.task}: candidate v{self.candidate_version} {self.candidate_member} "
-                f"(validation {self.candidate_score:.4f}) vs champion {champ}: {verb} — {self.reason}")
+        """The decision as one printable line, e.g. ``sentiment: champion stays v1 (pretrained); challenger v3
+        (distilled): validation accuracy -0.4 points [-2.9, +2.0], lower bound not above 0.0 (superiority)`` or
+        ``sentiment: champion moves to v3 (distilled) from v1 (pretrained): validation accuracy +40.0 points [+31.5,
+        +48.5], lower bound above 0.0 (superiority)``."""
+        cand = f"v{self.candidate_version} ({self.candidate_member})"
+        champ = f"v{self.champion_version} ({self.champion_member or 'unknown member'})"
+        if self.champion_version is None:
+            head = f"champion moves to {cand}"
+        elif self.promoted:
+            head = f"champion moves to {cand} from {champ}"
+        elif self.champion_version == self.candidate_version:
+            head = f"champion stays {champ}"
+        else:
+            head = f"champion stays {champ}; challenger {cand}"
+        parts = []
+        if self.interval is not None:
+            parts.append(describe(self.interval, self.statistic, self.metric))
+        elif self.compared and self.champion_score is not None:
+            parts.append(f"validation {self.metric} {self.candidate_score:.4f} vs {self.champion_score:.4f}")
+        parts.append(self.reason)
+        how = f"; champion {self.paired}" if self.paired == "re-scored" else ""
+        rule = f" ({self.rule}{how})" if self.compared else ""
+        return f"{self.task}: {head}: {', '.join(parts)}{rule}"
 
 
 def split_sha256(split_dir: Path, examples: int | None = None, seed: int = 0) -> str:
@@ -149,7 +208,8 @@ def pip_requirements() -> list[str]:
 
 def decide(candidate_score: float, candidate_split: str, champion_score: float | None,
            champion_split: str | None, force: bool = False) -> tuple[bool, str]:
-    """Whether ``champion`` should move to the candidate, and why; the scores are validation scores.
+    """The ``point`` rule: whether ``champion`` should move to the candidate, and why; the scores are validation
+    scores (no interval: :func:`bert_pipeline.mlops.promotion.judge` is the rule on evidence).
 
     Promote when there is no champion, or when the candidate is strictly better on the same validation examples.
     Equal scores keep the champion (no churn). A different split is not comparable: keep unless ``force``.
@@ -197,10 +257,12 @@ def _fluent_store(uri: str) -> Iterator[None]:
                 os.environ[key] = value
 
 
-def log_version(client: Any, entry: Entry, uri: str, copy_origin: tracking.CopyOrigin = tracking.no_copies) -> str:
+def log_version(client: Any, entry: Entry, uri: str, copy_origin: tracking.CopyOrigin = tracking.no_copies,
+                record: ExampleRecord | None = None) -> str:
     """Log ``entry``'s folder as a new version of registered model ``entry.task``; return its version number. The
     run goes to the pipeline's experiment (:func:`bert_pipeline.mlops.tracking.experiment_id`, ``copy_origin``: which
-    paths lie in a temporary copy of the repository).
+    paths lie in a temporary copy of the repository) and carries ``record`` (the weights' validation record,
+    :func:`bert_pipeline.mlops.promotion.validation_record`) as :data:`EXAMPLES_ARTIFACT` when given.
 
     Sequence/token classifiers use the ``mlflow.transformers`` flavour; QA an ``mlflow.pyfunc`` model from code.
     """
@@ -219,6 +281,11 @@ def log_version(client: Any, entry: Entry, uri: str, copy_origin: tracking.CopyO
         mlflow.log_metrics({f"validation_{entry.main_metric}": entry.validation_score,
                             f"test_{entry.main_metric}": entry.test_score})
         mlflow.set_tag("flavour", flavour)
+        if record is not None:
+            with tempfile.TemporaryDirectory() as tmp:
+                path = Path(tmp) / Path(EXAMPLES_ARTIFACT).name
+                path.write_bytes(record.to_bytes())
+                mlflow.log_artifact(str(path), artifact_path=str(Path(EXAMPLES_ARTIFACT).parent))
         if flavour == "pyfunc":
             import mlflow.pyfunc
 
@@ -273,23 +340,89 @@ def serving_flavour(model_dir: Path) -> str:
     return "pyfunc"
 
 
-def register(client: Any, entry: Entry, uri: str,
-             copy_origin: tracking.CopyOrigin = tracking.no_copies) -> tuple[str, bool]:
+def register(client: Any, entry: Entry, uri: str, copy_origin: tracking.CopyOrigin = tracking.no_copies,
+             record: ExampleRecord | None = None) -> tuple[str, bool]:
     """Register ``entry`` (or reuse the version with the same content) and set its tags; return the version and
-    whether it is new."""
+    whether it is new. ``record``: the weights' validation record, logged with a new version, and put in place of
+    the stored one of a reused version whose record differs (or which has none: registered before records were)."""
     sha = model_sha256(entry.model_dir)
     found = find_version(client, entry.task, sha)
-    version = str(found.version) if found else log_version(client, entry, uri, copy_origin)
+    version = str(found.version) if found else log_version(client, entry, uri, copy_origin, record)
     tags = {"family_member": entry.member, "flavour": serving_flavour(entry.model_dir), "seed": "" if entry.seed is None else str(entry.seed),
             "main_metric": entry.main_metric, "validation_score": repr(float(entry.validation_score)),
             "validation_split_sha256": entry.validation_split_sha256, "test_score": repr(float(entry.test_score)),
             "test_split_sha256": entry.test_split_sha256, "model_sha256": sha, "source": entry.source}
+    parameters = weights_parameters(entry.model_dir)
+    if parameters is not None:
+        tags["parameters"] = str(parameters)
     for key in ("validation_mean", "test_mean"):
         if getattr(entry, key) is not None:
             tags[key] = repr(float(getattr(entry, key)))
+    if record is not None:
+        data = record.to_bytes()
+        tags[RECORD_TAG] = hashlib.sha256(data).hexdigest()
+        if found is not None and found.tags.get(RECORD_TAG) != tags[RECORD_TAG]:
+            try:
+                store_record(client, found.run_id, data)
+            except Exception as exc:  # noqa: BLE001  (its run's artifacts unwritable: it stays without a record)
+                log.warning("%s v%s: per-example record not stored (%s)", entry.task, version, _first_line(exc))
+                del tags[RECORD_TAG]
+                if RECORD_TAG in found.tags:  # the stored one is stale: a champion without one is re-scored
+                    client.delete_model_version_tag(entry.task, version, RECORD_TAG)
     for key, value in tags.items():
         client.set_model_version_tag(entry.task, version, key, value)
     return version, found is None
+
+
+def store_record(client: Any, run_id: str, data: bytes) -> None:
+    """Put a record's bytes (:meth:`ExampleRecord.to_bytes`) at :data:`EXAMPLES_ARTIFACT` of run ``run_id``."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / Path(EXAMPLES_ARTIFACT).name
+        path.write_bytes(data)
+        client.log_artifact(run_id, str(path), str(Path(EXAMPLES_ARTIFACT).parent))
+
+
+def stored_record(client: Any, version: Any, dst: Path) -> ExampleRecord | None:
+    """The per-example validation record stored with ``version`` (a ``ModelVersion``), or None when it carries
+    none (no :data:`RECORD_TAG`: registered before records were).
+
+    Raises:
+        ExamplesError: the artifact is not a per-example record.
+        Exception: MLflow's, when the tagged artifact cannot be downloaded (its files are gone).
+    """
+    if RECORD_TAG not in version.tags:
+        return None
+    local = client.download_artifacts(version.run_id, EXAMPLES_ARTIFACT, str(dst))
+    return ExampleRecord.read(local)
+
+
+def registered_folder(version: Any, uri: str, dst: Path) -> Path:
+    """Download ``version``'s registered model into ``dst`` and return it as a ``save_pretrained`` folder (weights,
+    config and tokenizer side by side), whichever flavour holds it: the ``mlflow.transformers`` flavour keeps the
+    weights in ``model/`` and the tokenizer in ``components/tokenizer/`` (joined into ``dst/folder``); the pyfunc
+    flavour keeps the fine-tuned folder itself as its ``artifacts/`` entry.
+
+    Raises:
+        PipelineError: the downloaded files hold no model folder.
+        Exception: MLflow's, when the model's files cannot be downloaded (gone from the artifact store).
+    """
+    import mlflow
+
+    with _fluent_store(uri):
+        local = Path(mlflow.artifacts.download_artifacts(artifact_uri=version.source, dst_path=str(dst)))
+    if (local / "model" / "config.json").is_file():
+        folder = Path(dst) / "folder"
+        shutil.copytree(local / "model", folder, dirs_exist_ok=True)
+        tokenizer = local / "components" / "tokenizer"
+        if tokenizer.is_dir():
+            shutil.copytree(tokenizer, folder, dirs_exist_ok=True)
+        return folder
+    found = sorted(path.parent for path in (local / "artifacts").glob("*/config.json"))
+    if not found:
+        raise PipelineError(f"{version.source}: the registered model's files are gone (no model folder downloaded)")
+    if len(found) > 1:
+        raise PipelineError(f"{version.source}: {len(found)} model folders among the registered files; expected one")
+    return found[0]
 
 
 def best_on_validation(entries: Sequence[Entry]) -> Entry:
@@ -306,17 +439,142 @@ def champion_of(client: Any, task: str) -> Any | None:
         return None
 
 
+@dataclass(frozen=True)
+class _Outcome:
+    """A challenge's result before the aliases move: ``comparable`` False means the two could not be paired (the
+    champion stays unless forced)."""
+
+    promoted: bool
+    reason: str
+    comparable: bool = True
+    interval: Interval | None = None
+    statistic: str = "difference"
+    paired: str = ""
+
+
+class _Champion:
+    """The champion's version and what is fetched of it at most once: its registered folder (for re-scoring and
+    its parameter count)."""
+
+    def __init__(self, client: Any, version: Any, uri: str, tmp: Path):
+        self.client, self.version, self.uri, self.tmp = client, version, uri, tmp
+        self.name = f"champion v{version.version}"
+        self._folder: Path | None = None
+
+    def folder(self) -> Path:
+        if self._folder is None:
+            self._folder = registered_folder(self.version, self.uri, self.tmp / "model")
+        return self._folder
+
+    @property
+    def seed(self) -> int | None:
+        seed = self.version.tags.get("seed", "")
+        return int(seed) if seed.lstrip("-").isdigit() else None
+
+    def record(self, rescore: Rescore | None) -> tuple[ExampleRecord | None, str]:
+        """``(record, "stored" | "re-scored")``, or ``(None, why not)``: the stored record of the saved seed, else
+        the registered model re-scored (and the result stored with the version for the next challenger)."""
+        try:
+            stored = stored_record(self.client, self.version, self.tmp / "record")
+        except Exception as exc:  # noqa: BLE001  (MlflowException, OSError, ExamplesError: unreadable or gone)
+            stored, missing = None, f"its stored per-example record is unreadable ({_first_line(exc)})"
+        else:
+            missing = "no per-example validation record stored with it"
+        if stored is not None:
+            try:
+                return validation_record(stored, self.seed, self.name), "stored"
+            except ExamplesError as exc:
+                missing = str(exc)
+        if rescore is None:
+            return None, f"{self.name}: {missing} and no way to re-score it given; never compared unpaired"
+        try:
+            rescored = validation_record(rescore(self.folder(), 0 if self.seed is None else self.seed), None, self.name)
+        except Exception as exc:  # noqa: BLE001  (model files gone, a folder that no longer loads or scores)
+            return None, (f"{self.name}: {missing}, and re-scoring its registered model failed ({_first_line(exc)}); "
+                          "never compared unpaired")
+        data = rescored.to_bytes()
+        try:
+            store_record(self.client, self.version.run_id, data)
+            self.client.set_model_version_tag(self.version.name, str(self.version.version), RECORD_TAG,
+                                              hashlib.sha256(data).hexdigest())
+        except Exception as exc:  # noqa: BLE001  (the comparison stands; only the next one re-scores again)
+            log.warning("%s: re-scored record not stored with the version (%s)", self.name, _first_line(exc))
+        return rescored, "re-scored"
+
+    def parameters(self) -> int | None:
+        """The ``parameters`` tag, or the count of the registered folder's weights (then tagged), or None."""
+        if self.version.tags.get("parameters", "").isdigit():
+            return int(self.version.tags["parameters"])
+        try:
+            count = weights_parameters(self.folder())
+        except Exception as exc:  # noqa: BLE001  (model files gone)
+            log.warning("%s: parameter count unknown (%s)", self.name, _first_line(exc))
+            return None
+        if count is not None:
+            self.client.set_model_version_tag(self.version.name, str(self.version.version), "parameters", str(count))
+        return count
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def challenge(client: Any, uri: str, cand: Entry, cand_version: str, cand_record: ExampleRecord | None, champ: Any,
+              rule: PromotionRule, rescore: Rescore | None) -> _Outcome:
+    """Judge the candidate against the champion version ``champ`` by ``rule``: the same validation split (tag
+    ``validation_split_sha256``) first, then the point scores (``point``) or the paired records (the candidate's
+    ``cand_record``; the champion's stored one, else its registered model re-scored by ``rescore``)."""
+    tags = champ.tags
+    if "validation_score" not in tags:
+        return _Outcome(False, "the champion has no validation score (chosen on test before validation scores were "
+                               "recorded); not comparable", comparable=False)
+    champ_split = tags.get("validation_split_sha256")
+    if champ_split != cand.validation_split_sha256:
+        return _Outcome(False, f"validation split changed ({(champ_split or '?')[:12]} -> "
+                               f"{cand.validation_split_sha256[:12]}); scores not comparable", comparable=False)
+    if not rule.needs_records:
+        promoted, reason = decide(cand.validation_score, cand.validation_split_sha256, float(tags["validation_score"]),
+                                  champ_split)
+        return _Outcome(promoted, reason)
+    if cand_record is None:
+        return _Outcome(False, f"challenger v{cand_version} has no per-example validation record; never compared "
+                               "unpaired", comparable=False)
+    with tempfile.TemporaryDirectory() as tmp:
+        side = _Champion(client, champ, uri, Path(tmp))
+        champ_record, paired = side.record(rescore)
+        if champ_record is None:
+            return _Outcome(False, paired, comparable=False)
+        counts = ((weights_parameters(cand.model_dir), side.parameters()) if rule.rule == "non_inferiority"
+                  else (None, None))
+    try:
+        verdict = judge(cand_record, champ_record, rule, counts)
+    except ExamplesError as exc:
+        return _Outcome(False, f"{exc}", comparable=False)
+    return _Outcome(verdict.promoted, verdict.reason, interval=verdict.interval, statistic=verdict.statistic,
+                    paired=paired)
+
+
 def promote_task(client: Any, entries: Sequence[Entry], uri: str, force: bool = False,
-                 copy_origin: tracking.CopyOrigin = tracking.no_copies) -> Decision:
-    """Register ``entries`` (one task), point ``candidate`` at the best on validation, move ``champion`` if
-    :func:`decide` says so (on validation; the test scores are tags only).
+                 copy_origin: tracking.CopyOrigin = tracking.no_copies, rule: PromotionRule | None = None,
+                 rescore: Rescore | None = None) -> Decision:
+    """Register ``entries`` (one task), each version with its validation record, point ``candidate`` at the best on
+    validation, and move ``champion`` to it if ``rule`` says so (default: ``superiority`` at margin 0 with the
+    bootstrap's defaults, :class:`bert_pipeline.mlops.promotion.PromotionRule`; the test scores are tags only).
+
+    The candidate is paired with the champion's stored record; a champion without one is re-scored with
+    ``rescore`` (:data:`Rescore`) on its registered model. The champion stays, and the decision says why, when the
+    two are not comparable (another validation split, a champion without a validation score, a side without a
+    record and none to be had by re-scoring, records of different examples) unless ``force``: then it moves
+    without a comparison. ``force`` never overrides a comparison the candidate lost.
 
     ``copy_origin``: which paths lie in a temporary copy of the repository (:func:`log_version`). Logs one INFO line
     per version (:func:`version_line`) and nothing else at INFO; MLflow's artifact progress bars are the caller's to
     switch off (``bert-pipeline promote`` does).
 
     Raises:
-        PipelineError: no entries, or entries of several tasks / main metrics.
+        PipelineError: no entries, entries of several tasks / main metrics, or an entry's record without a
+            validation run of its saved seed (checked before anything is registered).
     """
     if not entries:
         raise PipelineError("nothing to promote: no fine-tuned models")
@@ -324,30 +582,36 @@ def promote_task(client: Any, entries: Sequence[Entry], uri: str, force: bool = 
     metrics = {e.main_metric for e in entries}
     if len(tasks) != 1 or len(metrics) != 1:
         raise PipelineError(f"promote_task: one task and main metric expected, got {sorted(tasks)} {sorted(metrics)}")
+    rule = rule or PromotionRule()
     task = entries[0].task
-    registered = [register(client, e, uri, copy_origin) for e in entries]
+    records = [_own_record(e) for e in entries]
+    registered = [register(client, e, uri, copy_origin, r) for e, r in zip(entries, records, strict=True)]
     versions = [version for version, _ in registered]
     cand = best_on_validation(entries)
-    cand_version = versions[next(i for i, e in enumerate(entries) if e is cand)]
+    index = next(i for i, e in enumerate(entries) if e is cand)
+    cand_version = versions[index]
     client.set_registered_model_alias(task, CANDIDATE, cand_version)
     champ = champion_of(client, task)
-    if champ is not None and str(champ.version) == cand_version:
-        promoted, reason = False, "candidate is already the champion"
-        champ_score, champ_version = cand.validation_score, cand_version
+    champ_version = str(champ.version) if champ is not None else None
+    champ_member = champ.tags.get("family_member") if champ is not None else None
+    if champ is None:
+        outcome, champ_score = _Outcome(True, "no champion yet", comparable=False), None
+    elif champ_version == cand_version:
+        outcome, champ_score = _Outcome(False, "candidate is already the champion", comparable=False), cand.validation_score
+        champ_member = cand.member
     else:
-        champ_tags = champ.tags if champ is not None else {}
-        champ_score = float(champ_tags["validation_score"]) if "validation_score" in champ_tags else None
-        champ_version = str(champ.version) if champ is not None else None
-        promoted, reason = decide(cand.validation_score, cand.validation_split_sha256, champ_score,
-                                  champ_tags.get("validation_split_sha256"), force)
-        if champ is not None and champ_score is None:
-            promoted, reason = force, ("forced: the champion has no validation score" if force else
-                                       "the champion has no validation score (chosen on test before validation "
-                                       "scores were recorded); not comparable (use --force)")
+        champ_score = float(champ.tags["validation_score"]) if "validation_score" in champ.tags else None
+        outcome = challenge(client, uri, cand, cand_version, records[index], champ, rule, rescore)
+        if not outcome.comparable:
+            outcome = _Outcome(force, f"forced: {outcome.reason}" if force else
+                               f"{outcome.reason} (use --force to promote anyway)", comparable=False)
+    promoted = outcome.promoted
     if promoted:
         client.set_registered_model_alias(task, CHAMPION, cand_version)
     decision = Decision(task, cand_version, cand.member, cand.validation_score, champ_version, champ_score, promoted,
-                        reason)
+                        outcome.reason, champion_member=champ_member, rule=rule.rule, metric=cand.main_metric,
+                        interval=outcome.interval, statistic=outcome.statistic, paired=outcome.paired,
+                        compared=outcome.comparable)
     client.set_model_version_tag(task, cand_version, "promotion_decision", decision.line())
     champion = cand_version if promoted else champ_version
     for entry, (version, new) in zip(entries, registered, strict=True):
@@ -355,6 +619,20 @@ def promote_task(client: Any, entries: Sequence[Entry], uri: str, force: bool = 
                                                                                     (CHAMPION, champion)) if at == version]))
     log.debug("%s", decision.line())
     return decision
+
+
+def _own_record(entry: Entry) -> ExampleRecord | None:
+    """The validation run of ``entry``'s saved seed out of its per-example record (None without a record).
+
+    Raises:
+        PipelineError: the record has no validation run of that seed.
+    """
+    if entry.examples is None:
+        return None
+    try:
+        return validation_record(entry.examples, entry.seed, f"{entry.member}-{entry.task}")
+    except ExamplesError as exc:
+        raise PipelineError(str(exc)) from None
 
 
 def version_line(entry: Entry, version: str, new: bool, aliases: Sequence[str]) -> str:

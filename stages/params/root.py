@@ -22,6 +22,7 @@ from stages.params.orchestration import OrchestrationParams
 from stages.params.prepare_corpus import PrepareCorpusParams
 from stages.params.prepare_tasks import PrepareTasksParams
 from stages.params.pretrain import PretrainParams, check_objective
+from stages.params.promote import PromoteParams
 from stages.params.retrieval import RetrievalParams
 from stages.params.task_distill import TaskDistillParams
 from stages.params.train_tokenizer import TrainTokenizerParams
@@ -47,6 +48,7 @@ class Params(Section):
     variants: VariantsParams
     retrieval: RetrievalParams
     evaluate: EvaluateParams
+    promote: PromoteParams
     orchestration: OrchestrationParams
 
     @model_validator(mode="after")
