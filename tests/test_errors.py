@@ -40,7 +40,7 @@ STAGES = [
      ["data/raw (made by fetch_data)", "metrics/corpus.json (made by prepare_corpus)",
       "metrics/tokenizer.json (made by train_tokenizer)", "plots/tokenizer_fertility.csv (made by train_tokenizer)"]),
 ]
-MISSING = {"evaluate": 15, "budget_curve": 16, "model_cards": 10}  # the inputs a message counts, where more than it names
+MISSING = {"evaluate": 16, "budget_curve": 16, "model_cards": 11}  # the inputs a message counts, where more than it names
 
 
 @pytest.fixture
