@@ -73,8 +73,17 @@ def difference(a: ExampleRecord, b: ExampleRecord, boot: Bootstrap, names: tuple
 
 
 def mean_interval(boot: Bootstrap, parts: Sequence[tuple[Estimate, Estimate | None]]) -> Interval:
+    """The interval of :func:`mean_estimate` over ``parts``.
+
+    Raises:
+        ExamplesError: no parts, or a difference whose sides were scored on different examples.
+    """
+    return boot.score(mean_estimate(parts))
+
+
+def mean_estimate(parts: Sequence[tuple[Estimate, Estimate | None]]) -> Estimate:
     """The mean over tasks of scores (``(estimate, None)`` each) or of differences (``(a, b)``: ``a - b``), each
-    task's draws averaged draw by draw.
+    task's draws averaged draw by draw (the tasks' splits are drawn apart: independent).
 
     Raises:
         ExamplesError: no parts, or a difference whose sides were scored on different examples.
@@ -93,8 +102,7 @@ def mean_interval(boot: Bootstrap, parts: Sequence[tuple[Estimate, Estimate | No
             points.append(a.point - b.point)
             draws.append(a.draws - b.draws)
         seeds = max(seeds, a.seed_values, *(() if b is None else (b.seed_values,)), key=len)
-    mean = Estimate(float(np.mean(points)), np.mean(np.stack(draws), axis=0), seeds, "mean over tasks")
-    return boot.score(mean)
+    return Estimate(float(np.mean(points)), np.mean(np.stack(draws), axis=0), seeds, "mean over tasks")
 
 
 def interval_entry(interval: Interval) -> dict[str, Any]:

@@ -25,6 +25,7 @@ import numpy as np
 
 from bert_pipeline.evaluation.examples import ExampleRecord
 from bert_pipeline.evaluation.intervals import Bootstrap, Estimate, Interval
+from bert_pipeline.report.contrasts import mean_estimate
 from bert_pipeline.report.report import fmt_change, fmt_share, markdown_table
 
 log = logging.getLogger(__name__)
@@ -86,13 +87,6 @@ def load_records(folder: Path, pairs: Sequence[tuple[str, str]]) -> dict[tuple[s
     if missing:
         log.warning("no per-example record for %s in %s: no intervals for them", ", ".join(sorted(missing)), folder)
     return out
-
-
-def _mean_estimate(parts: Sequence[Estimate]) -> Estimate:
-    """The mean over tasks of per-task estimates (independent splits, independent draws)."""
-    return Estimate(float(np.mean([p.point for p in parts])), np.mean([p.draws for p in parts], axis=0),
-                    tuple(float(np.mean(v)) for v in zip(*(p.seed_values for p in parts), strict=False)),
-                    "+".join(p.hash for p in parts))
 
 
 def family_intervals(records: Mapping[tuple[str, str], ExampleRecord], models: Sequence[str], tasks: Sequence[str],
@@ -176,7 +170,7 @@ def family_intervals(records: Mapping[tuple[str, str], ExampleRecord], models: S
     for m in models:
         parts = [pick(m, t) for t in tasks]
         if parts and all(parts):
-            out.intervals[f"{m}.average"] = boot.score(_mean_estimate(parts))
+            out.intervals[f"{m}.average"] = boot.score(mean_estimate([(p, None) for p in parts]))
     # what each task's held-out set can resolve: the half-width of its primary (else first) paired difference
     for t in tasks:
         rec = next((r for (m, tt), r in records.items() if tt == t and m in models), None)
