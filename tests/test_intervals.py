@@ -199,3 +199,21 @@ def test_settings_are_checked():
                         ({"method": "bca"}, "method")):
         with pytest.raises(ValueError, match=key):
             Bootstrap(**kwargs)
+
+
+def test_merged_seeds_resample_like_one_two_seed_record():
+    from bert_pipeline.evaluation.examples import merge_seeds
+
+    rng = np.random.default_rng(4)
+    f1 = rng.random((2, 40))
+    clusters = [f"d{i // 4}" for i in range(40)]
+    both = qa_record(f1, clusters, seeds=(42, 43))
+    merged = merge_seeds([qa_record(f1[0], clusters, seeds=(42,)), qa_record(f1[1], clusters, seeds=(43,))],
+                         ["HEAD", "seed43"])
+    boot = Bootstrap(resamples=300, seed=2)
+    a, b = boot.estimates(both, "test")["f1"], boot.estimates(merged, "test")["f1"]
+    assert np.array_equal(a.draws, b.draws) and a.seed_values == b.seed_values
+    with pytest.raises(ExamplesError, match="both hold the full run at seed 42"):
+        merge_seeds([both, qa_record(f1[0], clusters, seeds=(42,))], ["a", "b"])
+    with pytest.raises(ExamplesError, match="different test examples"):
+        merge_seeds([both, qa_record(f1[0][:30], seeds=(44,))], ["a", "b"])

@@ -202,3 +202,28 @@ def check_paired(a: ExampleRecord, b: ExampleRecord, split: str, a_name: str, b_
         raise ExamplesError(f"{a_name} and {b_name} scored different {split} examples "
                             f"({len(a.splits[split].ids)} vs {len(b.splits[split].ids)}, split hashes "
                             f"{a.splits[split].hash[:12]} vs {b.splits[split].hash[:12]}): not paired")
+
+
+def merge_seeds(records: Sequence[ExampleRecord], names: Sequence[str]) -> ExampleRecord:
+    """One record holding the runs of several records of the same member and task made at different seeds (e.g. a
+    baseline at seed 42 and an experiment at seed 43), so the seeds are resampled together (the multi-bootstrap).
+    ``names`` name the records in errors.
+
+    Raises:
+        ExamplesError: no records, records of different tasks or held-out examples (:func:`check_paired` on
+            every split), or a (split, run, seed) that two records both hold.
+    """
+    if not records:
+        raise ExamplesError("nothing to merge")
+    first = records[0]
+    out = ExampleRecord(first.kind, first.main_metric, first.label_names, dict(first.splits), dict(first.runs))
+    for rec, name in zip(records[1:], names[1:], strict=True):
+        for split in rec.splits:
+            check_paired(out, rec, split, names[0], name)
+        both = sorted(set(out.runs) & set(rec.runs))
+        if both:
+            split, run, seed = both[0]
+            raise ExamplesError(f"{names[0]} and {name} both hold the {run} run at seed {seed} on {split}: "
+                                "merge records of different seeds")
+        out.runs.update(rec.runs)
+    return out
