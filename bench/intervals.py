@@ -3,24 +3,29 @@ synthetic per-example records of the default run's shape (members x tasks x 2 se
 the default's test splits), timed alone.
 
     python bench/intervals.py [--members 7] [--resamples 10000] [--repeats 3]
+    python bench/intervals.py --run DIR   # a finished run's own records (DIR/metrics/examples), read and resampled
 
 Prints the wall and CPU seconds of each repeat (the median is the figure) and the load average beside them. The
-records are random (each member right on a fixed share of the examples), so only the time means anything.
+synthetic records are random (each member right on a fixed share of the examples), so only the time means
+anything; with ``--run`` the timed work is exactly what ``evaluate`` adds: reading the records and
+:func:`family_intervals` with the run's ``evaluate`` params.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import time
+from pathlib import Path
 
 import numpy as np
 
 from bert_pipeline import tasks
 from bert_pipeline.evaluation.examples import ExampleRecord, SplitInfo, split_hash
 from bert_pipeline.evaluation.intervals import Bootstrap
-from bert_pipeline.report.intervals import family_intervals
+from bert_pipeline.report.intervals import family_intervals, load_records
 
 ENTITY_TYPES = ("PERSON", "ORG", "GPE", "LOC", "DATE")
 NER_LABELS = ["O", *(f"{p}-{t}" for t in ENTITY_TYPES for p in "BI")]
@@ -70,22 +75,43 @@ def main() -> None:
     parser.add_argument("--members", type=int, default=7)
     parser.add_argument("--resamples", type=int, default=10_000)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--run", type=Path, help="a finished run's folder: time its own records instead")
     args = parser.parse_args()
     rng = np.random.default_rng(0)
     members = ["pretrained", "distilled", "scratch", *(f"m{i}" for i in range(args.members - 3))]
-    records = {(m, t): record(t, rng, 0.5 + 0.05 * i) for i, m in enumerate(members) for t in SHAPES}
+    tasks_ = list(SHAPES)
+    roles = ("pretrained", "distilled", "scratch")
+    primary = ["gain_over_scratch", "student_share"]
+    pairs = [("pretrained", "distilled")]
+    if args.run:
+        from stages.params.base import load_view
+        from stages.params.evaluate import EvaluateView
+
+        p = load_view(EvaluateView, args.run / "params.yaml").evaluate
+        names = sorted(f.stem for f in (args.run / "metrics/examples").glob("*.arrow"))
+        found = {tuple(n.split("-", 1)) for n in names}
+        members = sorted({m for m, _ in found})
+        tasks_ = sorted({t for _, t in found})
+        roles, primary, args.resamples = (p.teacher, p.student, p.scratch), p.intervals.primary, p.intervals.resamples
+        students = {(r["teacher"], r["model"]) for f in (args.run / "metrics/finetune").glob("*.json")
+                    if (r := json.loads(f.read_text())).get("teacher")}
+        pairs = [(p.teacher, p.student), *sorted(students)]
     walls, cpus = [], []
     for _ in range(args.repeats):
         load = os.getloadavg()[0]
         start, cpu = time.perf_counter(), time.process_time()
-        out = family_intervals(records, members, list(SHAPES), "pretrained", "distilled", "scratch",
-                               [("pretrained", "distilled")], Bootstrap(args.resamples),
-                               ["gain_over_scratch", "student_share"])
+        if args.run:
+            records = load_records(args.run / "metrics/examples", sorted(found))
+        else:
+            records = {(m, t): record(t, rng, 0.5 + 0.05 * i) for i, m in enumerate(members) for t in tasks_}
+            start, cpu = time.perf_counter(), time.process_time()  # synthetic records: time the resampling alone
+        out = family_intervals(records, members, tasks_, *roles, pairs, Bootstrap(args.resamples), primary)
         walls.append(time.perf_counter() - start)
         cpus.append(time.process_time() - cpu)
         print(f"{len(out.intervals)} intervals: {walls[-1]:.2f} s wall, {cpus[-1]:.2f} CPU s, load average {load:.2f}")
     print(f"median: {statistics.median(walls):.2f} s wall, {statistics.median(cpus):.2f} CPU s "
-          f"({len(members)} members x {len(SHAPES)} tasks x 2 seeds, {args.resamples:,} resamples)")
+          f"({len(members)} members x {len(tasks_)} tasks, {args.resamples:,} resamples"
+          f"{', ' + str(args.run) + ' records' if args.run else ', synthetic records, 2 seeds'})")
 
 
 if __name__ == "__main__":
