@@ -71,11 +71,14 @@ def record_gains(args: argparse.Namespace) -> None:
     """The paired gain of ``args.member`` over ``args.baseline`` per task from the revisions' merged records."""
     from bert_pipeline.evaluation.examples import merge_seeds
     from bert_pipeline.evaluation.intervals import Bootstrap
-    from stages.params.base import load_view
+    from stages.params.base import View, load_view
     from stages.params.evaluate import BootstrapView
     from stages.revisions import read_revision
 
-    settings = load_view(BootstrapView, args.project / "params.yaml").evaluate.intervals
+    class Settings(View):
+        evaluate: BootstrapView
+
+    settings = load_view(Settings, args.project / "params.yaml").evaluate.intervals
     boot = Bootstrap(settings.resamples, settings.confidence, settings.seed, settings.method)
     runs = [read_revision(rev, args.project) for rev in args.revs]
     for task in TASKS:
