@@ -17,8 +17,8 @@ of the file. YAML is read with YAML 1.2's floats (:class:`ParamsLoader`: ``2e-3`
 The schema is the only config, by one rule: every key of a stage's section is required (``params.yaml`` states
 the whole configuration; no default here can disagree with it), while the entries a user adds to a list or mapping
 (corpus sources, user tasks, ``finetune.models`` and ``finetune.tasks`` entries, ``pretrain.phases``) and the
-``orchestration`` section (the flow's, not a stage's) have defaults for their optional keys, and ``params.yaml``
-lists only what differs from them.
+``promote`` and ``orchestration`` sections (``bert-pipeline promote``'s and the flow's, not a stage's) have defaults
+for their optional keys, and ``params.yaml`` lists only what differs from them.
 
 **Which keys a stage reads** is recorded when the environment variable :data:`RECORD_ENV` names a file: the view a
 stage loads is then wrapped in :class:`RecordedParams`, and at exit the process appends one JSON line (its
