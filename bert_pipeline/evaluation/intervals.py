@@ -221,19 +221,34 @@ class Bootstrap:
         Raises:
             ExamplesError: different examples (split hashes differ), or ``b`` is 0 on the whole split.
         """
-        _check_pair(a, b)
-        if b.point == 0:
-            raise ExamplesError("the reference scores 0 on the whole split: a share of it is undefined")
-        point = a.point / b.point
-        with np.errstate(divide="ignore", invalid="ignore"):
-            draws = np.where(b.draws != 0, a.draws / np.where(b.draws != 0, b.draws, 1.0), np.nan)
-        return Interval(point, *self._bounds(point, draws, confidence), _sources(a, b))
+        share = ratio_estimate(a, b)
+        return Interval(share.point, *self._bounds(share.point, share.draws, confidence), _sources(a, b))
 
     def share_at_least(self, a: Estimate, b: Estimate, goal: float) -> float:
-        """The fraction of draws on which ``a / b`` is at least ``goal`` (draws with ``b`` = 0 left out)."""
-        _check_pair(a, b)
-        ok = b.draws != 0
-        return float(np.mean(a.draws[ok] / b.draws[ok] >= goal)) if ok.any() else float("nan")
+        """The fraction of draws on which ``a / b`` is at least ``goal`` (draws with ``b`` = 0 left out).
+
+        Raises:
+            ExamplesError: as :func:`ratio_estimate`.
+        """
+        draws = ratio_estimate(a, b).draws
+        ok = np.isfinite(draws)
+        return float(np.mean(draws[ok] >= goal)) if ok.any() else float("nan")
+
+
+def ratio_estimate(a: Estimate, b: Estimate) -> Estimate:
+    """``a / b`` as an estimate of its own: the whole split's ratio, the ratio on each draw (NaN where ``b`` is 0
+    on the draw: undefined there), and the per-seed ratios where both have the same number of seeds.
+
+    Raises:
+        ExamplesError: different examples (split hashes differ), or ``b`` is 0 on the whole split.
+    """
+    _check_pair(a, b)
+    if b.point == 0:
+        raise ExamplesError("the reference scores 0 on the whole split: a share of it is undefined")
+    draws = np.where(b.draws != 0, a.draws / np.where(b.draws != 0, b.draws, 1.0), np.nan)
+    seeds = (tuple(x / y if y else float("nan") for x, y in zip(a.seed_values, b.seed_values, strict=True))
+             if len(a.seed_values) == len(b.seed_values) else ())
+    return Estimate(a.point / b.point, draws, seeds, a.hash)
 
 
 def statistics_of(kind: str) -> Any:

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from bert_pipeline.evaluation.examples import ExampleRecord
-from bert_pipeline.evaluation.intervals import Bootstrap, Estimate, Interval
+from bert_pipeline.evaluation.intervals import Bootstrap, Estimate, Interval, ratio_estimate
 from bert_pipeline.report.contrasts import mean_estimate
 from bert_pipeline.report.report import fmt_change, fmt_share, markdown_table
 
@@ -140,10 +140,7 @@ def family_intervals(records: Mapping[tuple[str, str], ExampleRecord], models: S
                     planned.append((f"distillation.{s}.{t}_share", "distillation_share", t, "ratio", a, b))
                 shares.append((a, b))
         if len(shares) > 1:
-            ratios = [Estimate(a.point / b.point, np.where(b.draws != 0, a.draws / np.where(b.draws != 0, b.draws, 1),
-                                                            np.nan), (), a.hash) for a, b in shares]
-            avg = Estimate(float(np.mean([r.point for r in ratios])), np.mean([r.draws for r in ratios], axis=0), (),
-                           "average")
+            avg = mean_estimate([(ratio_estimate(a, b), None) for a, b in shares])
             out.intervals[f"distillation.{s}.average_share"] = boot.score(avg)
     n_primary = sum(1 for p in planned if p[1] in primary)
     out.adjusted = 1.0 - (1.0 - boot.confidence) / max(n_primary, 1)

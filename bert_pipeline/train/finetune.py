@@ -336,26 +336,26 @@ def finetune_task(
     metrics["saved"] = saved_scores
     if member.learning_rate is None:
         metrics["grid"] = tried
-    examples = example_record(info, dd, task, data_seed, evaluators,
+    examples = example_record(info, dd, heldout, task, data_seed, evaluators,
                               {"full": (seeds, runs), **({"low_resource": (seeds, low_runs)} if low else {})})
     return FinetuneOutcome(metrics, timing_record(runtime.device, timing), saved, tokenizer, examples)
 
 
-def example_record(info: dict[str, Any], dd: DatasetDict, task: dict[str, Any], data_seed: int,
-                   evaluators: dict[str, HeldoutScorer], runs: dict[str, tuple[Sequence[int], SeedRuns]]
-                   ) -> ExampleRecord:
+def example_record(info: dict[str, Any], dd: DatasetDict, heldout: dict[str, Dataset], task: dict[str, Any],
+                   data_seed: int, evaluators: dict[str, HeldoutScorer],
+                   runs: dict[str, tuple[Sequence[int], SeedRuns]]) -> ExampleRecord:
     """The per-example record (:class:`~bert_pipeline.evaluation.examples.ExampleRecord`) of a member's runs on
     the held-out subsets :func:`heldout_evaluators` drew: per run (``full``, ``low_resource``), seed and split, the
     kind's columns of what each example contributed (the predictions kept with each seed's best validation
     metrics and its test metrics, :class:`~bert_pipeline.tasks.base.Scores`), with each split's ids, clusters and
-    hash."""
+    hash (``heldout``: those subsets; ``dd``: the whole splits, whose row numbers name examples without an id)."""
     kind = tasks.get(info["kind"])
     names = info.get("label_names")
     limits = {"validation": task["max_validation_examples"], "test": task["max_test_examples"]}
     rec = ExampleRecord(info["kind"], info["main_metric"], list(names) if names is not None else None)
     for split, scorer in evaluators.items():
         rows = subsample_indices(len(dd[split]), limits[split], data_seed)
-        ids, clusters = split_keys(dd[split].select(rows), rows, split)
+        ids, clusters = split_keys(heldout[split], rows, split)
         rec.splits[split] = SplitInfo(ids, clusters, split_hash(ids, scorer.references))
     for run, (seeds, seed_runs) in runs.items():
         for split, scores in (("validation", seed_runs.validation), ("test", seed_runs.test)):

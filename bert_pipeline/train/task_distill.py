@@ -382,5 +382,5 @@ def distill_task(
                                "encoder": count_parameters(saved.base_model, exclude_embeddings=True)},
     }
     timing = {"train_seconds": runs.train_seconds, "train_cpu_seconds": runs.train_cpu_seconds}
-    examples = example_record(info, dd, task, data_seed, evaluators, {"full": (seeds, runs)})
+    examples = example_record(info, dd, heldout, task, data_seed, evaluators, {"full": (seeds, runs)})
     return FinetuneOutcome(metrics, timing_record(runtime.device, timing), saved, tokenizer, examples)
