@@ -6,7 +6,8 @@ Hugging Face datasets by name) and builds the corpus with :func:`bert_pipeline.d
 - ``data/corpus/``: ``DatasetDict`` with splits ``train``/``validation`` (by a seeded hash of each doc id) and
   columns ``doc_id``, ``source``, ``text``, ``sentences`` (``list[str]``);
 - ``metrics/corpus.json``: documents, sentences, words, bytes, duplicates dropped, replaced (invalid UTF-8)
-  bytes, short documents dropped, repaired mojibake, in total, per source and per split.
+  bytes, short documents dropped, repaired mojibake, documents cut into parts (``max_document_chars``), parts and
+  hard cuts, in total, per source and per split.
 
 Same inputs and params give byte-identical files (the Arrow fingerprint is a hash of the content).
 """
@@ -52,7 +53,8 @@ def source_readers(params: PrepareCorpusParams, raw_dir: Path, root: Path) -> li
             readers.append((src, lambda counter, n=src: corpus_readers.read_packaged(n, raw_dir, counter)))
         elif isinstance(src, FileSource):
             readers.append((src.name, lambda counter, s=src: corpus_readers.read_files(
-                s.name, s.path, s.format, root, counter, text_field=s.text_field, unit=s.unit)))
+                s.name, s.path, s.format, root, counter, text_field=s.text_field, unit=s.unit,
+                max_document_chars=params.max_document_chars)))
         else:
             readers.append((src.name, lambda counter, s=src: corpus_readers.read_hub(
                 s.name, s.hf_dataset, s.hf_config, s.split, s.text_field)))

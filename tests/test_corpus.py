@@ -64,7 +64,8 @@ def test_blocks_stream_with_bounded_memory(tmp_path):
     counter = corpus_files.ReadCounter()
     tracemalloc.start()
     n = 0
-    for index, text in corpus_files.iter_blocks(path, counter, block_bytes=64 * 1024):
+    for index, pieces in corpus_files.iter_blocks(path, counter, block_bytes=64 * 1024):
+        text = "".join(pieces)
         assert index == n
         assert text.count("\n") == 2
         n += 1
@@ -262,7 +263,8 @@ def test_iter_sentence_batches_streams_a_split_in_bounded_batches(tmp_path):
 
 # ------------------------------------------------------------------------------------------- the stage
 def _params(sources, **over):
-    section = {"sources": sources, "min_words": 5, "max_documents_per_source": None, "validation_fraction": 0.3,
+    section = {"sources": sources, "min_words": 5, "max_documents_per_source": None, "max_document_chars": 1_000_000,
+               "validation_fraction": 0.3,
                "split_seed": 7, "sentence_splitter": "spacy_senter", "chunk_chars": 100_000, "batch_size": 16,
                "num_proc": 1}
     section.update(over)
@@ -403,22 +405,37 @@ def test_forked_workers_take_the_default_sigterm_the_stage_keeps_its_own():
         signal.signal(signal.SIGTERM, before)
 
 
-def test_ten_megabyte_line_without_newline(workdir, capsys):
+def test_ten_megabyte_line_without_newline_is_kept_in_parts_of_one_split(workdir, capsys):
+    """A 10 MB one-line document (numbered sentences, no line break) is read and kept in parts of at most
+    max_document_chars, cut at sentence ends, every word kept, all in the split of the whole document, and the
+    metrics count the cut."""
+    import datasets
+
     word = "Lorem" + "ipsum" * 19
-    sentence = " ".join([word] * 19) + " end."
-    line = " ".join([sentence] * (10_000_000 // (len(sentence) + 1) + 1))
+    line = " ".join(f"{' '.join([word] * 18)} number {i} end." for i in range(10_000_000 // 1800 + 1))
     (workdir / "user/huge.txt").write_text(line)
     assert len(line) > 10_000_000
     assert "\n" not in line
     (workdir / "user/stories.txt").write_text("\n\n".join(_story(i) for i in range(6)))  # both splits need one
     sources = [{"name": "huge", "path": "user/huge.txt", "format": "txt", "unit": "block"},
                {"name": "stories", "path": "user/stories.txt", "format": "txt", "unit": "block"}]
-    code, err = _run(workdir, _params(sources, chunk_chars=100_000), capsys)
+    code, err = _run(workdir, _params(sources, chunk_chars=100_000, max_document_chars=1_000_000), capsys)
     assert code == 0, err
-    metrics = json.loads((workdir / "metrics/corpus.json").read_text())["per_source"]["huge"]
-    assert metrics["documents"] == 1
-    assert metrics["words"] == len(line.split())
-    assert metrics["sentences"] >= line.count(" end.") - 100 - 1  # at most one extra cut per 100k-char chunk
+    metrics = json.loads((workdir / "metrics/corpus.json").read_text())
+    huge = metrics["per_source"]["huge"]
+    assert (huge["split_documents"], huge["parts"], huge["documents"], huge["hard_cuts"]) == (1, 11, 11, 0)
+    assert huge["words"] == len(line.split())
+    assert huge["sentences"] >= line.count(" end.") - 100 - 11  # at most one extra cut per chunk and per part
+    assert metrics["per_source"]["stories"]["parts"] == 0
+    dd = datasets.load_from_disk("data/corpus")
+    parts = [(split, doc_id) for split in ("train", "validation") for doc_id in dd[split]["doc_id"]
+             if doc_id.startswith("huge:")]
+    assert len({split for split, _ in parts}) == 1
+    assert [doc_id for _, doc_id in parts] == [f"huge:user/huge.txt:block=0:part={k}" for k in range(11)]
+    texts = [t for split in ("train", "validation") for d, t in zip(dd[split]["doc_id"], dd[split]["text"])
+             if d.startswith("huge:")]
+    assert max(len(t) for t in texts) <= 1_000_000
+    assert " ".join(texts) == line
 
 
 @pytest.mark.parametrize(

@@ -61,8 +61,8 @@ def test_unknown_key(raw):
     del bad["prepare_corpus"]["min_wrods"]
     bad["prepare_corpus"]["xyzzy"] = 3  # nothing close: the keys it takes
     assert params_error(bad) == ("params.yaml: prepare_corpus.xyzzy: unknown key (expected one of sources, "
-                                 "min_words, max_documents_per_source, validation_fraction, split_seed, "
-                                 "sentence_splitter, ... (9 keys))")
+                                 "min_words, max_documents_per_source, max_document_chars, validation_fraction, "
+                                 "split_seed, ... (10 keys))")
 
 
 def _rename(mapping: dict, old: str, new: str) -> None:

@@ -1,7 +1,8 @@
 """The corpus build and its readers: :func:`build_corpus` reads, cleans, de-duplicates and sentence-splits the
 documents of several sources into an Arrow ``DatasetDict`` (streaming: worker processes, a bounded window of
 batches, Arrow files written as rows come); :func:`open_corpus` is the one reader of its output that later stages
-use, :func:`iter_sentence_batches` streams one split's sentences in bounded memory.
+use, :func:`iter_sentence_batches` and :func:`iter_string_batches` stream one split's sentences or texts in bounded
+memory.
 
 Everything here takes plain arguments (paths, ints, strings); the ``prepare_corpus`` stage wires params to it. The
 sources are read by :mod:`bert_pipeline.data.corpus_readers` (doc ids ``SOURCE:FILE:LOCATOR``; the Debian texts by
@@ -16,6 +17,7 @@ import json
 import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from bert_pipeline.data.corpus_clean import (
     DocumentRead,
@@ -54,6 +56,7 @@ def build_corpus(
     spacy_model_dir: Path,
     min_words: int,
     max_documents_per_source: int | None,
+    max_document_chars: int | None,
     validation_fraction: float,
     split_seed: int,
     sentence_splitter: str,
@@ -74,8 +77,11 @@ def build_corpus(
     disk (:class:`bert_pipeline.data.corpus_clean.SeenTexts`) and rows are written every
     :data:`WRITE_BUFFER_BYTES`, so memory does not grow with the corpus: the main process holds about ``(2 * num_proc + 1) * batch_size *
     chunk_chars`` characters of text (three copies at most: raw, normalised, sentences) plus the write buffer,
-    and each worker the splitter's model and one batch (a single document longer than a batch is held whole, and
-    a reader holds what it reads at once: a packaged CSV file is parsed whole).
+    and each worker the splitter's model and one batch. A document longer than ``max_document_chars`` is cut into
+    parts (:func:`bert_pipeline.data.corpus_files.document_parts`: at a paragraph, else a line, a sentence end, a
+    space), each a row of its own (``doc_id`` ``...:part=K``) in the split of the whole document; a user's txt file
+    is read part by part, never whole (a reader still holds what its format needs at once: a packaged CSV file,
+    one JSON line). The metrics count the documents cut, the parts and the cuts that found no whitespace.
     The output bytes do not depend on ``num_proc``.
 
     Args:
@@ -88,11 +94,12 @@ def build_corpus(
         sentence_splitter, chunk_chars, batch_size: see :func:`bert_pipeline.data.sentences.split_documents`.
         num_proc: worker processes (1: all in this process).
         min_words, max_documents_per_source: see :func:`bert_pipeline.data.corpus_clean.clean_documents`.
+        max_document_chars: the longest document kept whole (characters; ``None``: no limit).
         validation_fraction, split_seed: see :func:`bert_pipeline.data.corpus_clean.split_of`.
 
     Returns:
         Documents, sentences, words, bytes, duplicates dropped, replaced (invalid UTF-8) bytes, short documents
-        dropped, repaired mojibake: in total, ``per_source`` and ``per_split``.
+        dropped, repaired mojibake, documents cut into parts, parts, hard cuts: in total, ``per_source`` and ``per_split``.
 
     Raises:
         SettingError: ``chunk_chars`` above the splitter's limit, no document left after filtering (no single
@@ -115,13 +122,14 @@ def build_corpus(
     bar = tqdm(desc="documents", unit="doc", disable=not progress, mininterval=2.0)
     with _Workers(nlp, min_words, chunk_chars, batch_size, num_proc) as workers:
         try:
-            batches = _read_batches(read_in_order(readers, tally.stopped), chunk_chars, batch_size)
+            batches = _read_batches(read_in_order(readers, tally.stopped, max_document_chars), chunk_chars,
+                                     batch_size)
             for batch, results in workers.map(batches):
                 for read, (text, words, key, sentences) in zip(batch, results, strict=True):
                     bar.update(read.doc_id is not None and read.source not in tally.stopped)
                     if not tally.offer(read, words, key, text):
                         continue
-                    split = split_of(read.doc_id, split_seed, validation_fraction)
+                    split = split_of(read.document_id or read.doc_id, split_seed, validation_fraction)
                     writer.add(split, read.doc_id, read.source, text, sentences)
                     tally.stats[read.source].sentences += len(sentences)
                     ps = per_split[split]
@@ -397,6 +405,66 @@ def open_corpus(path: str | Path, columns: Sequence[str] = COLUMNS):
     return corpus
 
 
+def _mapped_chunks(files: Sequence[Path], column: str) -> Iterator[tuple[Any, Callable[[], None]]]:
+    """Each chunk of ``column`` in the Arrow stream files (``datasets``' layout), in order, as zero-copy views of a
+    memory map of its file, with a function that releases the map's resident pages (``madvise(MADV_DONTNEED)``;
+    call it once the chunk's values are copied out: a page read once stays resident otherwise, and counts in the
+    process's RSS). A file's map is closed when the next file is opened, or with the last view of it."""
+    import mmap
+
+    import pyarrow as pa
+
+    advice = getattr(mmap, "MADV_DONTNEED", None)
+    for file in files:
+        with open(file, "rb") as fh:
+            mapped = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+
+        def release(mapped: mmap.mmap = mapped) -> None:
+            if advice is not None:
+                mapped.madvise(advice)
+
+        chunks = pa.ipc.open_stream(pa.py_buffer(mapped)).read_all().column(column).chunks
+        while chunks:
+            yield chunks.pop(0), release
+        try:
+            mapped.close()
+        except BufferError:  # the caller still holds a view: the map goes with the last reference
+            pass
+
+
+def split_files(path: str | Path, split: str) -> list[Path]:
+    """The Arrow files of one split of a corpus folder (:func:`build_corpus`'s layout), in row order."""
+    folder = Path(path) / split
+    return [folder / f["filename"] for f in json.loads((folder / "state.json").read_text("utf-8"))["_data_files"]]
+
+
+def iter_string_batches(files: Sequence[Path], column: str, max_rows: int, max_bytes: int) -> Iterator[list[str]]:
+    """Stream a string column of Arrow stream files (``datasets``' layout) in lists of at most ``max_rows`` strings
+    holding at most ``max_bytes`` UTF-8 bytes together (a longer string is a list of its own), in row order.
+
+    Memory: one list of strings, whatever the files' size: the files are memory-mapped and their pages released
+    after each list (:func:`_mapped_chunks`).
+
+    Raises:
+        ValueError: ``max_rows`` or ``max_bytes`` < 1.
+    """
+    import numpy as np
+    import pyarrow.compute as pc
+
+    if max_rows < 1 or max_bytes < 1:
+        raise ValueError(f"max_rows, max_bytes: expected >= 1, got {max_rows}, {max_bytes}")
+    for chunk, release in _mapped_chunks(files, column):
+        ends = np.cumsum(pc.binary_length(chunk).fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64)
+        row = 0
+        while row < len(chunk):
+            before = int(ends[row - 1]) if row else 0
+            # the rows from `row` that fit in max_bytes; at least one
+            take = int(np.searchsorted(ends[row:row + max_rows], before + max_bytes, side="right")) or 1
+            yield chunk.slice(row, take).to_pylist()
+            release()
+            row += take
+
+
 def iter_sentence_batches(path: str | Path, split: str, start: int, end: int,
                           max_bytes: int) -> Iterator[list[tuple[int, list[str]]]]:
     """Stream the ``sentences`` of documents ``[start, end)`` of one split of a corpus, in bounded batches.
@@ -406,62 +474,46 @@ def iter_sentence_batches(path: str | Path, split: str, start: int, end: int,
     may continue over several batches; one without sentences appears once with ``[]``.
 
     Memory: the split's Arrow files are memory-mapped, only the sentences of the current batch are turned into
-    Python strings, and the mapping's pages are released after each batch (``madvise(MADV_DONTNEED)``: a page read
-    once stays resident otherwise, and counts in the process's RSS), so resident memory holds about one batch, not
-    the document (a one-line 200 MB document is one row). The folder must be one :func:`open_corpus` accepts;
-    rows are read in the order ``datasets.load_from_disk`` gives them.
+    Python strings, and the mapping's pages are released after each batch (:func:`_mapped_chunks`), so resident
+    memory holds about one batch, not the document (a one-line 200 MB document is one row). The folder must be one
+    :func:`open_corpus` accepts; rows are read in the order ``datasets.load_from_disk`` gives them.
 
     Raises:
         ValueError: ``max_bytes`` < 1.
     """
-    import mmap
-
     import numpy as np
     import pyarrow as pa
 
     if max_bytes < 1:
         raise ValueError(f"max_bytes: expected >= 1, got {max_bytes}")
-    folder = Path(path) / split
-    files = [folder / f["filename"] for f in json.loads((folder / "state.json").read_text("utf-8"))["_data_files"]]
-    release = getattr(mmap, "MADV_DONTNEED", None)
     batch: list[tuple[int, list[str]]] = []
     size = 0
     row = 0
-    for file in files:
+    for chunk, release in _mapped_chunks(split_files(path, split), "sentences"):
         if row >= end:
             break
-        with open(file, "rb") as fh:
-            mapped = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
-        column = pa.ipc.open_stream(pa.py_buffer(mapped)).read_all().column("sentences")  # zero-copy views
-        chunk = values = ends = lists = None
-        for chunk in column.chunks:
-            first, last = max(start, row), min(end, row + len(chunk))
-            lists = chunk.offsets.to_numpy()  # sentence ranges in chunk.values, the chunk's own offset applied
-            values = chunk.values
-            width = np.int64 if pa.types.is_large_string(values.type) else np.int32
-            ends = np.frombuffer(values.buffers()[1], dtype=width)[values.offset:values.offset + len(values) + 1]
-            for doc in range(first, last):
-                lo, hi = int(lists[doc - row]), int(lists[doc - row + 1])
-                if lo == hi:
-                    batch.append((doc, []))
-                while lo < hi:
-                    # the sentences from lo that fit in what is left of the batch; at least one in an empty batch
-                    take = int(np.searchsorted(ends[lo + 1:hi + 1], int(ends[lo]) + max_bytes - size, side="right"))
-                    take = take or (0 if batch else 1)
-                    if take:
-                        batch.append((doc, values.slice(lo, take).to_pylist()))
-                        size += int(ends[lo + take]) - int(ends[lo])
-                        lo += take
-                    if lo < hi or size >= max_bytes:
-                        yield batch
-                        batch, size = [], 0
-                        if release is not None:
-                            mapped.madvise(release)
-            row += len(chunk)
-        del column, chunk, values, ends, lists
-        try:
-            mapped.close()
-        except BufferError:  # an Arrow buffer still refers to it: the mapping goes with the last reference
-            pass
+        first, last = max(start, row), min(end, row + len(chunk))
+        lists = chunk.offsets.to_numpy()  # sentence ranges in chunk.values, the chunk's own offset applied
+        values = chunk.values
+        width = np.int64 if pa.types.is_large_string(values.type) else np.int32
+        ends = np.frombuffer(values.buffers()[1], dtype=width)[values.offset:values.offset + len(values) + 1]
+        for doc in range(first, last):
+            lo, hi = int(lists[doc - row]), int(lists[doc - row + 1])
+            if lo == hi:
+                batch.append((doc, []))
+            while lo < hi:
+                # the sentences from lo that fit in what is left of the batch; at least one in an empty batch
+                take = int(np.searchsorted(ends[lo + 1:hi + 1], int(ends[lo]) + max_bytes - size, side="right"))
+                take = take or (0 if batch else 1)
+                if take:
+                    batch.append((doc, values.slice(lo, take).to_pylist()))
+                    size += int(ends[lo + take]) - int(ends[lo])
+                    lo += take
+                if lo < hi or size >= max_bytes:
+                    yield batch
+                    batch, size = [], 0
+                    release()
+        row += len(chunk)
+        del chunk, values, ends, lists
     if batch:
         yield batch

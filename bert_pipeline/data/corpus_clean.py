@@ -14,14 +14,20 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bert_pipeline.data.corpus_files import RawDocument, ReadCounter
+from bert_pipeline.data.bounded import HARD
+from bert_pipeline.data.corpus_files import RawDocument, ReadCounter, document_parts
 
 log = logging.getLogger(__name__)
 
 
 @dataclass
 class SourceStats:
-    """Counters for one source (all ints; bytes are UTF-8 bytes)."""
+    """Counters for one source (all ints; bytes are UTF-8 bytes).
+
+    ``read``, ``dropped_short``, ``duplicates_dropped`` and ``documents`` count what the corpus holds as documents:
+    a document over ``max_document_chars`` counts as its parts. ``split_documents`` counts the documents cut into
+    parts, ``parts`` the parts read, ``hard_cuts`` the cuts that found no whitespace within the limit (a word cut).
+    """
 
     read: int = 0
     replaced_bytes: int = 0
@@ -32,6 +38,9 @@ class SourceStats:
     words: int = 0
     bytes: int = 0
     sentences: int = 0
+    split_documents: int = 0
+    parts: int = 0
+    hard_cuts: int = 0
 
     def as_dict(self) -> dict[str, int]:
         return dict(self.__dict__)
@@ -198,9 +207,11 @@ class CleanResult:
 
 @dataclass(frozen=True)
 class DocumentRead:
-    """One document as read, with the invalid bytes and repairs its reader counted while reading it.
+    """One document (or part of one) as read, with the invalid bytes and repairs its reader counted while reading it.
 
-    ``doc_id`` is ``None`` for the counts a source's reader made after its last document.
+    ``doc_id`` is ``None`` for the counts a source's reader made after its last document; ``document_id`` is the
+    whole document's id (the split is drawn from it, so a document's parts stay together), ``part`` and ``cut`` as
+    :class:`bert_pipeline.data.corpus_files.RawDocument`'s.
     """
 
     source: str
@@ -208,20 +219,32 @@ class DocumentRead:
     text: str
     replaced_bytes: int
     mojibake_fixed: int
+    document_id: str | None = None
+    part: int | None = None
+    cut: str | None = None
 
 
 def read_in_order(sources: Iterable[tuple[str, Callable[[ReadCounter], Iterator[RawDocument]]]],
-                   stopped: set[str]) -> Iterator[DocumentRead]:
-    """Every source's documents in order; a source named in ``stopped`` (filled by the consumer) is left."""
+                  stopped: set[str], max_document_chars: int | None = None) -> Iterator[DocumentRead]:
+    """Every source's documents in order; a source named in ``stopped`` (filled by the consumer) is left.
+
+    A whole document longer than ``max_document_chars`` that a reader had to hold (a CSV cell, a JSON line) is cut
+    into parts here (:func:`bert_pipeline.data.corpus_files.document_parts`), so what follows holds at most that
+    much per document; ``None``: no limit.
+    """
     for name, reader in sources:
         counter = ReadCounter()
         replaced = fixed = 0
-        for doc in reader(counter):
+        for read in reader(counter):
             if name in stopped:
                 break
-            yield DocumentRead(name, doc.doc_id, doc.text, counter.replaced_bytes - replaced,
-                               counter.mojibake_fixed - fixed)
-            replaced, fixed = counter.replaced_bytes, counter.mojibake_fixed
+            parts = ([read] if max_document_chars is None or read.part is not None
+                     or len(read.text) <= max_document_chars
+                     else document_parts(read.doc_id, read.source, [read.text], max_document_chars))
+            for doc in parts:
+                yield DocumentRead(name, doc.doc_id, doc.text, counter.replaced_bytes - replaced,
+                                   counter.mojibake_fixed - fixed, doc.document_id, doc.part, doc.cut)
+                replaced, fixed = counter.replaced_bytes, counter.mojibake_fixed
         else:
             yield DocumentRead(name, None, "", counter.replaced_bytes - replaced, counter.mojibake_fixed - fixed)
 
@@ -281,6 +304,10 @@ class Tally:
             self._log(read.source)
             return False
         stats.read += 1
+        if read.part is not None:
+            stats.parts += 1
+            stats.split_documents += read.part == 0
+            stats.hard_cuts += read.cut == HARD
         if key is None:
             stats.dropped_short += 1
             return False

@@ -35,7 +35,9 @@ from bert_pipeline.data.corpus_files import (
     RawDocument,
     ReadCounter,
     decode_bytes,
+    document_parts,
     iter_blocks,
+    iter_decoded,
     open_binary,
     read_text_file,
 )
@@ -158,7 +160,7 @@ def _rel(path: Path, root: Path) -> str:
 
 def read_files(
     name: str, pattern: str, fmt: str, root: Path, counter: ReadCounter, text_field: str = "text",
-    unit: str = "file", block_bytes: int = BLOCK_BYTES,
+    unit: str = "file", block_bytes: int = BLOCK_BYTES, max_document_chars: int | None = None,
 ) -> Iterator[RawDocument]:
     """Yield the documents of a user file source.
 
@@ -168,6 +170,9 @@ def read_files(
         fmt: ``txt`` (``unit`` ``file``: one document per file; ``block``: one per blank-line block), ``jsonl``
             (one JSON object per line, text in ``text_field``) or ``parquet`` (one row per document).
         block_bytes: bytes read per step (bounded memory for huge lines).
+        max_document_chars: a txt document longer than this is read and yielded in parts
+            (:func:`bert_pipeline.data.corpus_files.document_parts`), never held whole; ``None``: whole. A JSON line
+            or parquet row is parsed whole (its format needs it); the corpus build cuts it after.
 
     Raises:
         SettingError: no file matches (setting ``sources[NAME].path``: ``pattern`` of the source ``name``), or an
@@ -180,10 +185,12 @@ def read_files(
     for path in files:
         rel = _rel(path, root)
         if fmt == "txt" and unit == "file":
-            yield RawDocument(f"{name}:{rel}", name, read_text_file(path, counter, block_bytes))
+            with open_binary(path) as fh:
+                yield from document_parts(f"{name}:{rel}", name, iter_decoded(fh, counter, block_bytes),
+                                          max_document_chars)
         elif fmt == "txt":
-            for index, text in iter_blocks(path, counter, block_bytes):
-                yield RawDocument(f"{name}:{rel}:block={index}", name, text)
+            for index, pieces in iter_blocks(path, counter, block_bytes):
+                yield from document_parts(f"{name}:{rel}:block={index}", name, pieces, max_document_chars)
         elif fmt == "jsonl":
             yield from _read_jsonl(name, path, rel, text_field, counter)
         elif fmt == "parquet":

@@ -68,8 +68,10 @@ def read_corpus_documents(path: Path, source: str) -> list[Document]:
     docs = []
     for split in ("train", "validation"):
         ds = dd[split]
-        # in memory: a cache file beside the Arrow data would modify the corpus, prepare_corpus's DVC output
-        ds = ds.filter(lambda b: [s == source for s in b["source"]], batched=True, keep_in_memory=True)
+        # in memory: a cache file beside the Arrow data would modify the corpus, prepare_corpus's DVC output; only
+        # the source column is read to filter, so the other sources' texts are never loaded
+        ds = ds.filter(lambda names: [s == source for s in names], batched=True, input_columns=["source"],
+                       keep_in_memory=True)
         for doc_id, text, sents in zip(ds["doc_id"], ds["text"], ds["sentences"], strict=True):
             docs.append(Document(doc_id=doc_id, split=split, text=text, sentences=tuple(sents)))
     if not any(d.split == "validation" for d in docs):

@@ -190,13 +190,49 @@ def vocab_txt(tokenizer: Tokenizer) -> str:
     return "".join(t + "\n" for t, _ in by_id)
 
 
-def iter_text_batches(dataset: Any, column: str = "text", batch_size: int = 1000) -> Iterator[list[str]]:
-    """Yield ``column`` of an Arrow-backed ``datasets.Dataset`` in lists of ``batch_size`` strings.
+TEXT_BATCH_BYTES = 1 << 20
+"""UTF-8 bytes of text per list :func:`iter_text_batches` yields (at most, but for one longer text)."""
 
-    Only one batch is in memory at a time (the dataset stays memory-mapped on disk).
+TEXT_PIECE_CHARS = 1 << 16
+"""The longest string :func:`iter_text_batches` hands a trainer: a longer text goes in pieces cut between words."""
+
+
+def iter_text_batches(dataset: Any, column: str = "text", batch_size: int = 1000,
+                      piece_chars: int | None = TEXT_PIECE_CHARS) -> Iterator[list[str]]:
+    """Yield ``column`` of an Arrow-backed ``datasets.Dataset`` in lists of at most ``batch_size`` strings, cutting
+    each text longer than ``piece_chars`` into pieces before a space that precedes a word
+    (:data:`bert_pipeline.data.bounded.WORD_BOUNDARIES`; ``None``: whole texts, e.g. to count documents).
+
+    The pipeline's pre-tokenizers (BERT's, byte-level BPE's, Unigram's ``Metaspace``) see the same words in the
+    pieces as in the whole text, so the vocabularies learnt and the fertility measured do not change, while a
+    trainer normalises pieces of bounded length (it holds per-character alignments of each string it normalises:
+    about 100 bytes per character). A dataset read straight from its Arrow files (as :func:`bert_pipeline.data.corpus.open_corpus`
+    opens a corpus) is streamed from a memory map in lists of at most :data:`TEXT_BATCH_BYTES` bytes, its pages
+    released after each (:func:`bert_pipeline.data.corpus.iter_string_batches`): memory holds one list, whatever the
+    corpus's size; any other dataset in lists of ``batch_size`` rows.
     """
-    for batch in dataset.select_columns([column]).iter(batch_size=batch_size):
-        yield batch[column]
+    from bert_pipeline.data.bounded import WORD_BOUNDARIES, iter_pieces
+
+    files = [Path(f["filename"]) for f in getattr(dataset, "cache_files", [])]
+    if files and getattr(dataset, "_indices", None) is None:
+        from bert_pipeline.data.corpus import iter_string_batches
+
+        batches: Iterable[list[str]] = iter_string_batches(files, column, batch_size, TEXT_BATCH_BYTES)
+    else:
+        batches = (batch[column] for batch in dataset.select_columns([column]).iter(batch_size=batch_size))
+    for batch in batches:
+        if piece_chars is None or all(len(text) <= piece_chars for text in batch):
+            yield batch
+            continue
+        out: list[str] = []
+        for text in batch:
+            for piece, _ in iter_pieces([text], piece_chars, WORD_BOUNDARIES):
+                out.append(piece)
+                if len(out) >= batch_size:
+                    yield out
+                    out = []
+        if out:
+            yield out
 
 
 @contextlib.contextmanager
@@ -578,15 +614,16 @@ def train_measure_publish(
 
     validation = corpus["validation"]
     with rust_parallelism(True):
-        metrics, histogram = fertility(
-            tokenizer, iter_text_batches(validation, text_column, batch_size), unk_token=unk_token,
+        metrics, histogram = fertility(  # whole texts, as documents are counted (the corpus bounds their length)
+            tokenizer, iter_text_batches(validation, text_column, batch_size, piece_chars=None), unk_token=unk_token,
             is_continuation=is_continuation,
         )
-    probe = validation.select(range(min(ROUNDTRIP_TEXTS, len(validation))))[text_column]
+    heads = validation.select(range(min(ROUNDTRIP_TEXTS, len(validation))))[text_column]
+    probe = [text[:TEXT_PIECE_CHARS] for text in heads]  # a long text's head checks the same ids
     with atomic_dir(out_dir) as tmp:
         save(tokenizer, Path(tmp))
         try:
-            check_roundtrip(tmp, tokenizer, list(probe))
+            check_roundtrip(tmp, tokenizer, probe)
         except ValueError as exc:
             raise ValueError(str(exc).replace(str(tmp), str(out_dir))) from None
     timing = {

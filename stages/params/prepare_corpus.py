@@ -44,6 +44,7 @@ class PrepareCorpusParams(Section):
     sources: list[CorpusSource] = Field(min_length=1)
     min_words: Annotated[int, annotated_types.Ge(0)]
     max_documents_per_source: Annotated[int, annotated_types.Ge(1)] | None
+    max_document_chars: Annotated[int, annotated_types.Ge(1000)] | None
     validation_fraction: Annotated[float, annotated_types.Gt(0.0), annotated_types.Lt(1.0)]
     split_seed: int
     sentence_splitter: Literal["spacy_senter", "spacy_parser", "blingfire"]
