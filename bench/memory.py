@@ -59,15 +59,15 @@ class Words:
         self.p = weights / weights.sum()
         self.vocab = np.array(words, dtype=object)
         self._pool: list[str] = []
-
-    def _refill(self) -> None:
-        self._pool = list(self.vocab[self.rng.choice(len(self.vocab), size=500_000, p=self.p)])
+        self._next = 0
 
     def sentence(self) -> str:
         n = int(self.rng.integers(8, 31))
-        if len(self._pool) < n:
-            self._refill()
-        words, self._pool = self._pool[-n:], self._pool[:-n]
+        if self._next + n > len(self._pool):  # a fresh draw of words; an index, not slicing, keeps this linear
+            self._pool = list(self.vocab[self.rng.choice(len(self.vocab), size=500_000, p=self.p)])
+            self._next = 0
+        words = self._pool[self._next:self._next + n]
+        self._next += n
         return " ".join(words).capitalize() + "."
 
     def paragraph(self) -> str:
